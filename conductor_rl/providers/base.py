@@ -1,0 +1,79 @@
+"""The one async interface every worker provider implements.
+
+A request goes in (chat messages, sampling limits, an optional reasoning
+budget); a response comes out (text, token usage, latency, cost). Providers
+raise `ProviderError` for faults that are not the policy's fault (network,
+rate limits, timeouts, server errors): the workflow engine records them as
+infrastructure errors, never as wrong answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class TaskHint:
+    """What a *simulated* worker needs to act out skill: the question's domain
+    and reference answer. Real providers never see or use it."""
+
+    question_id: str
+    domain: str
+    reference: str
+    answer_kind: str
+    # Answers of the earlier steps this step may read (to model verification gains).
+    visible_answers: tuple[str, ...] = ()
+    # Distinguishes rollouts of the same question, so identical plans still vary.
+    sample_key: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    messages: list[dict[str, str]]
+    max_tokens: int
+    temperature: float
+    reasoning_budget: int | None = None
+    hint: TaskHint | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class WorkerResponse:
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    latency_s: float = 0.0
+    cost_usd: float = 0.0
+    simulated: bool = False
+
+
+class ProviderError(RuntimeError):
+    """A provider call failed for a reason outside the policy's control."""
+
+    def __init__(self, message: str, *, kind: str = "provider", retryable: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retryable = retryable
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A worker backend. `name` is the configured worker name (never a key)."""
+
+    name: str
+    simulated: bool
+
+    async def complete(self, request: WorkerRequest) -> WorkerResponse: ...
+
+    async def aclose(self) -> None: ...

