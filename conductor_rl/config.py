@@ -37,6 +37,14 @@ class ConductorConfig(Strict):
     max_new_tokens: int = Field(1024, ge=1)
     max_steps: int = Field(5, ge=1, le=20)
     n_examples: int = Field(4, ge=0, le=4, description="Worked examples in the prompt (paper: 4).")
+    response_prefix: str = Field(
+        "",
+        description="Text the answer is made to start with (prefilled after the chat template). "
+        "Empty in the paper; small models hold the format far better with 'model_id = ['.",
+    )
+    stop_after_plan: bool = Field(
+        False, description="Stop sampling once the three lists are complete (saves time at inference)."
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     seed: int = 0
 
@@ -115,6 +123,9 @@ def _paper_workers() -> list[WorkerConfig]:
 class WorkflowConfig(Strict):
     step_timeout_s: float = Field(900.0, gt=0.0, description="A step slower than this is an infrastructure error.")
     max_context_chars: int = Field(32_000, ge=1_000, description="Earlier answers shown to a worker are cut to this.")
+    show_question: bool = Field(
+        False, description="Also show workers the original question (paper: subtask and selected context only)."
+    )
 
 
 class DataConfig(Strict):
@@ -125,6 +136,8 @@ class DataConfig(Strict):
 class AskConfig(Strict):
     questions: list[str] = Field(default_factory=list, description="Questions for `ask` when none is given.")
     sample_questions: int = Field(3, ge=0, description="When no question is given: how many from data.questions.")
+    samples: int = Field(1, ge=1, description="Plans sampled per question; the first that parses is run.")
+    temperature: float | None = Field(None, ge=0.0, description="Conductor temperature for ask (None: conductor.temperature).")
 
 
 class Config(Strict):
@@ -134,15 +147,17 @@ class Config(Strict):
     data: DataConfig = Field(default_factory=DataConfig)
     ask: AskConfig = Field(default_factory=AskConfig)
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> "Config":
-        names = [w.name for w in self.workers]
+    @field_validator("workers")
+    @classmethod
+    def _unique_names(cls, workers: list[WorkerConfig]) -> list[WorkerConfig]:
+        # A field validator, so that errors are reported under the key "workers".
+        names = [w.name for w in workers]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"worker names must be unique; repeated: {duplicates}")
-        if not self.workers:
+        if not workers:
             raise ValueError("at least one worker is needed")
-        return self
+        return workers
 
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -155,6 +170,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     Raises ConfigError naming the offending key."""
     raw = _read_yaml(Path(path) if path else CONFIG_DIR / DEFAULT_CONFIG)
     for item in overrides:
+        top = item.partition("=")[0].strip().split(".")[0]
+        if top in Config.model_fields and top not in raw:
+            # Override on top of the defaults: `workers.0.temperature=0.5` works when the file omits workers.
+            raw[top] = Config().model_dump(mode="json")[top]
         raw = apply_override(raw, item)
     return validate_config(raw)
 

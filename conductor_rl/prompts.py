@@ -22,8 +22,17 @@ subtasks = [...]      # the instruction for each step (strings); include every d
 access_list = [...]   # for each step: [] (sees no earlier step), "all" (sees every earlier step), or a list of earlier step numbers such as [0, 2]
 The answer of the last step is the final answer, so the last subtask must ask for the final answer in the form the question requires."""
 
-# Worked examples (ours), deliberately outside the training domains.
+# Worked examples (ours), deliberately outside the training domains. Small models
+# copy the last example's shape most, so it is a multi-step plan with explicit access.
 EXAMPLES: tuple[tuple[str, int, str], ...] = (
+    (
+        "Is this claim true or false: 'The Great Wall of China is visible to the naked eye from the Moon.'",
+        2,
+        """A simple factual check: one model is enough.
+model_id = [1]
+subtasks = ["Is it true or false that the Great Wall of China is visible to the naked eye from the Moon? Answer True or False with a one-sentence reason."]
+access_list = [[]]""",
+    ),
     (
         "A 58-year-old man has crushing chest pain for 40 minutes, ST elevation in leads II, III and aVF, "
         "and a blood pressure of 82/50 mmHg. Which vessel is most likely occluded, and what should be avoided?",
@@ -36,16 +45,6 @@ subtasks = ["Interpret this ECG and presentation: chest pain for 40 minutes, ST 
 access_list = [[], [], "all"]""",
     ),
     (
-        "Let f(x) = x^3 - 3x + 1. How many real roots does f(f(x)) = 0 have?",
-        2,
-        """A composition problem: one model finds the roots of f, another counts preimages, then the first verifies.
-model_id = [0, 1, 0]
-subtasks = ["Find the number of real roots of f(x) = x^3 - 3x + 1 and give approximate values of each root.",
-            "Using the roots r1, r2, r3 of f found before, count for each r the real solutions of x^3 - 3x + 1 = r (look at the local maximum 3 and minimum -1 of f). Sum the counts.",
-            "Check the counting argument above for f(f(x)) = 0 with f(x) = x^3 - 3x + 1 and state the final number of real roots as \\boxed{n}."]
-access_list = [[], [0], "all"]""",
-    ),
-    (
         "Countdown: reach 952 using the numbers 25, 50, 75, 100, 3, 6, each at most once, with + - * /.",
         4,
         """A search problem: let two models search independently, then one checks both and picks a valid expression.
@@ -56,12 +55,14 @@ subtasks = ["Countdown: find an arithmetic expression equal to 952 using 25, 50,
 access_list = [[], [], "all"]""",
     ),
     (
-        "Is this claim true or false: 'The Great Wall of China is visible to the naked eye from the Moon.'",
+        "Let f(x) = x^3 - 3x + 1. How many real roots does f(f(x)) = 0 have?",
         2,
-        """A simple factual check: one model is enough.
-model_id = [1]
-subtasks = ["Is it true or false that the Great Wall of China is visible to the naked eye from the Moon? Answer True or False with a one-sentence reason."]
-access_list = [[]]""",
+        """A composition problem: one model finds the roots of f, another counts preimages, then the first verifies.
+model_id = [0, 1, 0]
+subtasks = ["Find the number of real roots of f(x) = x^3 - 3x + 1 and give approximate values of each root.",
+            "Using the roots r1, r2, r3 of f found before, count for each r the real solutions of x^3 - 3x + 1 = r (look at the local maximum 3 and minimum -1 of f). Sum the counts.",
+            "Check the counting argument above for f(f(x)) = 0 with f(x) = x^3 - 3x + 1 and state the final number of real roots as \\boxed{n}."]
+access_list = [[], [0], "all"]""",
     ),
 )
 

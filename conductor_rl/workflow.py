@@ -112,6 +112,13 @@ async def run_plan(
 
     async def run_step(trace: StepTrace) -> None:
         try:
+            bad = [j for j in trace.access if not 0 <= j < trace.index]
+            if bad:
+                # parse_plan rejects these; a hand-built Plan must not deadlock (self or later
+                # step) or crash (index out of range) the engine.
+                trace.error = f"bad_access: step {trace.index} may only read earlier steps, not {bad}"
+                failed.set()
+                return
             for j in trace.access:
                 await done[j].wait()
             if failed.is_set():

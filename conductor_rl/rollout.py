@@ -1,0 +1,99 @@
+"""One rollout: a Conductor completion turned into a reward.
+
+parse the plan → run it on the workers → grade the final answer → reward
+(0 unparsable / 0.5 wrong / 1 correct / None when the infrastructure failed,
+so the trainer retries or drops it instead of scoring it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from conductor_rl import graders
+from conductor_rl.graders import GradeResult, MathGrader, Verdict
+from conductor_rl.plan import Plan, PlanError, parse_plan
+from conductor_rl.providers.base import Provider
+from conductor_rl.workflow import StepLimits, Task, WorkflowResult, run_plan
+
+
+@dataclass
+class Rollout:
+    task: Task
+    completion: str
+    plan: Plan | None = None
+    plan_error: str | None = None
+    workflow: WorkflowResult | None = None
+    grade: GradeResult | None = None
+    reward: float | None = None
+
+    @property
+    def infrastructure_error(self) -> str | None:
+        """Why this rollout has no reward although its plan parsed, if it has none."""
+        if self.workflow is not None and self.workflow.error:
+            return self.workflow.error
+        if self.grade is not None and self.grade.verdict is Verdict.ERROR:
+            return f"grader: {self.grade.detail}"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record (no secrets: requests carry no keys)."""
+        wf = self.workflow
+        return {
+            "question_id": self.task.id,
+            "question": self.task.question,
+            "domain": self.task.domain,
+            "reference": self.task.reference,
+            "completion": self.completion,
+            "plan": None if self.plan is None else [
+                {"model_id": s.model_id, "subtask": s.subtask, "access": s.access} for s in self.plan.steps
+            ],
+            "plan_error": self.plan_error,
+            "steps": [] if wf is None else [
+                {**{k: v for k, v in asdict(s).items() if k != "usage"}, "usage": asdict(s.usage)} for s in wf.steps
+            ],
+            "final_answer": None if wf is None else wf.final_answer,
+            "verdict": None if self.grade is None else self.grade.verdict.value,
+            "extracted_answer": None if self.grade is None else self.grade.extracted,
+            "grade_detail": None if self.grade is None else self.grade.detail,
+            "reward": self.reward,
+            "infrastructure_error": self.infrastructure_error,
+            "cost_usd": 0.0 if wf is None else wf.cost_usd,
+            "wall_s": 0.0 if wf is None else wf.wall_s,
+            "simulated": bool(wf and wf.simulated),
+        }
+
+
+async def run_rollout(
+    completion: str,
+    task: Task,
+    workers: Sequence[Provider],
+    limits: StepLimits | Sequence[StepLimits] = StepLimits(),
+    max_steps: int = 5,
+    math_grader: MathGrader | None = None,
+    sample_key: str = "",
+) -> Rollout:
+    rollout = Rollout(task=task, completion=completion)
+    try:
+        rollout.plan = parse_plan(completion, n_workers=len(workers), max_steps=max_steps)
+    except PlanError as err:
+        rollout.plan_error = err.reason
+        rollout.reward = graders.reward(False, None)
+        return rollout
+    rollout.workflow = await run_plan(rollout.plan, task, workers, limits, sample_key=sample_key)
+    if rollout.workflow.error:
+        return rollout  # reward stays None: not the policy's fault
+    rollout.grade = await asyncio.to_thread(grade_answer, task, rollout.workflow.final_answer or "", math_grader)
+    rollout.reward = graders.reward(True, rollout.grade.verdict)
+    return rollout
+
+
+def grade_answer(task: Task, answer: str, math_grader: MathGrader | None = None) -> GradeResult:
+    """Grade with the grader the task's answer kind names; a kind without a
+    grader yet is an ERROR verdict (dropped), never a silent wrong."""
+    if not task.reference:
+        return GradeResult(Verdict.ERROR, None, "no reference answer to grade against")
+    if task.answer_kind not in graders.KINDS:
+        return GradeResult(Verdict.ERROR, None, f"no grader for answer kind {task.answer_kind!r} (have {sorted(graders.KINDS)})")
+    return graders.grade(task.answer_kind, answer, task.reference, math=math_grader)

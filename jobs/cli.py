@@ -1,0 +1,41 @@
+"""The `conductor-rl` command: one subcommand per job.
+
+    conductor-rl ask [QUESTION ...] [--config FILE] [key.sub=value ...] [--json]
+    conductor-rl config [--config FILE] [key.sub=value ...]     # print the resolved configuration
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+import yaml
+
+from jobs import ask
+from jobs.common import add_config_arguments, config_from_args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="conductor-rl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    ask.add_arguments(commands.add_parser("ask", help="ask the Conductor a question and run its plan"))
+    show = commands.add_parser("config", help="print the resolved configuration as YAML")
+    show.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE")
+    add_config_arguments(show)
+    args = parser.parse_args(argv)
+    if args.command == "ask":
+        return ask.run(args)
+    if args.command == "config":
+        config, rest = config_from_args(args, positional="overrides_positional")
+        if rest:
+            raise SystemExit(f"error: not configuration overrides: {rest}")
+        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+        return 0
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""What every command shares: `--config FILE` plus `key.sub=value` overrides,
+and progress messages on stderr (stdout stays clean for --json)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from conductor_rl.config import Config, ConfigError, load_config
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="YAML configuration (default: the embedded configs/local.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a configuration override; bare key.sub=value arguments work too")
+
+
+def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
+    """Separate `section.key=value` overrides from free positional text: an item
+    is an override when the part before '=' starts with a configuration section."""
+    overrides, rest = [], []
+    for item in items:
+        key = item.split("=", 1)[0] if "=" in item else ""
+        if key and " " not in key and key.split(".")[0] in Config.model_fields:
+            overrides.append(item)
+        else:
+            rest.append(item)
+    return overrides, rest
+
+
+def config_from_args(args: argparse.Namespace, positional: str | None = None) -> tuple[Config, list[str]]:
+    """Load the configuration; exit with the error naming the key if it is invalid."""
+    items = list(getattr(args, positional) or []) if positional else []
+    overrides, rest = split_overrides(items)
+    try:
+        config = load_config(args.config, [*overrides, *args.overrides])
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+    return config, rest
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

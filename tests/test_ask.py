@@ -1,0 +1,122 @@
+"""`conductor-rl ask` end to end: config → Conductor (tiny Qwen2, offline) →
+plan → simulated workers → grader → reward, as text and as JSON."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs import ask, cli
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAN = 'model_id = [0, 1]\nsubtasks = ["Solve the question", "Check the answer and state it"]\naccess_list = [[], "all"]\n'
+
+
+def write_config(tmp_path, **conductor):
+    config = yaml.safe_load((ROOT / "configs" / "local.yaml").read_text())
+    config["conductor"].update({"model": "tiny-qwen2", "max_new_tokens": 16, "response_prefix": PLAN,
+                                "stop_after_plan": True, **conductor})
+    for worker in config["workers"]:
+        worker["sim"]["latency_s"] = 0.0
+    config["workers"][0]["sim"]["accuracy"] = {"default": 1.0}
+    config["workers"][1]["sim"]["accuracy"] = {"default": 1.0}
+    config["ask"]["sample_questions"] = 2
+    path = tmp_path / "ask.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_ask_json_runs_the_plan_and_grades_it(tmp_path, capsys):
+    path = write_config(tmp_path)
+    assert cli.main(["ask", "--config", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["results"]) == 2
+    for r in out["results"]:
+        assert r["plan_error"] is None
+        assert [s["worker"] for s in r["steps"]] == ["sim-math-expert", "sim-knowledge-expert"]
+        assert r["steps"][1]["access"] == [0]
+        assert "Step 0 answer" in r["steps"][1]["messages"][-1]["content"]   # step 1 read step 0
+        assert r["verdict"] == "correct" and r["reward"] == 1.0              # accuracy 1.0 workers
+        assert r["simulated"] is True and all(s["simulated"] for s in r["steps"])
+        assert r["cost_usd"] > 0 and r["steps"][0]["usage"]["output_tokens"] > 0
+
+
+def test_ask_text_output_shows_each_step_and_labels_simulation(tmp_path, capsys):
+    path = write_config(tmp_path)
+    assert cli.main(["ask", "--config", str(path), "ask.sample_questions=1"]) == 0
+    text = capsys.readouterr().out
+    assert "step 0: Model 0 (sim-math-expert)" in text and "step 1: Model 1 (sim-knowledge-expert)" in text
+    assert "SIMULATED" in text and "Verdict: correct" in text and "Reward: 1.0" in text
+
+
+def test_ask_a_given_question_with_a_reference(tmp_path, capsys):
+    path = write_config(tmp_path)
+    cli.main(["ask", "What is 17 * 23?", "--reference", "391", "--kind", "numeric", "--config", str(path), "--json"])
+    [r] = json.loads(capsys.readouterr().out)["results"]
+    assert r["question"] == "What is 17 * 23?" and r["reference"] == "391"
+    assert r["verdict"] == "correct" and r["extracted_answer"] == "391"
+
+
+def test_ask_unknown_question_without_reference_is_not_scored(tmp_path, capsys):
+    path = write_config(tmp_path)
+    cli.main(["ask", "Why is the sky blue?", "--config", str(path), "--json"])
+    [r] = json.loads(capsys.readouterr().out)["results"]
+    assert r["verdict"] == "error" and "no reference" in r["grade_detail"] and r["reward"] is None
+
+
+def test_ask_malformed_plan_gets_reward_zero(tmp_path, capsys):
+    path = write_config(tmp_path, response_prefix='model_id = [0, 7]\nsubtasks = ["a", "b"]\naccess_list = [[], []]\n')
+    cli.main(["ask", "--config", str(path), "--json", "ask.sample_questions=1"])
+    [r] = json.loads(capsys.readouterr().out)["results"]
+    assert r["reward"] == 0.0 and "7" in r["plan_error"] and r["steps"] == []
+
+
+def test_ask_failing_worker_is_an_infrastructure_error(tmp_path, capsys):
+    path = write_config(tmp_path)
+    cli.main(["ask", "--config", str(path), "--json", "ask.sample_questions=1", "workers.1.sim.fail_rate=1.0"])
+    [r] = json.loads(capsys.readouterr().out)["results"]
+    assert r["reward"] is None and "simulated_fault" in r["infrastructure_error"]
+
+
+def test_ask_rejects_an_empty_question(tmp_path):
+    with pytest.raises(SystemExit, match="empty"):
+        cli.main(["ask", "   ", "--config", str(write_config(tmp_path))])
+
+
+def test_bad_config_fails_before_any_model_loads(tmp_path, monkeypatch):
+    import conductor_rl.conductor as conductor_module
+
+    monkeypatch.setattr(conductor_module, "load_causal_lm", lambda *a: pytest.fail("model loaded"))
+    with pytest.raises(SystemExit, match=r"conductor\.temprature: unknown key"):
+        cli.main(["ask", "--config", str(write_config(tmp_path)), "conductor.temprature=0.5"])
+    with pytest.raises(SystemExit, match=r"workers\.0\.temperature"):
+        cli.main(["ask", "--config", str(write_config(tmp_path)), "workers.0.temperature=-1"])
+
+
+def test_config_command_prints_resolved_yaml(capsys):
+    assert cli.main(["config", "conductor.max_steps=3"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["conductor"]["max_steps"] == 3 and printed["conductor"]["model"] == "smollm2-135m"
+
+
+def test_split_overrides_keeps_questions_with_equals_signs():
+    from jobs.common import split_overrides
+
+    overrides, rest = split_overrides(["conductor.seed=3", "x=5, what is x?", "If a=b then?", "data.limit=2"])
+    assert overrides == ["conductor.seed=3", "data.limit=2"]
+    assert rest == ["x=5, what is x?", "If a=b then?"]
+
+
+def test_console_script_runs_in_a_fresh_process(tmp_path):
+    path = write_config(tmp_path)
+    script = Path(sys.executable).parent / "conductor-rl"
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "jobs.cli"]
+    done = subprocess.run([*cmd, "ask", "--config", str(path), "--json", "ask.sample_questions=1"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["results"][0]["reward"] == 1.0
+    assert "loading the Conductor" in done.stderr  # progress goes to stderr, stdout stays JSON

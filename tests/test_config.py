@@ -1,0 +1,357 @@
+"""Configuration: paper defaults, shipped YAML files, `key.sub=value`
+overrides, and errors that always name the offending key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conductor_rl.config import (
+    CONFIG_DIR,
+    DEFAULT_CONFIG,
+    Config,
+    ConfigError,
+    WorkflowConfig,
+    apply_override,
+    load_config,
+    validate_config,
+)
+
+PAPER_WORKERS = ["gpt-5", "gemini-2.5-pro", "claude-sonnet-4", "qwen3-32b", "deepseek-r1-distill-qwen-32b",
+                 "gemma-3-27b-it"]
+
+
+def sim_worker(name: str, **extra: object) -> dict:
+    return {"name": name, "provider": "sim", "sim": {"accuracy": {"default": 0.5}}, **extra}
+
+
+def two_workers() -> dict:
+    return {"workers": [sim_worker("a"), sim_worker("b", temperature=0.3)]}
+
+
+@pytest.fixture
+def write(tmp_path: Path):
+    def _write(content: object, name: str = "config.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+        return path
+    return _write
+
+
+def error_of(fn, *args) -> str:
+    with pytest.raises(ConfigError) as info:
+        fn(*args)
+    return str(info.value)
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def test_defaults_reproduce_the_paper():
+    for config in (Config(), validate_config({})):
+        c = config.conductor
+        assert (c.temperature, c.max_new_tokens, c.max_steps, c.n_examples) == (1.0, 1024, 5, 4)
+        assert [w.name for w in config.workers] == PAPER_WORKERS
+        for worker in config.workers:
+            assert worker.temperature == 0.2
+            assert worker.max_tokens == 4096
+            assert worker.provider != "sim" and worker.model and worker.sim is None
+        assert len({w.provider for w in config.workers}) >= 4  # OpenAI, Google, Anthropic, open models
+
+
+def test_paper_api_workers_have_prices_and_key_variables():
+    workers = {w.name: w for w in Config().workers}
+    assert workers["gpt-5"].api_key_env == "OPENAI_API_KEY"
+    assert workers["claude-sonnet-4"].provider == "anthropic"
+    assert workers["gemini-2.5-pro"].provider == "google"
+    for name in ("gpt-5", "gemini-2.5-pro", "claude-sonnet-4"):
+        assert workers[name].price.input > 0 and workers[name].price.output > workers[name].price.input
+    for name in PAPER_WORKERS[3:]:
+        assert workers[name].provider == "openai_compatible" and workers[name].base_url
+
+
+def test_empty_yaml_file_gives_the_defaults(write):
+    assert load_config(write("")) == Config()
+    assert load_config(write("# only a comment\n")) == Config()
+
+
+def test_config_round_trips_through_yaml(write):
+    original = validate_config(two_workers())
+    again = load_config(write(original.model_dump(mode="json")))
+    assert again == original
+
+
+# --------------------------------------------------------------------------- shipped files
+
+SHIPPED = sorted(CONFIG_DIR.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED or [pytest.param(None, marks=pytest.mark.skip("no configs/*.yaml yet"))],
+                         ids=lambda p: p.name if p else "none")
+def test_shipped_configs_load(path):
+    config = load_config(path)
+    assert config.workers
+    assert len({w.name for w in config.workers}) == len(config.workers)
+
+
+@pytest.mark.skipif(not (CONFIG_DIR / DEFAULT_CONFIG).is_file(), reason="configs/local.yaml not written yet")
+def test_embedded_default_is_local_yaml():
+    config = load_config()
+    assert config == load_config(CONFIG_DIR / DEFAULT_CONFIG)
+    # The embedded configuration must run offline.
+    assert all(w.provider in ("sim", "local") for w in config.workers), [w.provider for w in config.workers]
+    overridden = load_config(None, ["conductor.temperature=0.5"])
+    assert overridden.conductor.temperature == 0.5
+
+
+@pytest.mark.skipif(not (CONFIG_DIR / "paper.yaml").is_file(), reason="configs/paper.yaml not written yet")
+def test_paper_yaml_has_the_paper_setting():
+    config = load_config(CONFIG_DIR / "paper.yaml")
+    c = config.conductor
+    assert (c.temperature, c.max_new_tokens, c.max_steps, c.n_examples) == (1.0, 1024, 5, 4)
+    assert [w.name for w in config.workers] == PAPER_WORKERS
+    assert all(w.temperature == 0.2 and w.max_tokens == 4096 and w.sim is None for w in config.workers)
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def test_nested_override(write):
+    config = load_config(write(two_workers()), ["conductor.temperature=0.7", "workflow.max_context_chars=5000"])
+    assert config.conductor.temperature == 0.7
+    assert config.workflow.max_context_chars == 5000
+    assert config.conductor.max_new_tokens == 1024  # untouched keys keep their defaults
+
+
+def test_list_index_overrides(write):
+    path = write(two_workers())
+    config = load_config(path, ["workers.0.temperature=0.5", "workers.1.sim.accuracy.math=0.9",
+                                "workers.1.price.output=2.5"])
+    assert config.workers[0].temperature == 0.5
+    assert config.workers[1].temperature == 0.3
+    assert config.workers[1].sim.accuracy == {"default": 0.5, "math": 0.9}
+    assert config.workers[1].price.output == 2.5
+    # The file itself is unchanged.
+    assert load_config(path).workers[0].temperature == 0.2
+
+
+def test_list_index_override_on_default_workers(write):
+    # The file has no workers: the override applies to the paper's default pool.
+    config = load_config(write({"conductor": {"temperature": 0.9}}), ["workers.2.temperature=0.6"])
+    assert [w.name for w in config.workers] == PAPER_WORKERS
+    assert config.workers[2].temperature == 0.6
+    assert config.workers[0].temperature == 0.2
+    assert config.conductor.temperature == 0.9
+
+
+def test_override_values_are_yaml(write):
+    path = write(two_workers())
+    config = load_config(path, ["conductor.seed=3", "ask.questions=[What is 2+2, Name a prime]",
+                                "workers.0.sim.accuracy={math: 1, mmlu: 0.25}", "data.limit=null",
+                                "workers.0.reasoning_budget=1024", "data.questions=jsonl:/tmp/x.jsonl"])
+    assert config.conductor.seed == 3
+    assert config.ask.questions == ["What is 2+2", "Name a prime"]
+    assert config.workers[0].sim.accuracy == {"math": 1.0, "mmlu": 0.25}
+    assert config.data.limit is None
+    assert config.workers[0].reasoning_budget == 1024
+    assert config.data.questions == "jsonl:/tmp/x.jsonl"  # the first '=' splits key from value
+
+
+def test_apply_override_parses_yaml_and_copies():
+    raw = {"a": {"b": 1}, "l": [{"x": 1}, {"x": 2}]}
+    assert apply_override(raw, "a.flag=true") == {"a": {"b": 1, "flag": True}, "l": raw["l"]}
+    assert apply_override(raw, "a.list=[1,2]")["a"]["list"] == [1, 2]
+    assert apply_override(raw, "a.map={a: 1}")["a"]["map"] == {"a": 1}
+    assert apply_override(raw, "a.b=")["a"]["b"] == ""
+    assert apply_override(raw, "l.1.x=5")["l"] == [{"x": 1}, {"x": 5}]
+    assert apply_override(raw, "new.deep.key=x")["new"] == {"deep": {"key": "x"}}
+    assert apply_override(raw, " a.b = 2")["a"]["b"] == 2
+    assert raw == {"a": {"b": 1}, "l": [{"x": 1}, {"x": 2}]}  # never mutated
+
+
+def test_later_override_wins(write):
+    config = load_config(write(two_workers()), ["conductor.seed=1", "conductor.seed=2"])
+    assert config.conductor.seed == 2
+
+
+@pytest.mark.skipif("show_question" not in WorkflowConfig.model_fields, reason="no workflow.show_question yet")
+def test_bool_override(write):
+    config = load_config(write(two_workers()), ["workflow.show_question=true"])
+    assert config.workflow.show_question is True
+    config = load_config(write(two_workers()), ["workflow.show_question=false"])
+    assert config.workflow.show_question is False
+
+
+# --------------------------------------------------------------------------- errors name the key
+
+
+def test_unknown_top_level_key():
+    message = error_of(validate_config, {"conductr": {}})
+    assert "conductr" in message and "unknown key" in message
+    for allowed in ("conductor", "workers", "workflow"):
+        assert allowed in message
+
+
+def test_unknown_nested_key_lists_allowed_keys():
+    message = error_of(validate_config, {"conductor": {"temprature": 1.0}})
+    assert "conductor.temprature" in message
+    for allowed in ("temperature", "max_new_tokens", "max_steps", "n_examples"):
+        assert allowed in message
+
+
+def test_unknown_key_inside_a_worker():
+    message = error_of(validate_config, {"workers": [sim_worker("a", temprature=0.1)]})
+    assert "workers.0.temprature" in message and "temperature" in message
+    message = error_of(validate_config, {"workers": [sim_worker("a", sim={"acuracy": {}})]})
+    assert "workers.0.sim.acuracy" in message and "accuracy" in message and "latency_s" in message
+    message = error_of(validate_config, {"workers": [sim_worker("a", price={"inpt": 1})]})
+    assert "workers.0.price.inpt" in message and "cached_input" in message
+
+
+def test_unknown_key_via_override(write):
+    message = error_of(load_config, write(two_workers()), ["workflow.step_timeout=3"])
+    assert "workflow.step_timeout" in message and "step_timeout_s" in message
+
+
+def test_bad_type():
+    message = error_of(validate_config, {"conductor": {"max_new_tokens": "lots"}})
+    assert "conductor.max_new_tokens" in message and "lots" in message
+    message = error_of(validate_config, {"conductor": {"dtype": "float8"}})
+    assert "conductor.dtype" in message
+    message = error_of(validate_config, {"workers": [sim_worker("a", provider="carrier-pigeon")]})
+    assert "workers.0.provider" in message
+    message = error_of(validate_config, {"workers": {"a": 1}})
+    assert "workers" in message
+    message = error_of(validate_config, {"conductor": 5})
+    assert "conductor" in message
+
+
+def test_bad_type_via_override(write):
+    message = error_of(load_config, write(two_workers()), ["workers.1.max_tokens=many"])
+    assert "workers.1.max_tokens" in message and "many" in message
+
+
+@pytest.mark.parametrize("raw,key", [
+    ({"conductor": {"temperature": -0.1}}, "conductor.temperature"),
+    ({"conductor": {"max_steps": 0}}, "conductor.max_steps"),
+    ({"conductor": {"n_examples": 5}}, "conductor.n_examples"),
+    ({"conductor": {"top_p": 0}}, "conductor.top_p"),
+    ({"workers": [sim_worker("a", temperature=-1)]}, "workers.0.temperature"),
+    ({"workers": [sim_worker("a", max_tokens=0)]}, "workers.0.max_tokens"),
+    ({"workers": [sim_worker("a", sim={"accuracy": {"math": 1.5}})]}, "workers.0.sim.accuracy"),
+    ({"workers": [sim_worker("a", sim={"fail_rate": 2})]}, "workers.0.sim.fail_rate"),
+    ({"workers": [sim_worker("a", price={"input": -1})]}, "workers.0.price.input"),
+    ({"workflow": {"step_timeout_s": 0}}, "workflow.step_timeout_s"),
+    ({"workflow": {"max_context_chars": 10}}, "workflow.max_context_chars"),
+])
+def test_out_of_range_values(raw, key):
+    assert key in error_of(validate_config, raw)
+
+
+def test_negative_temperature_via_override(write):
+    message = error_of(load_config, write(two_workers()), ["workers.0.temperature=-0.5"])
+    assert "workers.0.temperature" in message and "-0.5" in message
+
+
+def test_sim_worker_without_sim_section():
+    message = error_of(validate_config, {"workers": [{"name": "s", "provider": "sim"}]})
+    assert "workers.0" in message and "'s'" in message and "sim" in message
+
+
+def test_non_sim_worker_without_model():
+    message = error_of(validate_config, {"workers": [sim_worker("a"), {"name": "remote", "provider": "openai"}]})
+    assert "workers.1" in message and "'remote'" in message and "model" in message
+
+
+def test_worker_needs_name_and_provider():
+    message = error_of(validate_config, {"workers": [{"provider": "sim", "sim": {}}]})
+    assert "workers.0.name" in message
+    message = error_of(validate_config, {"workers": [{"name": "x", "model": "m"}]})
+    assert "workers.0.provider" in message
+
+
+def test_duplicate_worker_names():
+    message = error_of(validate_config, {"workers": [sim_worker("twin"), sim_worker("other"), sim_worker("twin")]})
+    assert "workers" in message and "unique" in message and "twin" in message
+    assert "other" not in message.split("repeated:")[1].split("(got")[0]
+
+
+def test_empty_worker_list():
+    message = error_of(validate_config, {"workers": []})
+    assert "workers" in message and "at least one worker" in message
+
+
+def test_all_problems_are_reported_at_once():
+    message = error_of(validate_config, {"conductor": {"temperature": -1, "max_steps": 0}, "bogus": 1})
+    for key in ("conductor.temperature", "conductor.max_steps", "bogus"):
+        assert key in message
+
+
+@pytest.mark.parametrize("override", ["foo", "conductor.temperature", "=3", " =3"])
+def test_malformed_override(write, override):
+    message = error_of(load_config, write(two_workers()), [override])
+    assert "key.sub=value" in message and override.strip() in message
+
+
+def test_override_value_not_yaml(write):
+    message = error_of(load_config, write(two_workers()), ["ask.questions=[unclosed"])
+    assert "ask.questions" in message and "YAML" in message
+
+
+@pytest.mark.parametrize("override,where", [
+    ("workers.2.temperature=0.5", "workers.2"),
+    ("workers.-1.temperature=0.5", "workers.-1"),
+    ("workers.first.temperature=0.5", "workers.first"),
+    ("workers.99=1", "workers.99"),
+])
+def test_bad_list_index(write, override, where):
+    message = error_of(load_config, write(two_workers()), [override])
+    assert where in message and "index below 2" in message
+
+
+def test_override_into_a_scalar(write):
+    message = error_of(load_config, write({**two_workers(), "conductor": {"temperature": 0.3}}),
+                       ["conductor.temperature.low=0.1"])
+    assert "conductor.temperature.low" in message and "'conductor.temperature' is a value" in message
+    message = error_of(load_config, write(two_workers()), ["workers.0.name.first=x"])
+    assert "'workers.0.name' is a value" in message
+
+
+def test_override_into_a_default_scalar(write):
+    # The key exists only as a default: the error still names it.
+    message = error_of(load_config, write(two_workers()), ["conductor.seed.x=1"])
+    assert "conductor.seed" in message
+
+
+def test_missing_config_file(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    message = error_of(load_config, missing)
+    assert str(missing) in message and "does not exist" in message
+
+
+@pytest.mark.parametrize("content", ["- a\n- b\n", "just a string\n", "42\n"])
+def test_non_mapping_yaml(write, content):
+    path = write(content)
+    message = error_of(load_config, path)
+    assert str(path) in message and "mapping" in message
+
+
+@pytest.mark.parametrize("content", ["conductor: [unclosed\n", "a: b: c\n", "conductor:\n\ttemperature: 1\n"])
+def test_invalid_yaml(write, content):
+    path = write(content)
+    message = error_of(load_config, path)
+    assert str(path) in message and "not valid YAML" in message
+
+
+def test_config_error_is_a_value_error():
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_assignment_is_validated():
+    config = validate_config(two_workers())
+    with pytest.raises(ValueError):
+        config.conductor.temperature = -1.0
+    with pytest.raises(ValueError):
+        config.workers = []
