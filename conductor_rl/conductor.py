@@ -17,6 +17,7 @@ from conductor_rl.prompts import apply_chat_template, conductor_messages
 @dataclass(frozen=True)
 class Completion:
     text: str                # includes the configured response prefix, as the parser must see it
+    token_ids: tuple[int, ...]  # the sampled tokens (prefix excluded)
     prompt_tokens: int
     completion_tokens: int
     truncated: bool          # stopped by max_new_tokens rather than end-of-sequence or a finished plan
@@ -51,6 +52,7 @@ class Conductor:
         if model is None or tokenizer is None:
             model, tokenizer = load_causal_lm(config.model, config.dtype)
         self.model, self.tokenizer = model, tokenizer
+        self._format: Any = None  # PlanFormat token tables, built on first constrained call
 
     def prompt(self, question: str, n_workers: int) -> str:
         """The full prompt text, ending with the response prefix."""
@@ -76,15 +78,19 @@ class Conductor:
                 return torch.tensor([plan_finished(prefix + t) for t in texts], device=input_ids.device)
 
         stopping = StoppingCriteriaList([PlanDone()]) if self.config.stop_after_plan else None
-        torch.manual_seed(self.config.seed if seed is None else seed)
         sampling = temperature > 0
+        processors = self._format_processors(prompt_len, n_workers, temperature) if self.config.constrain_format else None
+        torch.manual_seed(self.config.seed if seed is None else seed)
         with torch.no_grad():
             out = self.model.generate(
                 **inputs,
                 do_sample=sampling,
-                temperature=temperature if sampling else None,
-                top_p=self.config.top_p if sampling else None,
+                # Constrained: the format mask must act before temperature and top-p,
+                # so those are applied by our own processor list instead of generate's.
+                temperature=1.0 if processors or not sampling else temperature,
+                top_p=1.0 if processors or not sampling else self.config.top_p,
                 top_k=0 if sampling else None,
+                logits_processor=processors,
                 max_new_tokens=self.config.max_new_tokens,
                 num_return_sequences=n,
                 stopping_criteria=stopping,
@@ -102,5 +108,20 @@ class Conductor:
                 ids.pop()
             text = prefix + self.tokenizer.decode(ids, skip_special_tokens=True)
             finished = ended or plan_finished(text)
-            completions.append(Completion(text, prompt_len, len(ids), truncated=not finished))
+            completions.append(Completion(text, tuple(ids), prompt_len, len(ids), truncated=not finished))
         return completions
+
+    def _format_processors(self, prompt_len: int, n_workers: int, temperature: float) -> Any:
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+        from conductor_rl.plan_format import PlanFormat
+
+        if self._format is None:
+            self._format = PlanFormat(self.tokenizer, self.config.max_subtask_tokens)
+        mask = self._format.processor(prompt_len, n_workers, self.config.max_steps, self.config.response_prefix)
+        processors = LogitsProcessorList([mask])
+        if temperature > 0 and temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(temperature))
+        if temperature > 0 and self.config.top_p < 1.0:
+            processors.append(TopPLogitsWarper(self.config.top_p))
+        return processors

@@ -45,8 +45,23 @@ class ConductorConfig(Strict):
     stop_after_plan: bool = Field(
         False, description="Stop sampling once the three lists are complete (saves time at inference)."
     )
+    constrain_format: bool = Field(
+        False,
+        description="Only let the Conductor write well-formed plans (no reasoning; see conductor_rl/plan_format.py). "
+        "Off in the paper; the embedded 135M Conductor needs it to earn any reward.",
+    )
+    max_subtask_tokens: int = Field(96, ge=1, description="Longest subtask under constrain_format.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _prefix_fits_the_format(self) -> "ConductorConfig":
+        if self.constrain_format and not "model_id = [".startswith(self.response_prefix):
+            raise ValueError(
+                f"response_prefix {self.response_prefix!r} conflicts with constrain_format: "
+                "use '' or a start of 'model_id = ['"
+            )
+        return self
 
 
 class SimSpec(Strict):
@@ -240,7 +255,9 @@ def _describe(err: ValidationError) -> str:
             allowed = ", ".join(sorted(parent.model_fields)) if parent else "see docs/configuration.md"
             lines.append(f"{key}: unknown key (allowed here: {allowed})")
         else:
-            lines.append(f"{key}: {problem['msg']} (got {problem.get('input')!r})")
+            given = problem.get("input")
+            shown = "" if isinstance(given, (dict, list)) else f" (got {given!r})"  # sections: the message says it
+            lines.append(f"{key}: {problem['msg']}{shown}")
     return "invalid configuration:\n  " + "\n  ".join(lines)
 
 

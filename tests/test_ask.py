@@ -19,7 +19,7 @@ PLAN = 'model_id = [0, 1]\nsubtasks = ["Solve the question", "Check the answer a
 def write_config(tmp_path, **conductor):
     config = yaml.safe_load((ROOT / "configs" / "local.yaml").read_text())
     config["conductor"].update({"model": "tiny-qwen2", "max_new_tokens": 16, "response_prefix": PLAN,
-                                "stop_after_plan": True, **conductor})
+                                "stop_after_plan": True, "constrain_format": False, **conductor})
     for worker in config["workers"]:
         worker["sim"]["latency_s"] = 0.0
     config["workers"][0]["sim"]["accuracy"] = {"default": 1.0}

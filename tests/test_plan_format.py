@@ -1,0 +1,99 @@
+"""Constrained decoding: whatever the model's weights, a sampled plan parses."""
+
+import pytest
+import torch
+
+from conductor_rl.conductor import Conductor
+from conductor_rl.config import ConductorConfig, ConfigError, load_config
+from conductor_rl.models import load_causal_lm
+from conductor_rl.plan import parse_plan
+from conductor_rl.plan_format import PlanFormat, PlanFormatError
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_causal_lm("tiny-qwen2")
+
+
+@pytest.mark.parametrize("n_workers, max_steps, prefix", [(3, 5, "model_id = ["), (1, 1, ""), (2, 3, "model_"), (12, 4, "")])
+def test_random_model_always_writes_a_parsable_plan(tiny, n_workers, max_steps, prefix):
+    model, tokenizer = tiny
+    config = ConductorConfig(model="tiny-qwen2", temperature=1.0, max_new_tokens=400, max_steps=max_steps,
+                             constrain_format=True, max_subtask_tokens=12, response_prefix=prefix, n_examples=0)
+    conductor = Conductor(config, model, tokenizer)
+    completions = conductor.write_plans("What is 6 * 7?", n_workers=n_workers, n=8, seed=3)
+    step_counts = set()
+    for c in completions:
+        plan = parse_plan(c.text, n_workers=n_workers, max_steps=max_steps)
+        assert not c.truncated
+        assert all(0 <= s.model_id < n_workers for s in plan.steps)
+        assert plan.steps[0].access == []           # step 0 can read nothing
+        assert all(s.access in ([], "all") for s in plan.steps)
+        step_counts.add(len(plan.steps))
+    if max_steps > 1:
+        assert len(step_counts) > 1  # the model, not the constraint, chooses the plan's length
+
+
+def test_subtasks_are_cut_at_the_configured_length(tiny):
+    model, tokenizer = tiny
+    config = ConductorConfig(model="tiny-qwen2", max_new_tokens=400, constrain_format=True, max_subtask_tokens=5, n_examples=0)
+    for c in Conductor(config, model, tokenizer).write_plans("q", n_workers=2, n=4, seed=0):
+        plan = parse_plan(c.text, 2)
+        pieces = [tokenizer.decode([t]) for t in c.token_ids]
+        # Subtask text is the runs of quote-free tokens between the first quote and access_list.
+        start = next(i for i, p in enumerate(pieces) if '"' in p)
+        end = next(i for i, p in enumerate(pieces) if "access" in p)
+        runs, run, inside = [], 0, False
+        for piece in pieces[start:end]:
+            if '"' in piece:  # alternately opens and closes a subtask string
+                if inside:
+                    runs.append(run)
+                inside, run = not inside, 0
+            elif inside:
+                run += 1
+        assert len(runs) == len(plan.steps) and all(1 <= r <= 5 for r in runs)
+
+
+def test_greedy_constrained_is_deterministic_and_temperature_changes_samples(tiny):
+    model, tokenizer = tiny
+    config = ConductorConfig(model="tiny-qwen2", max_new_tokens=300, constrain_format=True, max_subtask_tokens=8, n_examples=0)
+    conductor = Conductor(config, model, tokenizer)
+    greedy = [conductor.write_plans("q", 3, n=1, seed=s, temperature=0)[0].text for s in (0, 1)]
+    assert greedy[0] == greedy[1]
+    sampled = {c.text for c in conductor.write_plans("q", 3, n=6, seed=0, temperature=1.0)}
+    assert len(sampled) > 1
+
+
+def test_mask_allows_only_valid_ids_then_forces_the_next_list(tiny):
+    _, tokenizer = tiny
+    fmt = PlanFormat(tokenizer, max_subtask_tokens=4)
+    proc = fmt.processor(prompt_len=1, n_workers=2, max_steps=2, prefix="model_id = [")
+    ids = torch.zeros((1, 1), dtype=torch.long)
+    scores = proc(ids, torch.zeros((1, len(tokenizer))))
+    allowed = set(torch.nonzero(scores[0] > float("-inf")).flatten().tolist())
+    assert allowed == {fmt.digit["0"], fmt.digit["1"]}      # ids 0 and 1, nothing else
+    ids = torch.tensor([[0, fmt.digit["1"]]])
+    scores = proc(ids, torch.zeros((1, len(tokenizer))))
+    allowed = set(torch.nonzero(scores[0] > float("-inf")).flatten().tolist())
+    assert allowed == {fmt.close, fmt.comma}                # "11" is no id of 2 workers
+
+
+def test_prefix_that_is_not_the_plan_start_is_rejected(tiny):
+    _, tokenizer = tiny
+    with pytest.raises(PlanFormatError, match="response prefix"):
+        PlanFormat(tokenizer).processor(1, 2, 2, prefix="Let me think")
+
+
+def test_config_rejects_conflicting_prefix():
+    with pytest.raises(ConfigError, match="conductor: .*conflicts with constrain_format"):
+        load_config(None, ["conductor.constrain_format=true", "conductor.response_prefix=Let me think"])
+
+
+@pytest.mark.slow
+def test_smollm2_constrained_plans_parse():
+    model, tokenizer = load_causal_lm("smollm2-135m")
+    config = ConductorConfig(model="smollm2-135m", max_new_tokens=200, constrain_format=True,
+                             max_subtask_tokens=24, response_prefix="model_id = [", n_examples=1)
+    completions = Conductor(config, model, tokenizer).write_plans("What is 17 * 23?", n_workers=3, n=2, seed=0)
+    for c in completions:
+        assert parse_plan(c.text, 3).steps
