@@ -95,6 +95,7 @@ def _cached(key: str, build: Any) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the model is not secret
     try:
         build(staging)
         try:

@@ -114,3 +114,23 @@ def test_build_provider_rejects_http_providers_until_they_land():
 
     with pytest.raises(ProviderUnavailableError, match="offline providers"):
         build_provider(WorkerConfig(name="gpt", provider="openai", model="gpt-5"))
+
+
+def test_first_use_builds_into_an_empty_cache(tmp_path, monkeypatch):
+    """A fresh machine has no converted models: the first resolve builds one
+    atomically (no staging folder left behind), the second reuses it."""
+    monkeypatch.setenv("CONDUCTOR_RL_CACHE", str(tmp_path))
+    folder = resolve_model("tiny-qwen2")
+    assert folder == str(tmp_path / "models" / "tiny-qwen2")
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["tiny-qwen2"]
+    mtime = (tmp_path / "models" / "tiny-qwen2" / "config.json").stat().st_mtime
+    assert resolve_model("tiny-qwen2") == folder
+    assert (tmp_path / "models" / "tiny-qwen2" / "config.json").stat().st_mtime == mtime
+
+
+@pytest.mark.slow
+def test_smollm2_conversion_from_the_gguf_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONDUCTOR_RL_CACHE", str(tmp_path))
+    folder = resolve_model("smollm2-135m")
+    files = sorted(p.name for p in (tmp_path / "models" / "smollm2-135m").iterdir())
+    assert "model.safetensors" in files and "tokenizer.json" in files and folder.endswith("smollm2-135m")
