@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Sequence, TextIO
 
 from conductor_rl.config import Config
 from conductor_rl.data import Question, load_dataset
@@ -46,6 +47,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    if not args.json:
+        return _run(args, out)
+    # Libraries print to stdout on import (DeepSpeed's accelerator notice); with
+    # --json, stdout must hold the JSON document alone.
+    with contextlib.redirect_stdout(sys.stderr):
+        return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
     config, questions = config_from_args(args, positional="question")
     tasks = choose_tasks(config, questions, args.reference, args.kind)
     samples = args.samples or config.ask.samples
@@ -67,9 +78,9 @@ def run(args: argparse.Namespace) -> int:
             log(f"[{n}/{len(tasks)}] {task.id}: sampling {samples} plan(s), up to {config.conductor.max_new_tokens} tokens ...")
             results.append(asyncio.run(ask_one(config, conductor, workers, task, samples, math_grader)))
             if not args.json:
-                print(format_result(results[-1], config), flush=True)
+                print(format_result(results[-1], config), file=out, flush=True)
     if args.json:
-        print(json.dumps({"config": config.model_dump(mode="json"), "results": results}, indent=2))
+        print(json.dumps({"config": config.model_dump(mode="json"), "results": results}, indent=2), file=out)
     return 0
 
 

@@ -1,0 +1,54 @@
+"""The Conductor and worker prompts."""
+
+import pytest
+
+from conductor_rl.config import _paper_workers
+from conductor_rl.models import load_causal_lm
+from conductor_rl.plan import parse_plan
+from conductor_rl.prompts import EXAMPLES, apply_chat_template, conductor_messages, worker_messages
+
+
+def test_four_worked_examples_are_valid_plans_outside_the_training_domains():
+    assert len(EXAMPLES) == 4
+    for question, pool, plan_text in EXAMPLES:
+        plan = parse_plan(plan_text, n_workers=pool)   # every example teaches a plan that parses
+        assert 1 <= len(plan.steps) <= 5
+    topics = " ".join(q for q, _, _ in EXAMPLES)
+    assert "STEMI" in EXAMPLES[1][2] or "ECG" in topics       # medical reasoning
+    assert "Countdown" in topics                              # not MATH/MMLU/RLPR/LiveCodeBench items
+
+
+@pytest.mark.parametrize("n_workers, max_steps, n_examples", [(3, 5, 4), (6, 3, 0), (1, 1, 2)])
+def test_conductor_prompt_lists_workers_by_ordinal_only(n_workers, max_steps, n_examples):
+    messages = conductor_messages("What is 2 + 2?", n_workers, max_steps, n_examples)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    text = "\n".join(m["content"] for m in messages)
+    assert ", ".join(f"Model {i}" for i in range(n_workers)) in text
+    assert f"at most {max_steps} steps" in text
+    assert f"from 0 to {n_workers - 1}" in text
+    for worker in _paper_workers():  # no worker name leaks into the prompt
+        assert worker.name not in text and worker.model not in text
+    assert text.count("Example ") == n_examples
+    assert messages[-1]["content"].endswith("Question: What is 2 + 2?")
+
+
+def test_conductor_prompt_goes_through_the_chat_template():
+    _, tokenizer = load_causal_lm("tiny-qwen2")
+    text = apply_chat_template(tokenizer, conductor_messages("Q?", 2))
+    assert text.startswith("<|im_start|>system\nYou are the Conductor")
+    assert text.endswith("Question: Q?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_worker_prompt_holds_subtask_and_selected_context_only():
+    messages = worker_messages("Check step 0", [(0, "Solve x", "x = 3")], question=None)
+    user = messages[-1]["content"]
+    assert "Step 0 subtask: Solve x" in user and "Step 0 answer: x = 3" in user
+    assert user.endswith("Your subtask:\nCheck step 0") and "Original question" not in user
+    alone = worker_messages("Solve x", [], question="What is x?")[-1]["content"]
+    assert "Earlier steps" not in alone and alone.startswith("Original question:\nWhat is x?")
+
+
+def test_worker_prompt_cuts_long_context_from_the_front():
+    answer = "start " + "x" * 50_000 + " the conclusion"
+    user = worker_messages("Use it", [(0, "a", answer), (1, "b", "short")], max_context_chars=2_000)[-1]["content"]
+    assert len(user) < 2_500 and "the conclusion" in user and "start" not in user and "short" in user
