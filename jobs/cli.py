@@ -17,6 +17,9 @@ from jobs.common import add_config_arguments, config_from_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["ask"]:
+        return ask.main(argv[1:])  # its own parser, so overrides may follow options
     parser = argparse.ArgumentParser(prog="conductor-rl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)

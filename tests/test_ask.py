@@ -120,3 +120,15 @@ def test_console_script_runs_in_a_fresh_process(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["results"][0]["reward"] == 1.0
     assert "loading the Conductor" in done.stderr  # progress goes to stderr, stdout stays JSON
+
+
+def test_overrides_may_follow_options(tmp_path, capsys):
+    path = write_config(tmp_path)
+    assert cli.main(["ask", "What is 17 * 23?", "--reference", "391", "--json", "--config", str(path),
+                     "ask.sample_questions=1", "conductor.seed=5"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["conductor"]["seed"] == 5
+
+
+def test_paper_config_without_http_providers_fails_cleanly():
+    with pytest.raises(SystemExit, match="provider 'openai' is not available"):
+        cli.main(["ask", "What is 2 + 2?", "--reference", "4", "--config", str(ROOT / "configs" / "paper.yaml")])

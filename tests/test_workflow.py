@@ -427,8 +427,9 @@ def test_malformed_plan_gets_zero(text, math_grader):
 
 def test_failed_worker_reward_is_none_even_when_an_answer_exists(math_grader):
     # The last step answers correctly, but an earlier step failed: the rollout is not scored.
+    # (The failure comes after a moment, so the independent last step is already in flight.)
     workers: list = sim_pool(1.0)
-    workers[0] = FakeWorker("broken", raises=ProviderError("connection reset", kind="network"))
+    workers[0] = FakeWorker("broken", delay=0.05, raises=ProviderError("connection reset", kind="network"))
     text = "model_id = [0, 1]\nsubtasks = ['a', 'b']\naccess_list = [[], []]"
     plan = parse_plan(text, n_workers=3)
     result = asyncio.run(run_plan(plan, NUMERIC_TASK, workers))
