@@ -87,3 +87,31 @@ def test_transformers_sampler_logprobs_match_a_forward_pass():
     assert sampler.weights_version == 5
     with pytest.raises(ValueError, match="do not fit"):
         sampler.load_weights([("not.a.weight", torch.zeros(1))], version=6)
+
+
+def test_learner_step_then_sync_matches_the_learner(vllm_generator):
+    """Learner (DeepSpeed rank in a Ray actor) → GRPO step → weights to the vLLM
+    generator: the generator's log-probs equal the learner's for the same tokens."""
+    from actors.learner import LearnerGroup
+    from conductor_rl.config import LearnerConfig
+    from conductor_rl.learner import RolloutBatch
+
+    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
+    [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=11))
+    learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0), total_steps=5)
+    try:
+        learner.train_step(RolloutBatch([prompt_ids] * 4, [list(s.token_ids) for s in group],
+                                        [list(s.logprobs) for s in group], [1.0, -1.0, 0.5, -0.5]))
+        weights = learner.named_weights()                       # an object ref: no copy through the driver
+        ray.get(vllm_generator.load_weights.remote(weights, 2))
+        model.load_state_dict(dict(ray.get(weights)))
+    finally:
+        learner.shutdown()
+    [after] = ray.get(vllm_generator.sample.remote([PROMPT], n=2, temperature=1.0, max_tokens=8, seed=12, min_version=2))
+    for s in after:
+        expected = recompute_logprobs(model, tokenizer, s.token_ids)
+        assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
+    # and the step really moved the policy: the old samples' log-probs changed
+    moved = recompute_logprobs(model, tokenizer, group[0].token_ids)
+    assert max(abs(a - b) for a, b in zip(moved, group[0].logprobs)) > 1e-3

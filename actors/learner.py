@@ -1,0 +1,99 @@
+"""LearnerActor: one DeepSpeed rank as a Ray actor; LearnerGroup: all ranks,
+placed together by a placement group, driven as one learner."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import ray
+import torch
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from conductor_rl.config import LearnerConfig
+from conductor_rl.learner import PolicyLearner, RolloutBatch, StepStats, init_process_group
+
+
+@ray.remote
+class LearnerActor:
+    def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int) -> None:
+        import os
+
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
+                          WORLD_SIZE=str(world_size), LOCAL_RANK="0")
+        init_process_group()
+        self.learner: PolicyLearner | None = None
+
+    def build(self, model: str, config: LearnerConfig, total_steps: int) -> None:
+        self.learner = PolicyLearner(model, config, total_steps)
+
+    def train_step(self, batch: RolloutBatch) -> StepStats:
+        return self._ready().train_step(batch)
+
+    def named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        return self._ready().named_weights()
+
+    def parameter_checksum(self) -> float:
+        """A cheap fingerprint of the weights, to check ranks agree."""
+        return float(sum(p.detach().double().sum() * (i + 1) for i, p in
+                         enumerate(self._ready().engine.module.parameters())))
+
+    def save(self, folder: str) -> str:
+        return str(self._ready().save(folder))
+
+    def load(self, folder: str) -> None:
+        self._ready().load(folder)
+
+    def _ready(self) -> PolicyLearner:
+        if self.learner is None:
+            raise RuntimeError("LearnerActor.build() must run before training")
+        return self.learner
+
+
+class LearnerGroup:
+    """`world_size` LearnerActors in one placement group (PACK: same node when
+    it fits), joined into one torch.distributed group."""
+
+    def __init__(self, model: str, config: LearnerConfig, total_steps: int,
+                 resources_per_rank: dict[str, float] | None = None) -> None:
+        bundle = resources_per_rank or ({"GPU": 1, "CPU": 1} if torch.cuda.is_available() else {"CPU": 1})
+        self.placement = placement_group([dict(bundle)] * config.world_size, strategy="PACK")
+        ray.get(self.placement.ready(), timeout=600)
+        master_addr, master_port = ray.util.get_node_ip_address(), _free_port()
+        self.actors = [
+            LearnerActor.options(
+                num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=r),
+            ).remote(r, config.world_size, master_addr, master_port)
+            for r in range(config.world_size)
+        ]
+        ray.get([a.build.remote(model, config, total_steps) for a in self.actors])
+
+    def train_step(self, batch: RolloutBatch) -> StepStats:
+        """Every rank steps on the same batch; rank 0's statistics come back."""
+        return ray.get([a.train_step.remote(batch) for a in self.actors])[0]
+
+    def named_weights(self) -> Any:
+        """An object ref to rank 0's weights, to hand to generators without a driver copy."""
+        return self.actors[0].named_weights.remote()
+
+    def checksums(self) -> list[float]:
+        return ray.get([a.parameter_checksum.remote() for a in self.actors])
+
+    def save(self, folder: str) -> str:
+        return ray.get([a.save.remote(folder) for a in self.actors])[0]
+
+    def load(self, folder: str) -> None:
+        ray.get([a.load.remote(folder) for a in self.actors])
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        ray.util.remove_placement_group(self.placement)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

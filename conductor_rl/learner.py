@@ -1,0 +1,201 @@
+"""The GRPO learner: one data-parallel rank of a DeepSpeed ZeRO engine.
+
+Each rank gets the whole batch, trains on its share of the rows (rows r, r+W,
+...), and DeepSpeed averages gradients across ranks. The loss is normalised by
+the whole batch's token count (or completion count), times the world size to
+undo DeepSpeed's averaging, so W ranks × micro-batches give the gradient of
+one big batch. Gradient accumulation is driven by hand (DeepSpeed's own needs
+a fixed batch shape, and the number of kept rollouts varies per iteration):
+every rank pads to the same number of micro-batches so collectives line up.
+
+The process group must exist before construction: `init_process_group` sets
+it up (gloo on CPU, NCCL on GPU), from MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from conductor_rl.config import LearnerConfig
+from conductor_rl.grpo import completion_logprobs, grpo_loss
+from conductor_rl.models import load_causal_lm
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """What the learner needs of each kept rollout."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    old_logprobs: list[list[float]]   # the sampler's, one per completion token
+    advantages: list[float]
+
+    def __post_init__(self) -> None:
+        n = len(self.prompt_ids)
+        if not (len(self.completion_ids) == len(self.old_logprobs) == len(self.advantages) == n):
+            raise ValueError("RolloutBatch fields must have one entry per rollout")
+        for c, lp in zip(self.completion_ids, self.old_logprobs):
+            if len(c) != len(lp):
+                raise ValueError(f"a completion has {len(c)} tokens but {len(lp)} log-probs")
+
+
+@dataclass(frozen=True)
+class StepStats:
+    loss: float
+    grad_norm: float
+    clip_fraction: float
+    ratio_mean: float
+    kl: float
+    lr: float
+    tokens: int          # completion tokens this rank trained on
+    seconds: float
+
+
+def init_process_group(backend: str | None = None) -> None:
+    """Join the torch.distributed group described by the environment."""
+    import deepspeed
+
+    if torch.distributed.is_initialized():
+        return
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "conductor-rl" / "torch_extensions"))
+    deepspeed.init_distributed(dist_backend=backend)
+
+
+def lr_lambda(step: int, total_steps: int, warmup_ratio: float, min_ratio: float) -> float:
+    """Linear warm-up, then cosine decay to min_ratio (multiplier of the base lr)."""
+    warmup = max(1, math.ceil(total_steps * warmup_ratio)) if warmup_ratio > 0 else 0
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class PolicyLearner:
+    def __init__(self, model_name: str, config: LearnerConfig, total_steps: int) -> None:
+        import deepspeed
+
+        if not torch.distributed.is_initialized():
+            raise RuntimeError("call conductor_rl.learner.init_process_group() before building a PolicyLearner")
+        self.config = config
+        self.rank, self.world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        bf16 = config.precision == "bfloat16" or (
+            config.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        model, self.tokenizer = load_causal_lm(model_name, "float32")
+        if config.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
+                                      eps=config.adam_eps, weight_decay=config.weight_decay)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: lr_lambda(step, total_steps, config.warmup_ratio, config.min_lr_ratio))
+        ds_config = {
+            "train_micro_batch_size_per_gpu": config.micro_batch_size,
+            "gradient_accumulation_steps": 1,   # accumulation is driven by hand, see the module docstring
+            "gradient_clipping": config.grad_clip,
+            "zero_optimization": {"stage": config.zero_stage},
+            "bf16": {"enabled": bf16},
+            "zero_allow_untested_optimizer": True,
+            "steps_per_print": 10**9,
+        }
+        self.engine, _, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+        self.device = self.engine.device
+        # The KL term's reference is the initial policy, frozen (only loaded when β > 0).
+        self.reference = None
+        if config.kl_beta > 0:
+            self.reference = load_causal_lm(model_name, "float32")[0].to(self.device).eval().requires_grad_(False)
+
+    def train_step(self, batch: RolloutBatch) -> StepStats:
+        """One optimizer step on the whole batch (every rank calls it with the same batch)."""
+        started = time.perf_counter()
+        c = self.config
+        rows = list(range(self.rank, len(batch.prompt_ids), self.world_size))
+        per_rank = math.ceil(len(batch.prompt_ids) / self.world_size)
+        n_micro = max(1, math.ceil(per_rank / c.micro_batch_size))
+        if c.aggregation == "token_mean":
+            normalizer = float(sum(len(x) for x in batch.completion_ids)) / self.world_size
+        else:
+            normalizer = float(len(batch.completion_ids)) / self.world_size
+        normalizer = max(normalizer, 1e-8)
+        totals = {"loss": 0.0, "clip": 0.0, "ratio": 0.0, "kl": 0.0, "tokens": 0}
+        for m in range(n_micro):
+            chunk = rows[m * c.micro_batch_size:(m + 1) * c.micro_batch_size]
+            self.engine.set_gradient_accumulation_boundary(m == n_micro - 1)
+            loss, stats, tokens = self._micro_loss(batch, chunk, normalizer)
+            self.engine.backward(loss, scale_wrt_gas=False)
+            totals["loss"] += float(loss)
+            totals["tokens"] += tokens
+            for key, value in (("clip", stats.clip_fraction), ("ratio", stats.ratio_mean), ("kl", stats.kl)):
+                totals[key] += value * tokens
+        self.engine.step()
+        grad_norm = self.engine.get_global_grad_norm()
+        denominator = max(totals["tokens"], 1)
+        return StepStats(
+            loss=totals["loss"], grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
+            clip_fraction=totals["clip"] / denominator, ratio_mean=totals["ratio"] / denominator,
+            kl=totals["kl"] / denominator, lr=self.scheduler.get_last_lr()[0], tokens=totals["tokens"],
+            seconds=time.perf_counter() - started,
+        )
+
+    def _micro_loss(self, batch: RolloutBatch, chunk: list[int], normalizer: float) -> tuple[torch.Tensor, Any, int]:
+        c = self.config
+        if not chunk:  # this rank has fewer rows: a zero loss keeps the collectives in step
+            chunk, weight = [0], 0.0
+        else:
+            weight = 1.0
+        seqs = [batch.prompt_ids[i] + batch.completion_ids[i] for i in chunk]
+        width = max(len(s) for s in seqs)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(seqs), width), dtype=torch.long)
+        mask = torch.zeros((len(seqs), width - 1))
+        old = torch.zeros((len(seqs), width - 1))
+        for r, i in enumerate(chunk):
+            p, comp = len(batch.prompt_ids[i]), len(batch.completion_ids[i])
+            ids[r, : p + comp] = torch.tensor(seqs[r])
+            attention[r, : p + comp] = 1
+            # position t of the shifted log-probs predicts token t+1: completion tokens sit at p-1 .. p+comp-2
+            mask[r, p - 1: p - 1 + comp] = weight
+            old[r, p - 1: p - 1 + comp] = torch.tensor(batch.old_logprobs[i])
+        ids, attention, mask, old = (t.to(self.device) for t in (ids, attention, mask, old))
+        advantages = torch.tensor([batch.advantages[i] for i in chunk], device=self.device)
+        logits = self.engine(input_ids=ids, attention_mask=attention).logits
+        logprobs = completion_logprobs(logits, ids)
+        ref = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = completion_logprobs(self.reference(input_ids=ids, attention_mask=attention).logits, ids)
+        loss, stats = grpo_loss(logprobs, old, advantages, mask, clip_low=c.clip_low, clip_high=c.clip_high,
+                                kl_beta=c.kl_beta, ref_logprobs=ref, aggregation=c.aggregation,
+                                normalizer=normalizer)
+        return loss, stats, int(mask.sum())
+
+    def named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """The full weights, on CPU, by Hugging Face name (what samplers load)."""
+        module = self.engine.module
+        return [(name, tensor.detach().to("cpu", copy=True)) for name, tensor in module.state_dict().items()]
+
+    def save(self, folder: str | Path) -> Path:
+        """A Hugging Face folder that vLLM and transformers load as is
+        (`<folder>/model`), plus DeepSpeed's optimizer and scheduler state
+        (`<folder>/optimizer`). Every rank must call it."""
+        folder = Path(folder)
+        self.engine.save_checkpoint(str(folder / "optimizer"), tag="state")
+        if self.rank == 0:
+            self.engine.module.save_pretrained(folder / "model", safe_serialization=True)
+            self.tokenizer.save_pretrained(folder / "model")
+            (folder / "learner.json").write_text(self.config.model_dump_json(indent=2))
+        torch.distributed.barrier()
+        return folder
+
+    def load(self, folder: str | Path) -> None:
+        """Restore weights, optimizer and scheduler from `save`."""
+        self.engine.load_checkpoint(str(Path(folder) / "optimizer"), tag="state")

@@ -1,0 +1,135 @@
+"""DeepSpeed learner ranks as Ray actors: GRPO steps, rank agreement,
+micro-batch equivalence, checkpoints, and a toy reward that rises."""
+
+import random
+
+import pytest
+import ray
+import torch
+
+from conductor_rl.config import LearnerConfig
+from conductor_rl.grpo import group_advantages
+from conductor_rl.learner import RolloutBatch, lr_lambda
+from conductor_rl.models import load_causal_lm
+from conductor_rl.sampling import TransformersSampler
+
+
+def random_batch(n=8, seed=0):
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(1000) for _ in range(rng.randint(3, 6))] for _ in range(n)]
+    completions = [[rng.randrange(1000) for _ in range(rng.randint(2, 7))] for _ in range(n)]
+    old = [[-7.0 + rng.uniform(-0.5, 0.5) for _ in c] for c in completions]
+    return RolloutBatch(prompts, completions, old, [rng.uniform(-1.5, 1.5) for _ in range(n)])
+
+
+def flat_weights(group):
+    return torch.cat([t.flatten().double() for _, t in ray.get(group.named_weights())])
+
+
+@pytest.fixture(scope="module")
+def groups(ray_cluster):
+    from actors.learner import LearnerGroup
+
+    made = []
+
+    def make(**overrides):
+        config = LearnerConfig(**{"lr": 1e-3, "warmup_ratio": 0.0, **overrides})
+        group = LearnerGroup("tiny-qwen2", config, total_steps=10)
+        made.append(group)
+        return group
+
+    yield make
+    for group in made:
+        group.shutdown()
+
+
+def test_two_ranks_end_a_step_with_identical_parameters(groups):
+    group = groups(world_size=2, micro_batch_size=2)
+    before = group.checksums()
+    stats = group.train_step(random_batch())
+    after = group.checksums()
+    assert before[0] == before[1] and after[0] == after[1]   # same weights on both ranks
+    assert after[0] != before[0]                              # and the step changed them
+    assert stats.tokens > 0 and stats.grad_norm > 0 and stats.lr == pytest.approx(1e-3 * lr_lambda(1, 10, 0, 0))
+
+
+def test_two_ranks_with_micro_batches_equal_one_rank_with_one_batch(groups):
+    """The loss normalisation across ranks and micro-batches gives one big batch's gradient."""
+    one = groups(world_size=1, micro_batch_size=16, zero_stage=1)
+    two = groups(world_size=2, micro_batch_size=2, zero_stage=2)
+    batch = random_batch(n=7, seed=4)   # odd: ranks get 4 and 3 rows, padded to equal micro-batches
+    one.train_step(batch)
+    two.train_step(batch)
+    assert torch.allclose(flat_weights(one), flat_weights(two), atol=1e-6, rtol=0)
+
+
+def test_checkpoint_is_a_plain_hf_folder_and_restores_the_optimizer(groups, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    group = groups(world_size=1, micro_batch_size=4)
+    group.train_step(random_batch(seed=1))
+    folder = group.save(str(tmp_path / "ckpt"))
+    reloaded = AutoModelForCausalLM.from_pretrained(f"{folder}/model", dtype=torch.float32)
+    mine = dict(ray.get(group.named_weights()))
+    for name, tensor in reloaded.state_dict().items():
+        assert torch.equal(tensor, mine[name]), name
+    group.train_step(random_batch(seed=2))
+    continued = flat_weights(group)
+    group.load(folder)                          # back to the checkpoint, optimizer state included
+    group.train_step(random_batch(seed=2))
+    assert torch.allclose(flat_weights(group), continued, atol=1e-7, rtol=0)
+
+
+def test_lr_schedule_warms_up_then_follows_a_cosine():
+    values = [lr_lambda(s, 100, 0.03, 0.0) for s in range(101)]
+    assert values[0] == pytest.approx(1 / 3) and values[2] == pytest.approx(1.0)
+    assert values[51] == pytest.approx(0.5, abs=0.02) and values[100] == pytest.approx(0.0, abs=1e-6)
+    assert all(a >= b for a, b in zip(values[2:], values[3:]))
+
+
+@pytest.fixture(scope="module")
+def peaked_model(tmp_path_factory):
+    """tiny-qwen2 with its (tied) embeddings scaled up: a random model's next-token
+    distribution is then peaked enough for a token-level toy reward to be found
+    by sampling, as a pretrained model's would be."""
+    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(5.0)  # measured: the top token then has ~25% of samples
+    folder = tmp_path_factory.mktemp("peaked") / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_grpo_on_a_toy_reward_raises_it(ray_cluster, peaked_model):
+    """Reward = share of completion tokens equal to the initially most frequent
+    token; a few GRPO steps (sample → reward → advantages → learner step →
+    weight sync) raise it."""
+    from actors.learner import LearnerGroup
+
+    group = LearnerGroup(peaked_model, LearnerConfig(lr=3e-3, warmup_ratio=0.0, micro_batch_size=16), total_steps=50)
+    model, tokenizer = load_causal_lm(peaked_model, "float32")
+    sampler = TransformersSampler(model, tokenizer)
+    prompts = ["<|im_start|>user\nCount.<|im_end|>\n<|im_start|>assistant\n",
+               "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"]
+    prompt_ids = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+    first = [t for group_ in sampler.sample(prompts, n=16, temperature=1.0, max_tokens=8, seed=99)
+             for s in group_ for t in s.token_ids]
+    target = max(set(first), key=first.count)
+    G, history = 16, []
+    try:
+        for step in range(8):
+            completions, old, rewards, pids = [], [], [], []
+            for p_ids, samples in zip(prompt_ids, sampler.sample(prompts, n=G, temperature=1.0, max_tokens=8, seed=step)):
+                for s in samples:
+                    completions.append(list(s.token_ids))
+                    old.append(list(s.logprobs))
+                    rewards.append(sum(t == target for t in s.token_ids) / len(s.token_ids))
+                    pids.append(p_ids)
+            history.append(sum(rewards) / len(rewards))
+            adv = group_advantages(torch.tensor(rewards), G).advantages.tolist()
+            group.train_step(RolloutBatch(pids, completions, old, adv))
+            sampler.load_weights(ray.get(group.named_weights()), version=step + 1)
+    finally:
+        group.shutdown()
+    assert sum(history[-3:]) / 3 > sum(history[:3]) / 3 + 0.1, history
