@@ -1,0 +1,138 @@
+"""Policy engines: sampling, learning and weight sync speed.
+
+1. Generation tokens/s with vLLM against the transformers backend, on the same
+   prompts and sampling settings (same run).
+2. Learner tokens/s for one GRPO step (DeepSpeed rank in a Ray actor).
+3. Weight sync: seconds and GB/s to load the learner's weights into the vLLM
+   engine, against the floor of a plain in-memory copy of the same tensors.
+
+    python benchmarks/policy.py [--json] [--model smollm2-135m] [--prompts 4] [--samples 8] [--tokens 64]
+
+Runs unchanged on a machine with an NVIDIA GPU (official vllm, NCCL).
+Prints human-readable lines; with --json the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from conductor_rl.config import LearnerConfig  # noqa: E402
+from conductor_rl.learner import RolloutBatch  # noqa: E402
+from conductor_rl.models import load_causal_lm, resolve_model  # noqa: E402
+from conductor_rl.prompts import apply_chat_template, conductor_messages  # noqa: E402
+from conductor_rl.sampling import TransformersSampler, VLLMSampler  # noqa: E402
+
+QUESTIONS = [
+    "What is 17 * 23?",
+    "Which planet has the most moons?",
+    "Solve for x: 3x + 7 = 22.",
+    "Name the capital of Australia.",
+    "How many primes are below 50?",
+    "What is the derivative of x^3?",
+    "Who wrote 'On the Origin of Species'?",
+    "Simplify (x^2 - 1) / (x - 1).",
+]
+
+
+def generated_tokens(groups: list) -> int:
+    return sum(len(s.token_ids) for group in groups for s in group)
+
+
+def timed(fn):
+    started = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--learner-rows", type=int, default=8)
+    args = parser.parse_args()
+
+    path = resolve_model(args.model)
+    model, tokenizer = load_causal_lm(args.model, "float32")
+    prompts = [apply_chat_template(tokenizer, conductor_messages(q, 3, n_examples=0))
+               for q in (QUESTIONS * 4)[: args.prompts]]
+
+    # 1. generation: transformers, then vLLM, same prompts and settings
+    hf = TransformersSampler(model, tokenizer)
+    hf.sample(prompts[:1], n=1, temperature=1.0, max_tokens=4, seed=0)  # warm-up
+    hf_groups, hf_s = timed(lambda: hf.sample(prompts, n=args.samples, temperature=1.0, max_tokens=args.tokens, seed=0))
+    hf_tps = generated_tokens(hf_groups) / hf_s
+    print(f"transformers: {generated_tokens(hf_groups)} tokens in {hf_s:.1f}s = {hf_tps:.0f} tokens/s", flush=True)
+
+    engine, start_s = timed(lambda: VLLMSampler(path, seed=0, max_model_len=2048))
+    engine.sample(prompts[:1], n=1, temperature=1.0, max_tokens=4, seed=0)  # warm-up
+    v_groups, v_s = timed(lambda: engine.sample(prompts, n=args.samples, temperature=1.0, max_tokens=args.tokens, seed=0))
+    v_tps = generated_tokens(v_groups) / v_s
+    print(f"vLLM: engine start {start_s:.1f}s; {generated_tokens(v_groups)} tokens in {v_s:.1f}s = {v_tps:.0f} tokens/s "
+          f"({v_tps / hf_tps:.1f}x transformers)", flush=True)
+
+    # 2. one GRPO learner step, on the vLLM samples
+    import ray
+
+    from actors.learner import LearnerGroup
+
+    ray.init(include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    try:
+        rows = [(tokenizer(p, add_special_tokens=False).input_ids, s) for p, g in zip(prompts, v_groups) for s in g]
+        rows = (rows * (args.learner_rows // max(len(rows), 1) + 1))[: args.learner_rows]
+        batch = RolloutBatch([r[0] for r in rows], [list(r[1].token_ids) for r in rows],
+                             [list(r[1].logprobs) for r in rows], [(-1.0) ** i for i in range(len(rows))])
+        learner, build_s = timed(lambda: LearnerGroup(args.model, LearnerConfig(micro_batch_size=4), total_steps=10))
+        learner.train_step(batch)  # warm-up (allocations, first backward)
+        stats, step_s = timed(lambda: learner.train_step(batch))
+        seq_tokens = sum(len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids))
+        print(f"learner: {len(rows)} rollouts, {seq_tokens} tokens ({stats.tokens} completion) in {step_s:.1f}s = "
+              f"{seq_tokens / step_s:.0f} tokens/s (build {build_s:.1f}s)", flush=True)
+
+        # 3. weight sync learner -> vLLM, against a plain in-memory copy of the same tensors
+        weights, fetch_s = timed(lambda: ray.get(learner.named_weights()))
+        learner.shutdown()
+    finally:
+        ray.shutdown()
+    size_gb = sum(t.numel() * t.element_size() for _, t in weights) / 1e9
+    _, load_s = timed(lambda: engine.load_weights(weights, version=1))
+    buffers = [torch.empty_like(t) for _, t in weights]
+    _, copy_s = timed(lambda: [b.copy_(t) for b, (_, t) in zip(buffers, weights)])
+    print(f"weight sync: {size_gb:.2f} GB; fetch from learner {fetch_s:.2f}s, load into vLLM {load_s:.2f}s "
+          f"({size_gb / load_s:.2f} GB/s); in-memory copy floor {copy_s:.3f}s ({size_gb / copy_s:.2f} GB/s)", flush=True)
+
+    figures = {
+        "benchmark": "policy",
+        "model": args.model,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu x{os.cpu_count()}",
+        "generation": {
+            "prompts": len(prompts), "samples_per_prompt": args.samples, "max_tokens": args.tokens,
+            "transformers_tokens_per_s": round(hf_tps, 1), "vllm_tokens_per_s": round(v_tps, 1),
+            "vllm_engine_start_s": round(start_s, 1), "ratio_vllm_over_transformers": round(v_tps / hf_tps, 2),
+        },
+        "learner": {"rollouts": len(rows), "tokens": seq_tokens, "completion_tokens": stats.tokens,
+                    "step_s": round(step_s, 2), "tokens_per_s": round(seq_tokens / step_s, 1)},
+        "weight_sync": {"gb": round(size_gb, 3), "fetch_s": round(fetch_s, 3), "load_s": round(load_s, 3),
+                        "load_gb_per_s": round(size_gb / load_s, 2), "copy_floor_s": round(copy_s, 4),
+                        "copy_floor_gb_per_s": round(size_gb / copy_s, 2), "ratio_load_over_floor": round(load_s / copy_s, 1)},
+    }
+    if args.json:
+        print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
