@@ -43,3 +43,43 @@ class GeneratorActor:
     def load_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> int:
         self.sampler.load_weights(named_tensors, version)
         return version
+
+
+class GeneratorPool:
+    """Several GeneratorActors used as one: prompts are split across engines,
+    new weights go to every engine (one object ref, fetched once per node)."""
+
+    def __init__(self, model: str, config: Any, seed: int = 0, resources: dict[str, float] | None = None) -> None:
+        """`config` is a conductor_rl.config.GeneratorConfig."""
+        per_engine = resources or ({"num_gpus": config.tensor_parallel_size} if torch.cuda.is_available() else {"num_cpus": 1})
+        self.require_fresh = config.require_fresh_weights
+        self.version = 0
+        self.actors = [
+            GeneratorActor.options(**per_engine).remote(model, config.backend, seed + i, config.max_model_len,
+                                                        config.tensor_parallel_size)
+            for i in range(config.engines)
+        ]
+        ray.get([a.weights_version.remote() for a in self.actors])  # wait until every engine is up
+
+    def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
+               seed: int | None = None) -> list[list[Sample]]:
+        """G samples for each prompt, in prompt order."""
+        shares = [list(range(i, len(prompts), len(self.actors))) for i in range(len(self.actors))]
+        min_version = self.version if self.require_fresh else None
+        refs = [actor.sample.remote([prompts[j] for j in share], n, temperature, max_tokens, top_p,
+                                    None if seed is None else seed + i, min_version)
+                for i, (actor, share) in enumerate(zip(self.actors, shares)) if share]
+        results: list[list[Sample]] = [[] for _ in prompts]
+        for share, groups in zip([s for s in shares if s], ray.get(refs)):
+            for j, group in zip(share, groups):
+                results[j] = group
+        return results
+
+    def load_weights(self, named_tensors: Any, version: int) -> None:
+        """`named_tensors`: a list or an object ref to one (e.g. LearnerGroup.named_weights())."""
+        ray.get([a.load_weights.remote(named_tensors, version) for a in self.actors])
+        self.version = version
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)

@@ -115,3 +115,22 @@ def test_learner_step_then_sync_matches_the_learner(vllm_generator):
     # and the step really moved the policy: the old samples' log-probs changed
     moved = recompute_logprobs(model, tokenizer, group[0].token_ids)
     assert max(abs(a - b) for a, b in zip(moved, group[0].logprobs)) > 1e-3
+
+
+def test_generator_pool_splits_prompts_and_syncs_every_engine(ray_cluster):
+    from actors.generator import GeneratorPool
+    from conductor_rl.config import GeneratorConfig
+
+    pool = GeneratorPool("tiny-qwen2", GeneratorConfig(backend="transformers", engines=2))
+    try:
+        prompts = [PROMPT, PROMPT.replace("plan", "list"), PROMPT.replace("plan", "poem")]
+        groups = pool.sample(prompts, n=2, temperature=1.0, max_tokens=4, seed=0)
+        assert [len(g) for g in groups] == [2, 2, 2]
+        model, _ = load_causal_lm("tiny-qwen2", "float32")
+        pool.load_weights(ray.put(perturbed_state(model)), version=3)
+        assert ray.get([a.weights_version.remote() for a in pool.actors]) == [3, 3]
+        pool.version = 4   # the learner moved on but no sync happened: engines must refuse
+        with pytest.raises(ray.exceptions.RayTaskError, match="sync weights"):
+            pool.sample(prompts, n=1, temperature=1.0, max_tokens=2)
+    finally:
+        pool.shutdown()
