@@ -11,7 +11,7 @@ import ray
 import torch
 
 from conductor_rl.models import load_causal_lm, resolve_model
-from conductor_rl.sampling import Sample, StaleWeightsError, TransformersSampler, VLLMSampler
+from conductor_rl.sampling import PlanShape, Sample, StaleWeightsError, TransformersSampler, VLLMSampler
 
 
 @ray.remote
@@ -31,14 +31,15 @@ class GeneratorActor:
         return self.sampler.weights_version
 
     def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
-               seed: int | None = None, min_version: int | None = None) -> list[list[Sample]]:
+               seed: int | None = None, min_version: int | None = None,
+               shape: PlanShape | None = None) -> list[list[Sample]]:
         """`min_version`: refuse (StaleWeightsError) unless the held weights are at least this new."""
         if min_version is not None and self.sampler.weights_version < min_version:
             raise StaleWeightsError(
                 f"generator holds weights version {self.sampler.weights_version}, the trainer requires "
                 f"{min_version}: sync weights (load_weights) before sampling"
             )
-        return self.sampler.sample(prompts, n, temperature, max_tokens, top_p=top_p, seed=seed)
+        return self.sampler.sample(prompts, n, temperature, max_tokens, top_p=top_p, seed=seed, shape=shape)
 
     def load_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> int:
         self.sampler.load_weights(named_tensors, version)
@@ -62,12 +63,12 @@ class GeneratorPool:
         ray.get([a.weights_version.remote() for a in self.actors])  # wait until every engine is up
 
     def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
-               seed: int | None = None) -> list[list[Sample]]:
+               seed: int | None = None, shape: PlanShape | None = None) -> list[list[Sample]]:
         """G samples for each prompt, in prompt order."""
         shares = [list(range(i, len(prompts), len(self.actors))) for i in range(len(self.actors))]
         min_version = self.version if self.require_fresh else None
         refs = [actor.sample.remote([prompts[j] for j in share], n, temperature, max_tokens, top_p,
-                                    None if seed is None else seed + i, min_version)
+                                    None if seed is None else seed + i, min_version, shape)
                 for i, (actor, share) in enumerate(zip(self.actors, shares)) if share]
         results: list[list[Sample]] = [[] for _ in prompts]
         for share, groups in zip([s for s in shares if s], ray.get(refs)):

@@ -112,16 +112,9 @@ class Conductor:
         return completions
 
     def _format_processors(self, prompt_len: int, n_workers: int, temperature: float) -> Any:
-        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
-
-        from conductor_rl.plan_format import PlanFormat
+        from conductor_rl.plan_format import PlanFormat, format_processors
 
         if self._format is None:
             self._format = PlanFormat(self.tokenizer, self.config.max_subtask_tokens)
-        mask = self._format.processor(prompt_len, n_workers, self.config.max_steps, self.config.response_prefix)
-        processors = LogitsProcessorList([mask])
-        if temperature > 0 and temperature != 1.0:
-            processors.append(TemperatureLogitsWarper(temperature))
-        if temperature > 0 and self.config.top_p < 1.0:
-            processors.append(TopPLogitsWarper(self.config.top_p))
-        return processors
+        return format_processors(self._format, prompt_len, n_workers, self.config.max_steps, temperature,
+                                 self.config.top_p, self.config.response_prefix)

@@ -181,3 +181,38 @@ class PlanLogitsProcessor:
         row.then = then
         if not row.forced:
             row.mode, row.then = then, ""
+
+
+def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400) -> str:
+    """The same plan format as a regular expression, for engines with
+    regex-guided decoding (vLLM's structured outputs). One alternative per
+    plan length keeps the three lists equally long."""
+    if not 1 <= n_workers <= 10:
+        raise PlanFormatError(f"plan_regex supports 1 to 10 workers (one-digit ids), got {n_workers}")
+    worker = f"[0-{n_workers - 1}]"
+    text = '"[^"\\\\\\n]{1,%d}"' % max_subtask_chars
+    access = '(\\[\\]|"all")'
+
+    def plan(k: int) -> str:
+        ids = worker + (", " + worker) * (k - 1)
+        subtasks = text + (", " + text) * (k - 1)
+        accesses = "\\[\\]" + (", " + access) * (k - 1)
+        return f"model_id = \\[{ids}\\]\\nsubtasks = \\[{subtasks}\\]\\naccess_list = \\[{accesses}\\]\\n"
+
+    return "(" + "|".join(plan(k) for k in range(1, max_steps + 1)) + ")"
+
+
+def format_processors(fmt: PlanFormat, prompt_len: int, n_workers: int, max_steps: int,
+                      temperature: float, top_p: float = 1.0, prefix: str = "") -> Any:
+    """transformers processors for constrained sampling: the format mask first,
+    then temperature and top-p (generate() would apply its own before a custom
+    processor, and top-p could then remove every allowed token). Call
+    generate() with temperature=1.0, top_p=1.0 alongside these."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+    processors = LogitsProcessorList([fmt.processor(prompt_len, n_workers, max_steps, prefix)])
+    if temperature > 0 and temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(temperature))
+    if temperature > 0 and top_p < 1.0:
+        processors.append(TopPLogitsWarper(top_p))
+    return processors

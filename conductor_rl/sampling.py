@@ -19,6 +19,20 @@ from typing import Any, Iterable
 
 import torch
 
+from conductor_rl.plan_format import PlanFormat, format_processors, plan_regex
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """Constrain samples to well-formed plans (see conductor_rl/plan_format.py).
+    vLLM enforces it with a regular expression (subtask length in characters,
+    4 per token), transformers with a token-level logits processor. Log-probs
+    stay those of the unconstrained policy, as the learner computes them."""
+
+    n_workers: int
+    max_steps: int
+    max_subtask_tokens: int = 96
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -55,11 +69,16 @@ class VLLMSampler:
         self.weights_version = 0
 
     def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int,
-               top_p: float = 1.0, seed: int | None = None) -> list[list[Sample]]:
+               top_p: float = 1.0, seed: int | None = None, shape: PlanShape | None = None) -> list[list[Sample]]:
         from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
 
+        guided = None
+        if shape is not None:
+            guided = StructuredOutputsParams(
+                regex=plan_regex(shape.n_workers, shape.max_steps, 4 * shape.max_subtask_tokens))
         params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                                logprobs=0, seed=seed, skip_special_tokens=True)
+                                logprobs=0, seed=seed, skip_special_tokens=True, structured_outputs=guided)
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [[_vllm_sample(c) for c in out.outputs] for out in outputs]
 
@@ -81,10 +100,11 @@ class TransformersSampler:
     def __init__(self, model: Any, tokenizer: Any) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.weights_version = 0
+        self._format: PlanFormat | None = None
 
     @torch.no_grad()
     def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int,
-               top_p: float = 1.0, seed: int | None = None) -> list[list[Sample]]:
+               top_p: float = 1.0, seed: int | None = None, shape: PlanShape | None = None) -> list[list[Sample]]:
         if seed is not None:
             torch.manual_seed(seed)
         eos = self.tokenizer.eos_token_id
@@ -92,9 +112,17 @@ class TransformersSampler:
         for prompt in prompts:
             inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
             sampling = temperature > 0
+            processors = None
+            if shape is not None:
+                if self._format is None or self._format.max_subtask_tokens != shape.max_subtask_tokens:
+                    self._format = PlanFormat(self.tokenizer, shape.max_subtask_tokens)
+                processors = format_processors(self._format, inputs["input_ids"].shape[1], shape.n_workers,
+                                               shape.max_steps, temperature, top_p)
+                temperature, top_p = (1.0, 1.0) if sampling else (temperature, top_p)
             out = self.model.generate(
                 **inputs, do_sample=sampling, temperature=temperature if sampling else None,
                 top_p=top_p if sampling else None, top_k=0 if sampling else None, max_new_tokens=max_tokens,
+                logits_processor=processors,
                 num_return_sequences=n, output_logits=True, return_dict_in_generate=True,
                 pad_token_id=self.tokenizer.pad_token_id or eos,
             )

@@ -134,3 +134,31 @@ def test_generator_pool_splits_prompts_and_syncs_every_engine(ray_cluster):
             pool.sample(prompts, n=1, temperature=1.0, max_tokens=2)
     finally:
         pool.shutdown()
+
+
+def test_vllm_constrained_samples_are_plans(vllm_generator):
+    from conductor_rl.plan import parse_plan
+    from conductor_rl.sampling import PlanShape
+
+    [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=6, temperature=1.0, max_tokens=300, seed=5,
+                                                   shape=PlanShape(n_workers=3, max_steps=3, max_subtask_tokens=8)))
+    lengths = set()
+    for s in group:
+        plan = parse_plan(s.text, n_workers=3, max_steps=3)
+        assert all(len(step.subtask) <= 32 for step in plan.steps)
+        assert len(s.logprobs) == len(s.token_ids)
+        lengths.add(len(plan.steps))
+    assert len(lengths) > 1
+
+
+def test_transformers_constrained_samples_are_plans():
+    from conductor_rl.plan import parse_plan
+    from conductor_rl.sampling import PlanShape
+
+    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    [group] = TransformersSampler(model, tokenizer).sample(
+        [PROMPT], n=6, temperature=0.8, max_tokens=200, seed=1, shape=PlanShape(3, 4, max_subtask_tokens=6))
+    for s in group:
+        assert parse_plan(s.text, n_workers=3, max_steps=4).steps and s.finish_reason == "stop"
+        expected = recompute_logprobs(model, tokenizer, s.token_ids)   # unconstrained log-probs
+        assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < 1e-4

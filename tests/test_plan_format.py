@@ -97,3 +97,21 @@ def test_smollm2_constrained_plans_parse():
     completions = Conductor(config, model, tokenizer).write_plans("What is 17 * 23?", n_workers=3, n=2, seed=0)
     for c in completions:
         assert parse_plan(c.text, 3).steps
+
+
+def test_plan_regex_accepts_exactly_well_formed_plans():
+    import re
+
+    from conductor_rl.plan_format import plan_regex
+
+    pattern = re.compile(plan_regex(n_workers=3, max_steps=2, max_subtask_chars=10))
+    good = 'model_id = [2, 0]\nsubtasks = ["solve it", "check"]\naccess_list = [[], "all"]\n'
+    assert pattern.fullmatch(good) and parse_plan(good, 3, 2).visible(1) == [0]
+    for bad in [good.replace("[2, 0]", "[3, 0]"),                       # id out of range
+                good.replace('"solve it", ', ""),                         # lengths differ
+                good.replace('"solve it"', '"far too long a subtask"'),   # over the cap
+                good.replace("[[], ", '["all", '),                         # step 0 reads nothing
+                'model_id = [0, 1, 2]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], [], []]\n']:  # > max_steps
+        assert not pattern.fullmatch(bad), bad
+    with pytest.raises(PlanFormatError, match="1 to 10 workers"):
+        plan_regex(11, 2)
