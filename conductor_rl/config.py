@@ -107,6 +107,13 @@ class WorkerConfig(Strict):
     timeout_s: float = Field(600.0, gt=0.0)
     price: Price = Field(default_factory=Price)
     sim: SimSpec | None = None
+    rpm: int | None = Field(None, ge=1, description="Requests per minute allowed for this worker's key and model, "
+                            "enforced across the whole cluster (None: no limit).")
+    tpm: int | None = Field(None, ge=1, description="Tokens per minute (input + max output, settled to the real "
+                            "usage after each call), enforced across the cluster (None: no limit).")
+    max_retries: int = Field(5, ge=0, description="Retries of a failed call (429, 5xx, timeouts, dropped "
+                             "connections); other 4xx fail at once. SDK retries are always off.")
+    concurrency: int = Field(64, ge=1, description="Calls in flight at once in each worker-pool replica.")
 
     @model_validator(mode="after")
     def _provider_fields(self) -> "WorkerConfig":
@@ -119,16 +126,16 @@ class WorkerConfig(Strict):
 
 def _paper_workers() -> list[WorkerConfig]:
     """The paper's six workers (§4.1) with list prices (USD / 1M tokens)."""
-    def api(name: str, provider: str, model: str, env: str, price: tuple[float, float]) -> WorkerConfig:
+    def api(name: str, provider: str, model: str, env: str, price: tuple[float, float, float]) -> WorkerConfig:
         return WorkerConfig(name=name, provider=provider, model=model, api_key_env=env,
-                            price=Price(input=price[0], output=price[1]))
+                            price=Price(input=price[0], output=price[1], cached_input=price[2]))
     def open_model(name: str, model: str, port: int) -> WorkerConfig:
         return WorkerConfig(name=name, provider="openai_compatible", model=model,
                             base_url=f"http://127.0.0.1:{port}/v1")
     return [
-        api("gpt-5", "openai", "gpt-5", "OPENAI_API_KEY", (1.25, 10.0)),
-        api("gemini-2.5-pro", "google", "gemini-2.5-pro", "GOOGLE_API_KEY", (1.25, 10.0)),
-        api("claude-sonnet-4", "anthropic", "claude-sonnet-4-20250514", "ANTHROPIC_API_KEY", (3.0, 15.0)),
+        api("gpt-5", "openai", "gpt-5", "OPENAI_API_KEY", (1.25, 10.0, 0.125)),
+        api("gemini-2.5-pro", "google", "gemini-2.5-pro", "GOOGLE_API_KEY", (1.25, 10.0, 0.31)),
+        api("claude-sonnet-4", "anthropic", "claude-sonnet-4-20250514", "ANTHROPIC_API_KEY", (3.0, 15.0, 0.3)),
         open_model("qwen3-32b", "Qwen/Qwen3-32B", 8000),
         open_model("deepseek-r1-distill-qwen-32b", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", 8001),
         open_model("gemma-3-27b-it", "google/gemma-3-27b-it", 8002),
@@ -141,6 +148,41 @@ class WorkflowConfig(Strict):
     show_question: bool = Field(
         False, description="Also show workers the original question (paper: subtask and selected context only)."
     )
+    response_cache: str | None = Field(
+        None, description="Folder of an on-disk response cache for evaluation and debugging (off: None; keep it off in training).")
+
+
+class GeneratorConfig(Strict):
+    """Where the Conductor's plans are sampled during training."""
+
+    backend: Literal["vllm", "transformers"] = Field("vllm", description="transformers: where vLLM cannot run.")
+    engines: int = Field(1, ge=1, description="Generator actors; prompts are split across them.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine.")
+    max_model_len: int = Field(4096, ge=256)
+    require_fresh_weights: bool = Field(
+        True, description="Refuse to sample with weights older than the learner's last step (on-policy GRPO).")
+
+
+class LearnerConfig(Strict):
+    """The GRPO learner (paper §2, app. A): AdamW with cosine schedule and
+    warm-up, clipped ratio, no KL. See conductor_rl/grpo.py for the maths."""
+
+    lr: float = Field(1e-6, gt=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = Field(1e-8, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    warmup_ratio: float = Field(0.03, ge=0.0, le=1.0, description="Share of all optimizer steps spent warming up.")
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="Cosine schedule floor, as a share of lr.")
+    clip_low: float = Field(0.2, gt=0.0, lt=1.0, description="Importance-ratio clip below 1 (the paper's epsilon).")
+    clip_high: float = Field(0.2, gt=0.0, description="Importance-ratio clip above 1.")
+    kl_beta: float = Field(0.0, ge=0.0, description="KL weight against the initial policy (paper: 0, no reference model).")
+    aggregation: Literal["token_mean", "sequence_mean"] = "token_mean"
+    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward; gradients accumulate over the batch.")
+    grad_clip: float = Field(1.0, gt=0.0)
+    zero_stage: Literal[0, 1, 2, 3] = 2
+    world_size: int = Field(1, ge=1, description="Learner ranks (one Ray actor each).")
+    precision: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bf16 where the GPU has it.")
+    gradient_checkpointing: bool = False
 
 
 class DataConfig(Strict):
@@ -161,6 +203,9 @@ class Config(Strict):
     workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     ask: AskConfig = Field(default_factory=AskConfig)
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    grader: GraderConfig = Field(default_factory=lambda: GraderConfig())  # defined below
 
     @field_validator("workers")
     @classmethod
@@ -277,3 +322,31 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
             return None
         model = nested[0]
     return model
+
+
+class SandboxConfig(Strict):
+    """Limits of one sandboxed program run (conductor_rl/sandbox.py)."""
+
+    timeout_s: float = Field(10.0, gt=0.0, description="Wall-clock limit of one program run (one test, for per-test runs).")
+    memory_mb: int = Field(512, ge=64, description="Address-space limit (RLIMIT_AS) of the program.")
+    max_output_bytes: int = Field(1 << 20, ge=1024, description="Kept bytes of stdout and of stderr; more kills the program.")
+    max_processes: int = Field(64, ge=1, description="Processes and threads allowed (pids cgroup, when writable).")
+    max_file_mb: int = Field(64, ge=1, description="Largest file the program may write, and the size of its /tmp.")
+    require_isolation: bool = Field(
+        False, description="Refuse to run code without bubblewrap (else: rlimits only, with a warning)."
+    )
+
+
+class GraderConfig(Strict):
+    """The grader pool (actors/grader.py) and its sandbox."""
+
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    actors: int = Field(2, ge=1, description="GraderActors in the pool.")
+    concurrency: int = Field(4, ge=1, description="Sandboxes running at once in each GraderActor.")
+    sample_timeout_s: float = Field(
+        120.0, gt=0.0, description="Longest one answer's grading may take (all its tests) before it is an ERROR."
+    )
+    max_restarts: int = Field(3, ge=0, description="How often Ray restarts a crashed GraderActor.")
+
+
+Config.model_rebuild()

@@ -91,9 +91,10 @@ async def run_rollout(
 
 def grade_answer(task: Task, answer: str, math_grader: MathGrader | None = None) -> GradeResult:
     """Grade with the grader the task's answer kind names; a kind without a
-    grader yet is an ERROR verdict (dropped), never a silent wrong."""
-    if not task.reference:
+    grader yet is an ERROR verdict (dropped), never a silent wrong. Code kinds
+    are graded against the tests in `task.meta` and need no reference."""
+    if not task.reference and task.answer_kind not in graders.REFERENCE_FREE_KINDS:
         return GradeResult(Verdict.ERROR, None, "no reference answer to grade against")
     if task.answer_kind not in graders.KINDS:
         return GradeResult(Verdict.ERROR, None, f"no grader for answer kind {task.answer_kind!r} (have {sorted(graders.KINDS)})")
-    return graders.grade(task.answer_kind, answer, task.reference, math=math_grader)
+    return graders.grade(task.answer_kind, answer, task.reference, math=math_grader, meta=task.meta)

@@ -33,6 +33,8 @@ class Task:
     domain: str = "default"
     reference: str = ""
     answer_kind: str = "exact"
+    # What a grader needs beyond the reference (a code question's tests); not hashed, so the task stays hashable.
+    meta: dict = field(default_factory=dict, hash=False)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any, Sequence, TextIO
 from conductor_rl.config import Config
 from conductor_rl.data import Question, load_dataset
 from conductor_rl.graders import MathGrader
-from conductor_rl.providers import ProviderUnavailableError, build_provider
+from conductor_rl.providers import ProviderUnavailableError, build_provider, cached
 from conductor_rl.rollout import Rollout, run_rollout
 from conductor_rl.workflow import StepLimits, Task
 from jobs.common import add_config_arguments, config_from_args, log
@@ -68,6 +68,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
     try:
         workers = [build_provider(w, seed=config.conductor.seed) for w in config.workers]
+        if config.workflow.response_cache:
+            workers = [cached(p, w, config.workflow.response_cache) for p, w in zip(workers, config.workers)]
     except ProviderUnavailableError as err:
         raise SystemExit(f"error: {err}") from None
     log(f"workers: " + ", ".join(f"Model {i} = {w.name} ({w.provider})" for i, w in enumerate(config.workers)))
@@ -146,7 +148,7 @@ def choose_tasks(config: Config, questions: list[str], reference: str | None, ki
 
 def task_of(question: Question) -> Task:
     return Task(id=question.id, question=question.question, domain=question.domain,
-                reference=question.reference, answer_kind=question.answer_kind)
+                reference=question.reference, answer_kind=question.answer_kind, meta=dict(question.meta))
 
 
 def format_result(r: dict, config: Config) -> str:

@@ -129,6 +129,18 @@ def test_overrides_may_follow_options(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["config"]["conductor"]["seed"] == 5
 
 
-def test_paper_config_without_http_providers_fails_cleanly():
-    with pytest.raises(SystemExit, match="provider 'openai' is not available"):
+def test_paper_config_without_keys_fails_cleanly(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(SystemExit, match="environment variable OPENAI_API_KEY is not set"):
         cli.main(["ask", "What is 2 + 2?", "--reference", "4", "--config", str(ROOT / "configs" / "paper.yaml")])
+
+
+def test_ask_with_a_response_cache_pays_once(tmp_path, capsys):
+    path = write_config(tmp_path)
+    args = ["ask", "--config", str(path), "--json", "ask.sample_questions=1", f"workflow.response_cache={tmp_path / 'cache'}"]
+    cli.main(args)
+    [first] = json.loads(capsys.readouterr().out)["results"]
+    cli.main(args)
+    [second] = json.loads(capsys.readouterr().out)["results"]
+    assert first["cost_usd"] > 0 and second["cost_usd"] == 0.0
+    assert [s["response"] for s in second["steps"]] == [s["response"] for s in first["steps"]]

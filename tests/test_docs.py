@@ -103,7 +103,7 @@ def test_architecture_names_only_existing_modules() -> None:
 
 
 def test_architecture_stays_short() -> None:
-    assert len(ARCHITECTURE.read_text().splitlines()) <= 220
+    assert len(ARCHITECTURE.read_text().splitlines()) <= 260
 
 
 def test_path_patterns() -> None:

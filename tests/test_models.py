@@ -109,11 +109,15 @@ def test_local_worker_generates_with_usage(tiny):
     assert not first.simulated
 
 
-def test_build_provider_rejects_http_providers_until_they_land():
-    from conductor_rl.providers import ProviderUnavailableError
+def test_build_provider_needs_the_key_of_http_providers(monkeypatch):
+    from conductor_rl.providers import MissingApiKeyError, ProviderUnavailableError
 
-    with pytest.raises(ProviderUnavailableError, match="offline providers"):
-        build_provider(WorkerConfig(name="gpt", provider="openai", model="gpt-5"))
+    monkeypatch.delenv("CONDUCTOR_TEST_NO_SUCH_KEY", raising=False)
+    config = WorkerConfig(name="gpt", provider="openai", model="gpt-5", api_key_env="CONDUCTOR_TEST_NO_SUCH_KEY")
+    with pytest.raises(MissingApiKeyError, match="CONDUCTOR_TEST_NO_SUCH_KEY is not set"):
+        build_provider(config)
+    with pytest.raises(ProviderUnavailableError, match="unknown-provider"):
+        build_provider(WorkerConfig.model_construct(name="x", provider="unknown-provider", model="m"))
 
 
 def test_first_use_builds_into_an_empty_cache(tmp_path, monkeypatch):

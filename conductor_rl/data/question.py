@@ -14,7 +14,7 @@ from typing import Any, Mapping
 #: Allowed values of `Question.domain`.
 DOMAINS = ("math", "mmlu", "code")
 #: Allowed values of `Question.answer_kind` (tells the grader what to do).
-ANSWER_KINDS = ("math", "numeric", "choice", "code_humaneval")
+ANSWER_KINDS = ("math", "numeric", "choice", "freeform", "code_humaneval", "code_stdio", "code_call", "code_unittest")
 #: The fields of a serialised Question, in order; `meta` may be omitted.
 FIELDS = ("id", "domain", "question", "reference", "answer_kind", "source", "meta")
 _STRING_FIELDS = FIELDS[:-1]
@@ -29,7 +29,7 @@ class Question:
     question:    the text shown to the Conductor / workers (MMLU: with lettered choices).
     reference:   the reference answer (math: final answer; mmlu: a letter; code: the full
                  canonical program, prompt included).
-    answer_kind: how to grade: ``"math" | "numeric" | "choice" | "code_humaneval"``.
+    answer_kind: how to grade: one of `ANSWER_KINDS` (the graders' kinds, see `conductor_rl.graders`).
     source:      the dataset it came from (``"gsm8k"``, ``"math500"``, ``"math"``, ...).
     meta:        extras (subject, level, choices, tests, ...); JSON-serialisable.
     """

@@ -10,10 +10,16 @@ Kinds:
   killable child process);
 * ``"choice"``: multiple choice letters A, B, ... (`grade_choice`);
 * ``"exact"``: normalised string match (`grade_exact`);
-* ``"numeric"``: GSM8K-style numbers (`grade_numeric`).
+* ``"numeric"``: GSM8K-style numbers (`grade_numeric`);
+* ``"code_humaneval"``, ``"code_stdio"``, ``"code_call"``, ``"code_unittest"``:
+  the answer's program run against the tests in the question's ``meta`` in
+  the sandbox (`grade_code`, `conductor_rl.sandbox`);
+* ``"freeform"``: free-form reference answers as in RLPR (`FreeformGrader`).
 """
 
 from __future__ import annotations
+
+from typing import Any, Mapping
 
 from conductor_rl.graders.answers import (
     extract_choice,
@@ -26,7 +32,10 @@ from conductor_rl.graders.answers import (
     normalize_text,
     strip_reasoning,
 )
+from conductor_rl.graders.code import CODE_KINDS, extract_code, grade_code
+from conductor_rl.graders.freeform import FreeformGrader
 from conductor_rl.graders.math import MathGrader, default_math_grader
+from conductor_rl.sandbox import Sandbox
 from conductor_rl.graders.verdict import (
     REWARD_CORRECT,
     REWARD_FORMAT,
@@ -49,6 +58,10 @@ __all__ = [
     "grade_exact",
     "grade_numeric",
     "MathGrader",
+    "CODE_KINDS",
+    "FreeformGrader",
+    "extract_code",
+    "grade_code",
     "default_math_grader",
     "extract_choice",
     "extract_exact",
@@ -58,7 +71,9 @@ __all__ = [
     "strip_reasoning",
 ]
 
-KINDS = ("math", "choice", "exact", "numeric")
+KINDS = ("math", "choice", "exact", "numeric", "freeform", *CODE_KINDS)
+REFERENCE_FREE_KINDS = CODE_KINDS
+"""Kinds graded against tests in the question's meta, not a reference answer."""
 
 
 def grade(
@@ -68,16 +83,23 @@ def grade(
     *,
     math: MathGrader | None = None,
     n_choices: int = 4,
+    meta: Mapping[str, Any] | None = None,
+    sandbox: Sandbox | None = None,
+    freeform: FreeformGrader | None = None,
 ) -> GradeResult:
     """Grade one final answer.
 
     Args:
-        kind: one of ``"math"``, ``"choice"``, ``"exact"``, ``"numeric"``.
+        kind: one of `KINDS`.
         response: the last worker's answer text.
         reference: the reference answer (a letter for ``"choice"``).
         math: the `MathGrader` for ``"math"``; ``None`` uses the process-wide
             `default_math_grader()`.
         n_choices: how many letters a ``"choice"`` question has.
+        meta: the question's ``meta``; the code kinds read their tests from it.
+        sandbox: the `Sandbox` code runs in (default: one with default limits).
+        freeform: the `FreeformGrader` for ``"freeform"`` (default: string match
+            and math-verify, no judge); ``meta["question"]`` is shown to its judge.
 
     Returns:
         The `GradeResult`. This never raises for a bad response: an empty or
@@ -95,6 +117,11 @@ def grade(
     if not isinstance(response, str):
         return GradeResult(Verdict.ERROR, None, f"response is not a string: {type(response).__name__}")
     try:
+        if kind in CODE_KINDS:
+            return grade_code(kind, response, meta, sandbox=sandbox)
+        if kind == "freeform":
+            grader = freeform or FreeformGrader(math=math if math is not None else default_math_grader())
+            return grader.grade(response, reference, str((meta or {}).get("question", "")))
         if kind == "math":
             return (math if math is not None else default_math_grader()).grade(response, reference)
         if kind == "choice":

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -40,6 +39,7 @@ import weakref
 
 from conductor_rl.graders.answers import last_boxed, strip_reasoning
 from conductor_rl.graders.verdict import GradeResult, Verdict
+from conductor_rl.supervise import kill_session
 
 __all__ = [
     "MathGrader",
@@ -176,14 +176,7 @@ class _ChildState:
         """Kill the child now (safe from any thread, any number of times)."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # its own session: pid == pgid
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                proc.kill()
-            except (ProcessLookupError, OSError):
-                pass
+            kill_session(proc)
 
     def shutdown(self) -> None:
         """Kill the child, reap it, and close its pipes."""

@@ -1,35 +1,40 @@
 """Worker providers behind one async interface (see `base`).
 
-`build_provider` makes the provider a worker's configuration names. The HTTP
-providers (OpenAI, Anthropic, Google GenAI, OpenAI-compatible servers) arrive
-with the worker-pool work; until then they fail at start with a clear error.
+`build_provider` makes the provider a worker's configuration names: the offline
+`sim` and `local` workers, and the HTTP providers on the official async SDKs
+(OpenAI Chat Completions and Responses, Anthropic Messages, Google GenAI, and
+OpenAI-compatible servers such as vLLM). An HTTP provider's key is read from the
+environment variable in `api_key_env` at build time; a missing one raises
+`MissingApiKeyError` naming the variable.
 """
 
 from __future__ import annotations
 
 from conductor_rl.config import WorkerConfig
 from conductor_rl.providers.base import (
+    MissingApiKeyError,
     Provider,
     ProviderError,
+    ProviderUnavailableError,
     TaskHint,
     Usage,
     WorkerRequest,
     WorkerResponse,
 )
+from conductor_rl.providers.keys import Secret
 
 __all__ = [
-    "Provider", "ProviderError", "ProviderUnavailableError", "TaskHint", "Usage",
-    "WorkerRequest", "WorkerResponse", "build_provider",
+    "MissingApiKeyError", "Provider", "ProviderError", "ProviderUnavailableError", "Secret", "TaskHint", "Usage",
+    "WorkerRequest", "WorkerResponse", "build_provider", "cached",
 ]
 
 OFFLINE_PROVIDERS = ("sim", "local")
+HTTP_PROVIDERS = ("openai", "openai_compatible", "openai_responses", "anthropic", "google")
 
 
-class ProviderUnavailableError(RuntimeError):
-    """The configured provider cannot be built on this installation."""
-
-
-def build_provider(config: WorkerConfig, seed: int = 0) -> Provider:
+def build_provider(config: WorkerConfig, seed: int = 0, api_key: Secret | None = None) -> Provider:
+    """A provider for `config`. `api_key` overrides the environment (a driver hands
+    its key to worker actors on nodes that lack the variable)."""
     if config.provider == "sim":
         from conductor_rl.providers.sim import SimProvider
 
@@ -38,7 +43,31 @@ def build_provider(config: WorkerConfig, seed: int = 0) -> Provider:
         from conductor_rl.providers.local import LocalProvider
 
         return LocalProvider(config, seed=seed)
+    if config.provider in ("openai", "openai_compatible"):
+        from conductor_rl.providers.openai_chat import OpenAIChatProvider
+
+        return OpenAIChatProvider(config, api_key)
+    if config.provider == "openai_responses":
+        from conductor_rl.providers.openai_responses import OpenAIResponsesProvider
+
+        return OpenAIResponsesProvider(config, api_key)
+    if config.provider == "anthropic":
+        from conductor_rl.providers.anthropic_messages import AnthropicMessagesProvider
+
+        return AnthropicMessagesProvider(config, api_key)
+    if config.provider == "google":
+        from conductor_rl.providers.google_genai import GoogleGenAIProvider
+
+        return GoogleGenAIProvider(config, api_key)
     raise ProviderUnavailableError(
         f"worker {config.name!r}: provider {config.provider!r} is not available in this version; "
-        f"offline providers are {OFFLINE_PROVIDERS} (see configs/local.yaml)"
+        f"providers are {OFFLINE_PROVIDERS + HTTP_PROVIDERS}"
     )
+
+
+def cached(provider: Provider, config: WorkerConfig, folder: str) -> Provider:
+    """`provider` answering from an on-disk cache in `folder` when it can."""
+    from conductor_rl.response_cache import CachedProvider, ResponseCache
+
+    identity = {"provider": config.provider, "model": config.model, "base_url": config.base_url, "worker": config.name}
+    return CachedProvider(provider, ResponseCache(folder), identity)

@@ -59,12 +59,35 @@ class WorkerResponse:
 
 
 class ProviderError(RuntimeError):
-    """A provider call failed for a reason outside the policy's control."""
+    """A provider call failed for a reason outside the policy's control.
 
-    def __init__(self, message: str, *, kind: str = "provider", retryable: bool = False) -> None:
+    `kind` names the failure (`rate_limited`, `server_error`, `timeout`,
+    `connection`, `malformed_response`, `bad_request`, `auth`, ...);
+    `retryable` says whether the same request may succeed later;
+    `retry_after_s` is the provider's own wait (Retry-After), when it gave one."""
+
+    def __init__(
+        self, message: str, *, kind: str = "provider", retryable: bool = False, retry_after_s: float | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.retryable = retryable
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self):  # keyword-only fields survive pickling (Ray ships errors between processes)
+        return (_rebuild_provider_error, (type(self), str(self), self.kind, self.retryable, self.retry_after_s))
+
+
+def _rebuild_provider_error(cls: type, message: str, kind: str, retryable: bool, retry_after_s: float | None):
+    return cls(message, kind=kind, retryable=retryable, retry_after_s=retry_after_s)
+
+
+class ProviderUnavailableError(RuntimeError):
+    """The configured provider cannot be built on this installation or environment."""
+
+
+class MissingApiKeyError(ProviderUnavailableError):
+    """The environment variable a worker's key is read from is unset or empty."""
 
 
 @runtime_checkable

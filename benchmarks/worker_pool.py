@@ -1,0 +1,214 @@
+"""The worker pool against a rate-limited provider, and its overhead.
+
+A local server (conductor_rl/testing/fake_llm_server.py, in its own Ray actor
+process) answers in a fixed latency and enforces a limit. Time is scaled so a
+run takes minutes, not hours: the limit is LIMIT requests per WINDOW_S-second
+sliding window (60 per 10 s = 360 RPM), and our limiter uses the same window.
+
+1. Share of the limit reached with 1, 2 and 4 WorkerActor replicas sharing the
+   cluster-wide RateLimiterActor (goal >= 0.95), and the 429s the server had to
+   return for our overrun (goal: about 0). The share is sustained throughput:
+   the rate after the first window's worth of calls, over the limit's rate (a
+   sliding window lets a whole window's calls through at once at the start).
+2. The baseline most projects use: each replica limits itself in-process to the
+   full limit, SDK retries on (the openai SDK's defaults): its share and its 429s.
+3. No limit: calls/s through the pool against the same calls made directly with
+   the provider in this process, at the same concurrency (goal: overhead < 5 %).
+
+    python benchmarks/worker_pool.py [--json] [--windows N]
+
+With --json the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import ray  # noqa: E402
+
+from conductor_rl.config import WorkerConfig  # noqa: E402
+from conductor_rl.limits import AsyncRateLimiter, WindowLimits  # noqa: E402
+from conductor_rl.providers import WorkerRequest, build_provider  # noqa: E402
+
+WINDOW_S = 10.0
+LIMIT = 60
+LATENCY_S = 0.2
+GOAL_SHARE = 0.95
+GOAL_OVERHEAD = 0.05
+KEY_ENV = "CONDUCTOR_BENCH_KEY"
+
+
+def request(i: int) -> WorkerRequest:
+    return WorkerRequest([{"role": "user", "content": f"question {i}"}], max_tokens=16, temperature=0.0)
+
+
+def config(server, rpm: int | None = None) -> WorkerConfig:
+    return WorkerConfig(name=f"bench-{uuid.uuid4().hex[:6]}", provider="openai", model="fake", api_key_env=KEY_ENV,
+                        base_url=server.openai_url, rpm=rpm, concurrency=256)
+
+
+@ray.remote(num_cpus=0.25)
+class NaiveReplica:
+    """The common baseline: a limiter in this process only, and the SDK's own retries."""
+
+    def __init__(self, base_url: str, rpm: int, window_s: float) -> None:
+        import openai
+
+        self.client = openai.AsyncOpenAI(api_key="bench", base_url=base_url)  # SDK default retries
+        self.limiter = AsyncRateLimiter(WindowLimits(rpm, None, window_s, pace=False))
+
+    async def complete(self, i: int) -> bool:
+        grant, _ = await self.limiter.acquire()
+        try:
+            await self.client.chat.completions.create(model="fake", messages=request(i).messages, max_tokens=16)
+            return True
+        except Exception:
+            return False
+        finally:
+            self.limiter.settle(grant)
+
+
+async def timed(calls) -> tuple[list, float]:
+    started = time.perf_counter()
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    return results, time.perf_counter() - started
+
+
+async def stamped(calls) -> tuple[list[float], float]:
+    """Seconds from the start at which each call succeeded, and the total time."""
+    started = time.perf_counter()
+    done: list[float] = []
+
+    async def one(call):
+        result = await call
+        if result is not False:
+            done.append(time.perf_counter() - started)
+
+    await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
+    return done, time.perf_counter() - started
+
+
+def steady_share(done: list[float], took: float) -> float:
+    """Sustained throughput over what the limit allows: the rate between the
+    completion of the first window's worth of calls and the last one. The first
+    window is left out: a sliding window lets a whole window's calls through at
+    once at the start, which says nothing about sustained throughput."""
+    done = sorted(done)
+    if len(done) <= LIMIT:
+        return 0.0
+    return (len(done) - LIMIT) / (done[-1] - done[LIMIT - 1]) / (LIMIT / WINDOW_S)
+
+
+def limited_run(server, replicas: int, n: int) -> dict:
+    from actors.worker_pool import WorkerPool, get_ledger
+
+    server.reset(latency_s=LATENCY_S, rpm=LIMIT, window_s=WINDOW_S)
+    pool = WorkerPool(config(server, rpm=LIMIT), replicas=replicas, ledger=get_ledger(name=uuid.uuid4().hex),
+                      window_s=WINDOW_S, limiter_scope=uuid.uuid4().hex)
+    done, took = asyncio.run(stamped([pool.complete(request(i)) for i in range(n)]))
+    asyncio.run(pool.aclose())
+    return summarize(server, done, took)
+
+
+def naive_run(server, replicas: int, n: int) -> dict:
+    server.reset(latency_s=LATENCY_S, rpm=LIMIT, window_s=WINDOW_S)
+    actors = [NaiveReplica.remote(server.openai_url, LIMIT, WINDOW_S) for _ in range(replicas)]
+    ray.get([a.__ray_ready__.remote() for a in actors])
+
+    async def go():
+        return await stamped([actors[i % replicas].complete.remote(i) for i in range(n)])
+
+    done, took = asyncio.run(go())
+    for a in actors:
+        ray.kill(a)
+    return summarize(server, done, took)
+
+
+def summarize(server, done: list[float], took: float) -> dict:
+    stats = server.stats
+    return {"calls_ok": len(done), "seconds": round(took, 2), "share_of_limit": round(steady_share(done, took), 3),
+            "server_429s": stats.limit_429s, "server_429s_after_first_window":
+                sum(1 for t in stats.limit_429_times if t > WINDOW_S), "server_requests": stats.requests}
+
+
+def overhead_run(server, n: int, concurrency: int, rounds: int = 3) -> dict:
+    """Best of `rounds` interleaved runs each way: on a 2-core machine single runs
+    of either differ by several percent from one to the next."""
+    from actors.worker_pool import WorkerPool, get_ledger
+
+    server.reset(latency_s=LATENCY_S, rpm=None)
+    cfg = config(server)
+
+    async def bounded(complete):
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(i):
+            async with gate:
+                return await complete(request(i))
+
+        return await timed([one(i) for i in range(n)])
+
+    provider = build_provider(cfg)
+    pool = WorkerPool(cfg, replicas=1, ledger=get_ledger(name=uuid.uuid4().hex))
+
+    async def interleaved():
+        await bounded(provider.complete)  # warm both: SDK client, connections, the replica
+        await bounded(pool.complete)
+        direct_s, pool_s = [], []
+        for _ in range(rounds):
+            direct_s.append((await bounded(provider.complete))[1])
+            results, took = await bounded(pool.complete)
+            assert not [r for r in results if isinstance(r, Exception)], results[:3]
+            pool_s.append(took)
+        await provider.aclose()
+        await pool.aclose()
+        return direct_s, pool_s
+
+    direct_s, pool_s = asyncio.run(interleaved())
+    best_direct, best_pool = min(direct_s), min(pool_s)
+    return {"calls": n, "concurrency": concurrency, "rounds": rounds,
+            "direct_calls_per_s": round(n / best_direct, 1), "pool_calls_per_s": round(n / best_pool, 1),
+            "overhead": round(1 - best_direct / best_pool, 4)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--windows", type=int, default=3, help="windows of calls per measurement (default 3)")
+    args = parser.parse_args(argv)
+    os.environ[KEY_ENV] = "bench-key-not-secret"
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    from actors.fake_llm_server import RemoteFakeLLMServer
+
+    server = RemoteFakeLLMServer()
+    n = args.windows * LIMIT
+    figures: dict = {"window_s": WINDOW_S, "limit_per_window": LIMIT, "limit_rpm": LIMIT * 60 / WINDOW_S,
+                     "latency_s": LATENCY_S, "calls_per_run": n, "goal_share": GOAL_SHARE, "pool": {}}
+    for replicas in (1, 2, 4):
+        figures["pool"][str(replicas)] = limited_run(server, replicas, n)
+        print(f"pool, {replicas} replica(s): {figures['pool'][str(replicas)]}", file=sys.stderr)
+    figures["naive_4_replicas"] = naive_run(server, 4, n)
+    print(f"baseline (per-process limiter, SDK retries), 4 replicas: {figures['naive_4_replicas']}", file=sys.stderr)
+    figures["no_limit"] = overhead_run(server, n=320, concurrency=16)
+    print(f"no limit: {figures['no_limit']}", file=sys.stderr)
+    figures["min_share"] = min(r["share_of_limit"] for r in figures["pool"].values())
+    figures["max_429s"] = max(r["server_429s"] for r in figures["pool"].values())
+    figures["goals_met"] = figures["min_share"] >= GOAL_SHARE and figures["no_limit"]["overhead"] < GOAL_OVERHEAD
+    server.stop()
+    ray.shutdown()
+    print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""A worker call as the pool makes it: budget check, rate limit, retries, ledger.
+
+`GuardedProvider` wraps any provider and is itself a provider, so `run_plan`
+can use it unchanged. Its limiter and ledger are anything with the methods
+below, sync or async: in one process the plain `AsyncRateLimiter` and
+`CostLedger`; on a cluster, adapters around the shared Ray actors
+(actors/worker_pool.py), so every replica sees the same limits and cost.
+
+Each *attempt* (not each request) asks the ledger and the limiter first: a
+retry is a new call for the provider's RPM, and no call at all starts once the
+budget is spent. A 429 puts the key into cooldown for everyone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+import time
+from typing import Any
+
+from conductor_rl.limits import estimate_tokens
+from conductor_rl.providers.base import ProviderError, WorkerRequest, WorkerResponse
+from conductor_rl.retry import RetryPolicy, call_with_retries
+
+
+class CallObserver:
+    """Hooks for metrics; the default does nothing. Only the worker name is passed, never a key."""
+
+    def call_finished(self, worker: str, response: WorkerResponse) -> None: ...
+    def call_failed(self, worker: str, error: ProviderError) -> None: ...
+    def retried(self, worker: str, error: ProviderError) -> None: ...
+    def waited(self, worker: str, seconds: float) -> None: ...
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class GuardedProvider:
+    def __init__(self, provider: Any, *, provider_kind: str, limiter: Any = None, ledger: Any = None,
+                 policy: RetryPolicy = RetryPolicy(), observer: CallObserver | None = None,
+                 rng: random.Random | None = None, check_budget: bool = True) -> None:
+        self.provider = provider
+        self.name = provider.name
+        self.simulated = provider.simulated
+        self.provider_kind = provider_kind
+        self.limiter, self.ledger, self.policy = limiter, ledger, policy
+        # False when the ledger has no budget: saves a round trip per call on a cluster.
+        self.check_budget = check_budget
+        self.observer = observer or CallObserver()
+        self.rng = rng or random.Random()
+
+    def __repr__(self) -> str:
+        return f"GuardedProvider({self.provider!r})"
+
+    async def complete(self, request: WorkerRequest) -> WorkerResponse:
+        try:
+            return await call_with_retries(lambda: self._attempt(request), self.policy,
+                                           on_retry=self._on_retry, rng=self.rng)
+        except ProviderError as err:
+            self.observer.call_failed(self.name, err)
+            raise
+
+    async def _attempt(self, request: WorkerRequest) -> WorkerResponse:
+        if self.ledger is not None and self.check_budget:
+            await _maybe_await(self.ledger.admit())
+        grant = None
+        if self.limiter is not None:
+            grant, waited = await _maybe_await(self.limiter.acquire(estimate_tokens(request.messages, request.max_tokens)))
+            if waited > 0:
+                self.observer.waited(self.name, waited)
+        sent = time.perf_counter()
+        try:
+            response = await self.provider.complete(request)
+        except BaseException:
+            if grant is not None:  # a failed call still counted at the provider
+                await _maybe_await(self.limiter.settle(grant, None, time.perf_counter() - sent))
+            raise
+        # From here the call has happened: record it before anything else can fail
+        # (both at once: on a cluster each is an actor round trip).
+        bookkeeping = []
+        if self.ledger is not None:
+            bookkeeping.append(_maybe_await(
+                self.ledger.record(self.name, self.provider_kind, response.usage, response.cost_usd)))
+        if grant is not None:
+            bookkeeping.append(_maybe_await(
+                self.limiter.settle(grant, response.usage.total, time.perf_counter() - sent)))
+        await asyncio.gather(*bookkeeping)
+        self.observer.call_finished(self.name, response)
+        return response
+
+    async def _on_retry(self, error: ProviderError, delay: float) -> None:
+        self.observer.retried(self.name, error)
+        if error.kind == "rate_limited" and self.limiter is not None:
+            await _maybe_await(self.limiter.cool_down(delay))
+
+    async def aclose(self) -> None:
+        await self.provider.aclose()

@@ -1,0 +1,89 @@
+"""An on-disk cache of worker responses, for cheap, reproducible evaluation and
+debugging (off in training, where fresh samples are the point).
+
+The key is a digest of what determines a response: provider, model, endpoint,
+messages and sampling parameters (and, for simulated workers, the task hint).
+API keys are never part of a request, so they never reach the cache. A hit is
+returned with cost 0 (no money was spent) and its original token usage. Files
+are written atomically, so a crash never leaves a half-written entry; an
+unreadable entry counts as a miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from conductor_rl.providers.base import Provider, Usage, WorkerRequest, WorkerResponse
+
+
+class ResponseCache:
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder).expanduser()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, identity: dict[str, object], request: WorkerRequest) -> str:
+        fields = {
+            **identity,
+            "messages": request.messages,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "reasoning_budget": request.reasoning_budget,
+            "hint": dataclasses.asdict(request.hint) if request.hint is not None else None,
+        }
+        return hashlib.sha256(json.dumps(fields, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    def get(self, key: str) -> WorkerResponse | None:
+        try:
+            data = json.loads(self._path(key).read_text())
+            response = WorkerResponse(text=data["text"], usage=Usage(**data["usage"]), latency_s=0.0,
+                                      cost_usd=0.0, simulated=bool(data["simulated"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return response
+
+    def put(self, key: str, response: WorkerResponse) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"text": response.text, "usage": dataclasses.asdict(response.usage), "simulated": response.simulated,
+                  "cost_usd_when_made": response.cost_usd}
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(record, f, ensure_ascii=False)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.json"
+
+
+class CachedProvider:
+    """A provider that answers from the cache when it can, and fills it otherwise."""
+
+    def __init__(self, provider: Provider, cache: ResponseCache, identity: dict[str, object]) -> None:
+        self.provider, self.cache, self.identity = provider, cache, identity
+        self.name = provider.name
+        self.simulated = provider.simulated
+
+    async def complete(self, request: WorkerRequest) -> WorkerResponse:
+        key = self.cache.key(self.identity, request)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        response = await self.provider.complete(request)
+        self.cache.put(key, response)
+        return response
+
+    async def aclose(self) -> None:
+        await self.provider.aclose()

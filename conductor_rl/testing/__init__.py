@@ -1,0 +1,1 @@
+"""Test doubles that speak real wire formats (used by tests/ and benchmarks/)."""

@@ -1,0 +1,20 @@
+"""Helpers shared by the sandbox tests."""
+
+from __future__ import annotations
+
+import time
+
+from conductor_rl.sandbox import _PROLOGUE_MARK as PROLOGUE_MARK, stray_processes
+
+__all__ = ["PROLOGUE_MARK", "assert_nothing_left"]
+
+
+def assert_nothing_left(*marks: str, grace_s: float = 0.3) -> None:
+    """Nothing a sandboxed program started is still running (allowing `grace_s` for exits in progress)."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        left = stray_processes(*marks)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, f"processes left running: {left}"

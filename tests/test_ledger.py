@@ -1,0 +1,126 @@
+"""The cost ledger and the guarded worker call (limits, retries, budget), in one
+process, with the real SDKs against the local server."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+import pytest
+
+from conductor_rl.costs import cost_of
+from conductor_rl.guarded import GuardedProvider
+from conductor_rl.ledger import BudgetExceededError, CostLedger
+from conductor_rl.limits import AsyncRateLimiter, WindowLimits
+from conductor_rl.plan import parse_plan
+from conductor_rl.providers import ProviderError, Usage, build_provider
+from conductor_rl.retry import RetryPolicy
+from conductor_rl.workflow import Task, run_plan
+from tests.http_fakes import fresh, server  # noqa: F401 (fixtures)
+from tests.http_fakes import HTTP_PROVIDERS, PRICE, request, worker_config
+
+FAST_RETRIES = RetryPolicy(max_retries=3, base_delay_s=0.01, max_delay_s=0.05)
+
+
+def guarded(provider, server, ledger, limiter=None, policy=FAST_RETRIES, **extra):
+    return GuardedProvider(build_provider(worker_config(provider, server, **extra)), provider_kind=provider,
+                           ledger=ledger, limiter=limiter, policy=policy)
+
+
+def test_ledger_costs_equal_usage_times_price_for_every_call_across_providers(server):
+    ledger = CostLedger()
+
+    async def go():
+        workers = [guarded(p, server, ledger) for p in HTTP_PROVIDERS]
+        for iteration in (0, 1):
+            ledger.start_iteration(iteration)
+            await asyncio.gather(*(w.complete(request(f"q{iteration}-{i}")) for w in workers for i in range(3)))
+        for w in workers:
+            await w.aclose()
+
+    asyncio.run(go())
+    assert len(ledger.entries) == len(server.stats.usages) == 2 * 3 * len(HTTP_PROVIDERS)
+    # Every answer the server gave, priced independently of the providers' parsing:
+    expected = sum(((u["input"] - u["cached"]) * PRICE.input + u["cached"] * PRICE.cached_input
+                    + u["output"] * PRICE.output) / 1e6 for u in server.stats.usages)
+    assert ledger.total_usd == pytest.approx(expected, rel=1e-12)
+    assert all(e.cost_usd == pytest.approx(cost_of(e.usage, PRICE)) for e in ledger.entries)
+    by_provider = ledger.by("provider")
+    assert set(by_provider) == set(HTTP_PROVIDERS) and all(t.calls == 6 for t in by_provider.values())
+    assert {k: v.calls for k, v in ledger.by("iteration").items()} == {0: 15, 1: 15}
+    assert sum(t.cost_usd for t in ledger.by("worker").values()) == pytest.approx(ledger.total_usd)
+    totals = ledger.totals()
+    assert totals.input_tokens == sum(u["input"] for u in server.stats.usages)
+    assert totals.reasoning_tokens == sum(u["reasoning"] for u in server.stats.usages)
+
+
+def test_retries_recover_and_count_each_attempt_against_the_limit(server):
+    limiter = AsyncRateLimiter(WindowLimits(rpm=100, tpm=None, window_s=60.0))
+    ledger = CostLedger()
+    server.script(["500", "429:0.2", "drop", "malformed"])
+    worker = guarded("openai", server, ledger, limiter, policy=RetryPolicy(max_retries=4, base_delay_s=0.01))
+    response = asyncio.run(worker.complete(request()))
+    assert response.text.startswith("echo:")
+    assert server.stats.requests == 5 and len(ledger.entries) == 1  # only the answer is billed
+    assert limiter.limits.in_window()[0] == 5  # every attempt counted
+    assert limiter.limits.cooldown_until > 0  # the 429 cooled the key down
+
+
+def test_a_fault_is_never_lost_silently(server):
+    """Retries exhausted or not retryable: the rollout reports an infrastructure
+    error naming the fault; it is never a wrong answer or a missing step."""
+    ledger = CostLedger()
+    workers = [guarded("anthropic", server, ledger, name="a"), guarded("google", server, ledger, name="g")]
+    plan = parse_plan('model_id = [0, 1]\nsubtasks = ["solve", "check"]\naccess_list = [[], "all"]', 2)
+    task = Task(id="t", question="2+2?", reference="4", answer_kind="numeric")
+    server.script(["500"] * 4)  # step 0: one try and three retries, all fail
+    result = asyncio.run(run_plan(plan, task, workers))
+    assert result.error and "server_error" in result.error and "after 4 attempts" in result.error
+    assert result.final_answer is None and result.steps[1].error.startswith("skipped")
+    server.script(["ok", "400"])
+    result = asyncio.run(run_plan(plan, task, workers))
+    assert "bad_request" in result.error and result.steps[0].response.startswith("echo:"), result
+    assert len(ledger.entries) == 1  # the finished step 0 was billed
+
+
+def test_a_budget_stop_inside_a_plan_is_an_infrastructure_error(server):
+    ledger = CostLedger(budget_usd=0.0)
+    plan = parse_plan('model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]', 1)
+    result = asyncio.run(run_plan(plan, Task(id="t", question="q"), [guarded("openai", server, ledger)]))
+    assert result.error.startswith("step 0: budget_exceeded: worker budget reached")
+    assert server.stats.requests == 0
+
+
+def test_budget_stop_keeps_every_finished_call(server):
+    """Calls in flight when the budget is reached finish and are recorded;
+    no call starts afterwards; the caller gets BudgetExceededError."""
+    server.reset(latency_s=0.5)
+    one_call = cost_of(Usage(input_tokens=20, output_tokens=8, cached_tokens=2), PRICE)
+    ledger = CostLedger(budget_usd=one_call * 2.5)  # reached by the third finished call
+    worker = guarded("openai", server, ledger)
+
+    async def go():
+        first = await asyncio.gather(*(worker.complete(request(f"a{i}")) for i in range(6)), return_exceptions=True)
+        later = await asyncio.gather(*(worker.complete(request(f"b{i}")) for i in range(3)), return_exceptions=True)
+        return first, later
+
+    first, later = asyncio.run(go())
+    assert all(not isinstance(r, Exception) for r in first)  # all six were in flight: all finish
+    assert all(isinstance(r, BudgetExceededError) for r in later)
+    assert "Raise the budget" in str(later[0])
+    assert len(ledger.entries) == 6 == server.stats.ok == server.stats.requests
+    assert ledger.total_usd == pytest.approx(sum(r.cost_usd for r in first))
+    assert ledger.exhausted
+
+
+def test_errors_survive_pickling():
+    err = ProviderError("HTTP 429", kind="rate_limited", retryable=True, retry_after_s=1.5)
+    back = pickle.loads(pickle.dumps(err))
+    assert (str(back), back.kind, back.retryable, back.retry_after_s) == ("HTTP 429", "rate_limited", True, 1.5)
+    budget = pickle.loads(pickle.dumps(BudgetExceededError(2.0, 1.0)))
+    assert budget.spent_usd == 2.0 and "Raise the budget" in str(budget)
+
+
+def test_negative_budget_is_refused():
+    with pytest.raises(ValueError, match="budget_usd"):
+        CostLedger(budget_usd=-1)

@@ -1,0 +1,78 @@
+"""The on-disk response cache: hits cost nothing, keys follow what determines a
+response, entries survive restarts and bad files, and `ask` can use it."""
+
+import asyncio
+import json
+
+from conductor_rl.config import WorkerConfig
+from conductor_rl.providers import WorkerRequest, WorkerResponse, cached
+from conductor_rl.providers.base import Usage
+from conductor_rl.response_cache import ResponseCache
+
+
+class CountingWorker:
+    simulated = False
+
+    def __init__(self):
+        self.name = "counting"
+        self.calls = 0
+
+    async def complete(self, request):
+        self.calls += 1
+        return WorkerResponse(text=f"answer {self.calls}", usage=Usage(input_tokens=10, output_tokens=5), cost_usd=0.01)
+
+    async def aclose(self):
+        return None
+
+
+CONFIG = WorkerConfig(name="w", provider="openai", model="gpt-x", base_url="http://127.0.0.1:1/v1")
+
+
+def request(text="Hi", temperature=0.2, max_tokens=64):
+    return WorkerRequest([{"role": "user", "content": text}], max_tokens=max_tokens, temperature=temperature)
+
+
+def test_second_identical_call_is_a_free_hit(tmp_path):
+    inner = CountingWorker()
+    worker = cached(inner, CONFIG, str(tmp_path))
+    first = asyncio.run(worker.complete(request()))
+    second = asyncio.run(worker.complete(request()))
+    assert inner.calls == 1 and second.text == first.text == "answer 1"
+    assert first.cost_usd == 0.01 and second.cost_usd == 0.0 and second.usage == first.usage
+    assert worker.cache.hits == 1
+
+
+def test_key_follows_messages_sampling_and_model(tmp_path):
+    inner = CountingWorker()
+    worker = cached(inner, CONFIG, str(tmp_path))
+    for req in (request(), request(text="Other"), request(temperature=0.7), request(max_tokens=65)):
+        asyncio.run(worker.complete(req))
+    assert inner.calls == 4
+    other_model = cached(inner, CONFIG.model_copy(update={"model": "gpt-y"}), str(tmp_path))
+    asyncio.run(other_model.complete(request()))
+    assert inner.calls == 5
+
+
+def test_entries_survive_a_restart_and_bad_files_are_misses(tmp_path):
+    asyncio.run(cached(CountingWorker(), CONFIG, str(tmp_path)).complete(request()))
+    files = list(tmp_path.rglob("*.json"))
+    assert len(files) == 1 and not list(tmp_path.rglob(".tmp-*"))
+    fresh = CountingWorker()
+    assert asyncio.run(cached(fresh, CONFIG, str(tmp_path)).complete(request())).text == "answer 1"
+    assert fresh.calls == 0
+    files[0].write_text("{not json")
+    assert asyncio.run(cached(fresh, CONFIG, str(tmp_path)).complete(request())).text == "answer 1"
+    assert fresh.calls == 1 and json.loads(files[0].read_text())["text"] == "answer 1"   # rewritten
+
+
+def test_cache_holds_no_secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-cache-test-SECRET-123")
+    asyncio.run(cached(CountingWorker(), CONFIG, str(tmp_path)).complete(request()))
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert "SECRET-123" not in path.read_text()
+
+
+def test_key_is_stable_across_processes():
+    cache_key = ResponseCache.key(None, {"model": "m"}, request())  # no instance state involved
+    assert cache_key == ResponseCache.key(None, {"model": "m"}, request()) and len(cache_key) == 64

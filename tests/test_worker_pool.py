@@ -1,0 +1,168 @@
+"""The worker pool on a real local Ray cluster: WorkerActor replicas share one
+RateLimiterActor and one LedgerActor, and call the real SDKs against the local
+server on 127.0.0.1.
+
+Time is scaled so the suite stays fast: the server and the limiter agree on a
+3-second window, so "30 requests per 3 s" is the server's 600 RPM."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import time
+import uuid
+
+import pytest
+
+from conductor_rl.costs import cost_of
+from conductor_rl.ledger import BudgetExceededError
+from conductor_rl.providers import MissingApiKeyError, ProviderError, Usage
+from conductor_rl.retry import RetryPolicy
+from tests.http_fakes import fresh  # noqa: F401 (fixture, with this module's server)
+from tests.http_fakes import FAKE_KEY, KEY_ENV, PRICE, request, worker_config
+
+WINDOW_S = 3.0
+PER_WINDOW = 30  # = 600 RPM
+
+
+@pytest.fixture(scope="module")
+def server(ray_cluster):
+    from actors.fake_llm_server import RemoteFakeLLMServer
+
+    srv = RemoteFakeLLMServer()  # in its own process: it times arrivals as a provider would
+    yield srv
+    srv.stop()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def make_pool(server, provider="openai", replicas=1, ledger=None, **extra):
+    from actors.worker_pool import WorkerPool, get_ledger
+
+    ledger = ledger if ledger is not None else get_ledger(name=unique("ledger"))
+    config = worker_config(provider, server, name=unique(provider), **extra)
+    return WorkerPool(config, replicas=replicas, ledger=ledger, window_s=WINDOW_S,
+                      policy=RetryPolicy(max_retries=4, base_delay_s=0.05, max_delay_s=0.2)), ledger
+
+
+async def gather(pool, n, prefix="q"):
+    return await asyncio.gather(*(pool.complete(request(f"{prefix}{i}")) for i in range(n)), return_exceptions=True)
+
+
+def test_four_replicas_share_the_limit_without_overrunning_it(ray_cluster, server):
+    server.reset(latency_s=0.2, rpm=PER_WINDOW, window_s=WINDOW_S)
+    pool, ledger = make_pool(server, replicas=4, rpm=PER_WINDOW)
+
+    async def go():
+        await pool.complete(request("warm-up"))  # connections and SDK start-up, outside the measured part
+        started = time.perf_counter()
+        results = await gather(pool, 3 * PER_WINDOW)
+        return results, time.perf_counter() - started
+
+    results, took = asyncio.run(go())
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert not errors, errors[:3]
+    stats = server.stats
+    assert stats.limit_429s <= 3, stats.limit_429_times  # a handful at most, in the first window
+    # The server never had to refuse a request for our overrun after the first window.
+    assert [t for t in stats.limit_429_times if t > WINDOW_S] == [], stats.limit_429_times
+    # The limiter held the pool back (91 calls cannot fit in under 3 windows) without wasting much time
+    # (the bound leaves room for a first-window 429's cooldown on a loaded 2-core machine).
+    assert 2 * WINDOW_S <= took <= 3 * WINDOW_S + 4.0, (took, stats.limit_429_times)
+    assert len(ray_cluster.get(ledger.entries.remote())) == 3 * PER_WINDOW + 1
+    asyncio.run(pool.aclose())
+
+
+def test_faults_are_retried_or_reported_never_lost(ray_cluster, server):
+    pool, ledger = make_pool(server, provider="anthropic", replicas=2)
+    server.script(["500", "drop", "429:0.1", "malformed"])
+    response = asyncio.run(pool.complete(request()))
+    assert response.text.startswith("echo:") and server.stats.requests == 5
+    server.script(["400"])
+    with pytest.raises(ProviderError) as caught:
+        asyncio.run(pool.complete(request()))
+    assert caught.value.kind == "bad_request" and "scripted 400" in str(caught.value)
+    server.script(["500"] * 5)
+    with pytest.raises(ProviderError, match="after 5 attempts") as caught:
+        asyncio.run(pool.complete(request()))
+    assert caught.value.kind == "server_error"
+    assert len(ray_cluster.get(ledger.entries.remote())) == 1
+
+
+def test_a_replica_that_dies_mid_call_is_reported(ray_cluster, server):
+    server.reset(latency_s=2.0)
+    pool, _ = make_pool(server, provider="google")
+
+    async def go():
+        call = asyncio.ensure_future(pool.complete(request()))
+        await asyncio.sleep(0.8)
+        ray_cluster.kill(pool.replicas[0])
+        return await asyncio.gather(call, return_exceptions=True)
+
+    (result,) = asyncio.run(go())
+    assert isinstance(result, ProviderError) and result.kind == "replica_died" and result.retryable
+
+
+def test_budget_stop_through_the_pool_keeps_every_finished_call(ray_cluster, server):
+    from actors.worker_pool import get_ledger
+
+    server.reset(latency_s=1.5)  # long enough that all eight are admitted before the first one finishes
+    one_call = cost_of(Usage(input_tokens=20, output_tokens=8, cached_tokens=2), PRICE)
+    ledger = get_ledger(budget_usd=2.5 * one_call, name=unique("budget"))
+    pool, _ = make_pool(server, provider="openai_responses", replicas=2, ledger=ledger)
+
+    async def go():
+        first = await gather(pool, 8, "a")
+        later = await gather(pool, 4, "b")
+        return first, later
+
+    first, later = asyncio.run(go())
+    assert not [r for r in first if isinstance(r, Exception)]
+    assert all(isinstance(r, BudgetExceededError) for r in later), later
+    entries = ray_cluster.get(ledger.entries.remote())
+    stats = server.stats
+    assert len(entries) == 8 == stats.ok == stats.requests
+    assert sum(e.cost_usd for e in entries) == pytest.approx(sum(r.cost_usd for r in first))
+
+
+def test_the_pool_is_a_worker_for_run_plan(ray_cluster, server):
+    from conductor_rl.plan import parse_plan
+    from conductor_rl.workflow import Task, run_plan
+
+    pools = [make_pool(server, provider=p)[0] for p in ("openai", "google")]
+    plan = parse_plan('model_id = [0, 1, 0]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], [], "all"]', 2)
+    result = asyncio.run(run_plan(plan, Task(id="t", question="q"), pools))
+    assert result.error is None and result.final_answer.startswith("echo:")
+    assert result.cost_usd > 0 and not result.simulated
+
+
+def test_a_missing_key_fails_in_the_driver_naming_the_variable(ray_cluster, server, monkeypatch):
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(MissingApiKeyError, match=KEY_ENV):
+        make_pool(server, provider="openai")
+
+
+def test_keys_never_appear_in_logs_metrics_names_ledger_or_reprs(ray_cluster, server):
+    import ray
+    from ray.util import list_named_actors
+
+    pool, ledger = make_pool(server, provider="openai", replicas=2, rpm=1000)
+    server.script(["401", "500"])
+    asyncio.run(gather(pool, 3))
+    seen = [repr(pool), repr(pool.replicas), repr(ray.get(ledger.entries.remote())),
+            repr(ray.get(ledger.summary.remote())), repr(list_named_actors(all_namespaces=True))]
+    assert FAKE_KEY in server.stats.auth_headers[-1]  # it did travel to the provider
+    text = "\n".join(seen)
+    logs = pathlib.Path(ray._private.worker._global_node.get_logs_dir_path())
+    log_text = "".join(p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file() and p.stat().st_size < 50e6)
+    assert "limiter-" in text and len(log_text) > 1000  # names and logs were captured
+    for needle in (FAKE_KEY, FAKE_KEY[-12:]):
+        assert needle not in text and needle not in log_text
+    # Metrics are tagged by worker name, error kind and token direction only.
+    from actors.metrics import RayMetricsObserver
+
+    observer = RayMetricsObserver()
+    tag_keys = {k for metric in vars(observer).values() for k in metric._tag_keys}
+    assert tag_keys == {"worker", "kind", "direction"}
