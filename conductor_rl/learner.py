@@ -25,7 +25,7 @@ import torch
 
 from conductor_rl.config import LearnerConfig
 from conductor_rl.grpo import completion_logprobs, grpo_loss
-from conductor_rl.models import load_causal_lm
+from conductor_rl.models import cache_dir, load_causal_lm
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,8 @@ def init_process_group(backend: str | None = None) -> None:
     if torch.distributed.is_initialized():
         return
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "conductor-rl" / "torch_extensions"))
+    # DeepSpeed compiles a C++ op on first use (~1 min); keep it with our other caches.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
     deepspeed.init_distributed(dist_backend=backend)
 
 
