@@ -164,21 +164,24 @@ def _bwrap_args(bwrap: str, tmpfs_bytes: int, keep: tuple[str, ...] = ()) -> lis
     for hidden in _HIDDEN_DIRS:
         if os.path.isdir(hidden) and not os.path.islink(hidden):
             args += ["--tmpfs", hidden]
+    args += ["--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]
+    # After the private /tmp, so an interpreter that lives under /tmp (a checkout there) stays visible.
     for path in keep:
         args += ["--ro-bind", path, path]
-    return args + ["--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    return args + ["--chdir", "/tmp"]
 
 
 @functools.lru_cache(maxsize=16)
 def _interpreter_dirs(python: str) -> tuple[str, ...]:
-    """The interpreter's own directories that lie under a hidden directory (pyenv under /root, ...)."""
+    """The interpreter's own directories that lie under a hidden directory or /tmp (pyenv under /root, a venv
+    in a checkout under /tmp, ...): they are bound back read-only."""
     try:
         out = subprocess.run([python, "-I", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
                              capture_output=True, text=True, timeout=30, env=sandbox_env(), check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return ()  # the sandbox will fail to start it, and say so
     dirs = {os.path.realpath(p) for p in out.split()} | {os.path.dirname(os.path.dirname(os.path.realpath(python)))}
-    return tuple(sorted(d for d in dirs if any(d == h or d.startswith(h + "/") for h in _HIDDEN_DIRS)))
+    return tuple(sorted(d for d in dirs if any(d == h or d.startswith(h + "/") for h in (*_HIDDEN_DIRS, "/tmp"))))
 
 
 def _works(cmd: list[str]) -> tuple[bool, str]:
