@@ -17,7 +17,8 @@ from conductor_rl.sampling import PlanShape, Sample, StaleWeightsError, Transfor
 @ray.remote
 class GeneratorActor:
     def __init__(self, model: str, backend: Literal["vllm", "transformers"] = "vllm", seed: int = 0,
-                 max_model_len: int = 4096, tensor_parallel_size: int = 1) -> None:
+                 max_model_len: int = 4096, tensor_parallel_size: int = 1, weights_version: int = 0) -> None:
+        """`weights_version`: the version of the weights `model` holds (a checkpoint's, on resume)."""
         if backend == "vllm":
             self.sampler: Any = VLLMSampler(resolve_model(model), seed=seed, max_model_len=max_model_len,
                                             tensor_parallel_size=tensor_parallel_size)
@@ -25,12 +26,13 @@ class GeneratorActor:
             self.sampler = TransformersSampler(*load_causal_lm(model, "float32"))
         else:
             raise ValueError(f"backend must be 'vllm' or 'transformers', got {backend!r}")
+        self.sampler.weights_version = weights_version
         self.backend = backend
 
     def weights_version(self) -> int:
         return self.sampler.weights_version
 
-    def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
+    def sample(self, prompts: list[Any], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
                seed: int | None = None, min_version: int | None = None,
                shape: PlanShape | None = None) -> list[list[Sample]]:
         """`min_version`: refuse (StaleWeightsError) unless the held weights are at least this new."""
@@ -50,21 +52,22 @@ class GeneratorPool:
     """Several GeneratorActors used as one: prompts are split across engines,
     new weights go to every engine (one object ref, fetched once per node)."""
 
-    def __init__(self, model: str, config: Any, seed: int = 0, resources: dict[str, float] | None = None) -> None:
-        """`config` is a conductor_rl.config.GeneratorConfig."""
+    def __init__(self, model: str, config: Any, seed: int = 0, resources: dict[str, float] | None = None,
+                 weights_version: int = 0) -> None:
+        """`config` is a conductor_rl.config.GeneratorConfig; `resources`: Ray actor options per engine."""
         per_engine = resources or ({"num_gpus": config.tensor_parallel_size} if torch.cuda.is_available() else {"num_cpus": 1})
         self.require_fresh = config.require_fresh_weights
-        self.version = 0
+        self.version = weights_version
         self.actors = [
             GeneratorActor.options(**per_engine).remote(model, config.backend, seed + i, config.max_model_len,
-                                                        config.tensor_parallel_size)
+                                                        config.tensor_parallel_size, weights_version)
             for i in range(config.engines)
         ]
         ray.get([a.weights_version.remote() for a in self.actors])  # wait until every engine is up
 
-    def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
+    def sample(self, prompts: list[Any], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
                seed: int | None = None, shape: PlanShape | None = None) -> list[list[Sample]]:
-        """G samples for each prompt, in prompt order."""
+        """G samples for each prompt (text or token ids), in prompt order."""
         shares = [list(range(i, len(prompts), len(self.actors))) for i in range(len(self.actors))]
         min_version = self.version if self.require_fresh else None
         refs = [actor.sample.remote([prompts[j] for j in share], n, temperature, max_tokens, top_p,

@@ -71,14 +71,18 @@ class GraderPool:
     Args:
         config: the grader section (actors, concurrency, sample_timeout_s, max_restarts, sandbox).
         num_cpus: CPUs Ray reserves for each actor.
+        resources: custom Ray resources each actor needs (e.g. a node type's label).
     """
 
-    def __init__(self, config: GraderConfig | None = None, *, num_cpus: float = 1.0) -> None:
+    def __init__(self, config: GraderConfig | None = None, *, num_cpus: float = 1.0,
+                 resources: dict[str, float] | None = None) -> None:
         self.config = config or GraderConfig()
         options = dict(
             max_concurrency=self.config.concurrency, max_restarts=self.config.max_restarts,
             max_task_retries=0, num_cpus=num_cpus,
         )
+        if resources:
+            options["resources"] = resources
         payload = self.config.model_dump()
         self._members = [_Member(GraderActor.options(**options).remote(payload)) for _ in range(self.config.actors)]
         self._abandoned: dict[Any, _Member] = {}  # timed-out calls still holding a slot

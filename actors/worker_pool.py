@@ -82,6 +82,12 @@ class LedgerActor:
     async def summary(self) -> dict:
         return self._ledger.summary()
 
+    async def restore(self, summary: dict) -> None:
+        self._ledger.restore(summary)
+
+    async def exhausted(self) -> bool:
+        return self._ledger.exhausted
+
     async def entries(self) -> list:
         return list(self._ledger.entries)
 

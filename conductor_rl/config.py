@@ -181,7 +181,9 @@ class LearnerConfig(Strict):
     grad_clip: float = Field(1.0, gt=0.0)
     zero_stage: Literal[0, 1, 2, 3] = 2
     world_size: int = Field(1, ge=1, description="Learner ranks (one Ray actor each).")
-    precision: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bf16 where the GPU has it.")
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="auto: bf16 where the GPU has it, else fp32. bfloat16 on a CPU: autocast "
+        "around the forward pass, fp32 weights (worth it on CPUs with AVX512-BF16 or AMX).")
     gradient_checkpointing: bool = False
 
 
@@ -197,6 +199,50 @@ class AskConfig(Strict):
     temperature: float | None = Field(None, ge=0.0, description="Conductor temperature for ask (None: conductor.temperature).")
 
 
+class TrainConfig(Strict):
+    """The GRPO loop (jobs/train.py; paper §3.1, app. A): B questions x G rollouts per iteration."""
+
+    iterations: int = Field(200, ge=1)
+    questions_per_iteration: int = Field(4, ge=1, description="B: questions drawn per iteration (paper: 4).")
+    rollouts_per_question: int = Field(64, ge=2, description="G: plans sampled per question, one GRPO group (paper: 64).")
+    output_dir: str = Field("runs/latest", description="Checkpoints, metrics, TensorBoard, traces and the report.")
+    checkpoint_every: int = Field(10, ge=1, description="Iterations between checkpoints (the last one and any stop always write one).")
+    keep_checkpoints: int = Field(3, ge=1, description="Checkpoints kept; older ones are deleted once a new one is complete.")
+    budget_usd: float | None = Field(None, ge=0.0, description="Stop (with a checkpoint) once worker calls cost this much.")
+    rollout_attempts: int = Field(2, ge=1, description="Runs of a plan whose execution or grading failed for infrastructure "
+                                  "reasons before the rollout is dropped from the batch.")
+    drop_uninformative_groups: bool = Field(
+        True, description="Leave groups whose rewards are all equal out of the learner step (their advantage is 0).")
+    worker_replicas: int = Field(1, ge=1, description="WorkerActors per worker (calls in flight: replicas x concurrency).")
+    seed: int = Field(0, description="Question order and sampling seeds derive from it.")
+    tensorboard: bool = True
+    report: bool = Field(True, description="Write report.md with plots at the end.")
+    progress: bool = Field(True, description="Show a progress bar on stderr.")
+
+
+class ClusterConfig(Strict):
+    """Where each actor type runs: Ray resources per actor ('CPU', 'GPU', or a
+    custom resource a node type declares, see ray_cluster.yaml). Empty: one GPU
+    per generator engine (x tensor parallel) and learner rank where the cluster
+    has GPUs, else one CPU."""
+
+    address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://host:10001'); None: "
+                                "RAY_ADDRESS if set (ray job submit sets it), else a local cluster in this process.")
+    local_cpus: int | None = Field(None, ge=1, description="Logical CPUs of a local cluster (None: this machine's).")
+    generator: dict[str, float] = Field(default_factory=dict, description="Resources of one generator engine.")
+    learner: dict[str, float] = Field(default_factory=dict, description="Resources of one learner rank.")
+    worker: dict[str, float] = Field(default_factory=lambda: {"CPU": 0.25}, description="Resources of one WorkerActor.")
+    grader: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0}, description="Resources of one GraderActor.")
+
+    @field_validator("generator", "learner", "worker", "grader")
+    @classmethod
+    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, amount in value.items():
+            if amount < 0:
+                raise ValueError(f"resource {name!r} = {amount} must be >= 0")
+        return value
+
+
 class Config(Strict):
     conductor: ConductorConfig = Field(default_factory=ConductorConfig)
     workers: list[WorkerConfig] = Field(default_factory=_paper_workers)
@@ -206,6 +252,8 @@ class Config(Strict):
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     grader: GraderConfig = Field(default_factory=lambda: GraderConfig())  # defined below
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @field_validator("workers")
     @classmethod

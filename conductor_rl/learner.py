@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from conductor_rl.config import LearnerConfig
-from conductor_rl.grpo import completion_logprobs, grpo_loss
+from conductor_rl.grpo import grpo_loss
 from conductor_rl.models import cache_dir, load_causal_lm
 
 
@@ -89,6 +89,10 @@ class PolicyLearner:
         self.rank, self.world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
         bf16 = config.precision == "bfloat16" or (
             config.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        # On a CPU, bf16 is autocast around the forward pass (fp32 weights and optimizer):
+        # 1.7x faster on CPUs with AVX512-BF16, and DeepSpeed's own bf16 mode needs a GPU.
+        self.cpu_autocast = bf16 and not torch.cuda.is_available()
+        bf16 = bf16 and not self.cpu_autocast
         model, self.tokenizer = load_causal_lm(model_name, "float32")
         if config.gradient_checkpointing:
             model.gradient_checkpointing_enable()
@@ -118,8 +122,9 @@ class PolicyLearner:
         """One optimizer step on the whole batch (every rank calls it with the same batch)."""
         started = time.perf_counter()
         c = self.config
-        rows = list(range(self.rank, len(batch.prompt_ids), self.world_size))
+        # Contiguous blocks per rank: a question's completions stay together, so their prompt is shared.
         per_rank = math.ceil(len(batch.prompt_ids) / self.world_size)
+        rows = list(range(self.rank * per_rank, min((self.rank + 1) * per_rank, len(batch.prompt_ids))))
         n_micro = max(1, math.ceil(per_rank / c.micro_batch_size))
         if c.aggregation == "token_mean":
             normalizer = float(sum(len(x) for x in batch.completion_ids)) / self.world_size
@@ -152,32 +157,64 @@ class PolicyLearner:
             chunk, weight = [0], 0.0
         else:
             weight = 1.0
-        seqs = [batch.prompt_ids[i] + batch.completion_ids[i] for i in chunk]
-        width = max(len(s) for s in seqs)
-        pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(seqs), width), dtype=torch.long)
-        mask = torch.zeros((len(seqs), width - 1))
-        old = torch.zeros((len(seqs), width - 1))
+        width = max(1, max(len(batch.completion_ids[i]) for i in chunk))
+        mask = torch.zeros((len(chunk), width))
+        old = torch.zeros((len(chunk), width))
         for r, i in enumerate(chunk):
-            p, comp = len(batch.prompt_ids[i]), len(batch.completion_ids[i])
-            ids[r, : p + comp] = torch.tensor(seqs[r])
-            attention[r, : p + comp] = 1
-            # position t of the shifted log-probs predicts token t+1: completion tokens sit at p-1 .. p+comp-2
-            mask[r, p - 1: p - 1 + comp] = weight
-            old[r, p - 1: p - 1 + comp] = torch.tensor(batch.old_logprobs[i])
-        ids, attention, mask, old = (t.to(self.device) for t in (ids, attention, mask, old))
+            n = len(batch.completion_ids[i])
+            mask[r, :n] = weight
+            old[r, :n] = torch.tensor(batch.old_logprobs[i], dtype=torch.float32)
+        mask, old = mask.to(self.device), old.to(self.device)
         advantages = torch.tensor([batch.advantages[i] for i in chunk], device=self.device)
-        logits = self.engine(input_ids=ids, attention_mask=attention).logits
-        logprobs = completion_logprobs(logits, ids)
-        ref = None
-        if self.reference is not None:
-            with torch.no_grad():
-                ref = completion_logprobs(self.reference(input_ids=ids, attention_mask=attention).logits, ids)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
+            logprobs = self._completion_logprobs(self.engine, batch, chunk, width)
+            ref = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref = self._completion_logprobs(self.reference, batch, chunk, width)
         loss, stats = grpo_loss(logprobs, old, advantages, mask, clip_low=c.clip_low, clip_high=c.clip_high,
                                 kl_beta=c.kl_beta, ref_logprobs=ref, aggregation=c.aggregation,
                                 normalizer=normalizer)
         return loss, stats, int(mask.sum())
+
+    def _completion_logprobs(self, model: Any, batch: RolloutBatch, chunk: list[int], width: int) -> torch.Tensor:
+        """[len(chunk), width] log-probs of each row's completion tokens (0 past its end).
+
+        GRPO's G completions of a question share one prompt, usually much longer
+        than a plan. Rows with the same prompt run it once, and its key/value
+        cache is repeated for each of them (exact: the gradient flows back through
+        the shared prompt once, summed). Gradient checkpointing turns the cache
+        off in transformers, so there every row runs its whole sequence.
+        """
+        out = torch.zeros((len(chunk), width), device=self.device)
+        by_prompt: dict[tuple[int, ...], list[int]] = {}
+        for r, i in enumerate(chunk):
+            by_prompt.setdefault(tuple(batch.prompt_ids[i]), []).append(r)
+        pad = self.tokenizer.pad_token_id or 0
+        for prompt, members in by_prompt.items():
+            comps = [batch.completion_ids[chunk[r]] for r in members]
+            ids = torch.full((len(members), width), pad, dtype=torch.long)
+            attention = torch.zeros((len(members), len(prompt) + width), dtype=torch.long)
+            attention[:, : len(prompt)] = 1
+            for k, comp in enumerate(comps):
+                ids[k, : len(comp)] = torch.tensor(comp, dtype=torch.long)
+                attention[k, len(prompt): len(prompt) + len(comp)] = 1
+            ids, attention = ids.to(self.device), attention.to(self.device)
+            prompt_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+            if self.config.gradient_checkpointing:
+                full = torch.cat([prompt_ids.expand(len(members), -1), ids], dim=1)
+                logits = model(input_ids=full, attention_mask=attention).logits[:, len(prompt) - 1: -1]
+            else:
+                head = model(input_ids=prompt_ids, use_cache=True, logits_to_keep=1)
+                cache = head.past_key_values
+                cache.batch_repeat_interleave(len(members))
+                logits = head.logits.expand(len(members), -1, -1)
+                if width > 1:  # the last token's own prediction is not needed
+                    tail = model(input_ids=ids[:, :-1], attention_mask=attention[:, :-1], past_key_values=cache)
+                    logits = torch.cat([logits, tail.logits], dim=1)
+            logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+            out[members] = logps
+        return out
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         """The full weights, on CPU, by Hugging Face name (what samplers load)."""

@@ -106,6 +106,17 @@ class CostLedger:
         """Totals grouped by "worker", "provider" or "iteration"."""
         return {k: Totals(**asdict(v)) for k, v in self._by[key].items()}
 
+    def restore(self, summary: dict) -> None:
+        """Carry the totals of an earlier run (a checkpoint's `summary()`) into
+        this ledger, so a resumed run's budget counts what was already spent.
+        Individual entries are not kept in checkpoints, only their totals."""
+        self._total = Totals(**summary["total"])
+        for key in self._by:
+            restored: dict[object, Totals] = defaultdict(Totals)
+            for name, totals in summary.get(f"by_{key}", {}).items():
+                restored[int(name) if key == "iteration" else name] = Totals(**totals)
+            self._by[key] = restored
+
     def summary(self) -> dict:
         return {"total": asdict(self._total), "budget_usd": self.budget_usd,
                 **{f"by_{k}": {str(n): asdict(t) for n, t in v.items()} for k, v in self._by.items()}}

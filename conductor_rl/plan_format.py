@@ -183,10 +183,14 @@ class PlanLogitsProcessor:
             row.mode, row.then = then, ""
 
 
-def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400) -> str:
+def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400, prefix: str = "") -> str:
     """The same plan format as a regular expression, for engines with
     regex-guided decoding (vLLM's structured outputs). One alternative per
-    plan length keeps the three lists equally long."""
+    plan length keeps the three lists equally long. `prefix`: text already in
+    the prompt (a start of 'model_id = ['), which the completion continues."""
+    head = "model_id = ["
+    if not head.startswith(prefix):
+        raise PlanFormatError(f"prefix {prefix!r} must be a start of {head!r}")
     if not 1 <= n_workers <= 10:
         raise PlanFormatError(f"plan_regex supports 1 to 10 workers (one-digit ids), got {n_workers}")
     worker = f"[0-{n_workers - 1}]"
@@ -197,9 +201,9 @@ def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400) -> 
         ids = worker + (", " + worker) * (k - 1)
         subtasks = text + (", " + text) * (k - 1)
         accesses = "\\[\\]" + (", " + access) * (k - 1)
-        return f"model_id = \\[{ids}\\]\\nsubtasks = \\[{subtasks}\\]\\naccess_list = \\[{accesses}\\]\\n"
+        return f"{ids}\\]\\nsubtasks = \\[{subtasks}\\]\\naccess_list = \\[{accesses}\\]\\n"
 
-    return "(" + "|".join(plan(k) for k in range(1, max_steps + 1)) + ")"
+    return head[len(prefix):].replace("[", "\\[") + "(" + "|".join(plan(k) for k in range(1, max_steps + 1)) + ")"
 
 
 def format_processors(fmt: PlanFormat, prompt_len: int, n_workers: int, max_steps: int,

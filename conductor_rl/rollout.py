@@ -27,6 +27,13 @@ class Rollout:
     workflow: WorkflowResult | None = None
     grade: GradeResult | None = None
     reward: float | None = None
+    # Training: where it sits in the batch, what the sampler produced, and what GRPO made of it.
+    group: int = 0
+    sample: int = 0
+    completion_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    advantage: float | None = None
+    attempts: int = 0   # executions of its plan (more than one after infrastructure errors)
 
     @property
     def infrastructure_error(self) -> str | None:
@@ -62,6 +69,11 @@ class Rollout:
             "cost_usd": 0.0 if wf is None else wf.cost_usd,
             "wall_s": 0.0 if wf is None else wf.wall_s,
             "simulated": bool(wf and wf.simulated),
+            "group": self.group,
+            "sample": self.sample,
+            "completion_tokens": len(self.completion_ids),
+            "advantage": self.advantage,
+            "attempts": self.attempts,
         }
 
 
@@ -98,3 +110,43 @@ def grade_answer(task: Task, answer: str, math_grader: MathGrader | None = None)
     if task.answer_kind not in graders.KINDS:
         return GradeResult(Verdict.ERROR, None, f"no grader for answer kind {task.answer_kind!r} (have {sorted(graders.KINDS)})")
     return graders.grade(task.answer_kind, answer, task.reference, math=math_grader, meta=task.meta)
+
+
+# The training loop's steps over a whole batch (jobs/train.py): parse every
+# completion, run every parsed plan at once, grade through any grading service.
+
+def parse_rollout(rollout: Rollout, n_workers: int, max_steps: int) -> Rollout:
+    """Parse the completion; an unparsable plan gets its reward (0) at once."""
+    try:
+        rollout.plan = parse_plan(rollout.completion, n_workers=n_workers, max_steps=max_steps)
+    except PlanError as err:
+        rollout.plan_error = err.reason
+        rollout.reward = graders.reward(False, None)
+    return rollout
+
+
+def unfinished(rollouts: Sequence[Rollout]) -> list[Rollout]:
+    """Parsed rollouts without a reward: never run, or hit an infrastructure error."""
+    return [r for r in rollouts if r.plan is not None and r.reward is None]
+
+
+async def execute_rollouts(rollouts: Sequence[Rollout], workers: Sequence[Provider],
+                           limits: StepLimits | Sequence[StepLimits], key: str = "") -> None:
+    """Run every rollout's plan concurrently (a re-run replaces the failed
+    attempt's workflow and grade). `key` seeds simulated workers per run."""
+    async def run(rollout: Rollout) -> None:
+        rollout.attempts += 1
+        rollout.grade = None
+        rollout.workflow = await run_plan(rollout.plan, rollout.task, workers, limits,
+                                          sample_key=f"{key}/{rollout.group}/{rollout.sample}/{rollout.attempts}")
+    await asyncio.gather(*(run(r) for r in rollouts if r.plan is not None))
+
+
+def ready_to_grade(rollouts: Sequence[Rollout]) -> list[Rollout]:
+    return [r for r in rollouts if r.workflow is not None and not r.workflow.error and r.grade is None]
+
+
+def apply_grade(rollout: Rollout, result: GradeResult) -> None:
+    """ERROR is the grader's failure, not the answer's: no reward (retried or dropped)."""
+    rollout.grade = result
+    rollout.reward = None if result.verdict is Verdict.ERROR else graders.reward(True, result.verdict)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence, Union
 
 import torch
 
@@ -32,6 +32,7 @@ class PlanShape:
     n_workers: int
     max_steps: int
     max_subtask_tokens: int = 96
+    prefix: str = ""   # already at the end of the prompt (a start of 'model_id = [')
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class Sample:
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]      # one per token in token_ids
     finish_reason: str               # "stop" (end of sequence) or "length"
+
+
+Prompt = Union[str, Sequence[int]]
 
 
 class StaleWeightsError(RuntimeError):
@@ -68,18 +72,20 @@ class VLLMSampler:
         self.tokenizer = self.llm.get_tokenizer()
         self.weights_version = 0
 
-    def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int,
+    def sample(self, prompts: list[Prompt], n: int, temperature: float, max_tokens: int,
                top_p: float = 1.0, seed: int | None = None, shape: PlanShape | None = None) -> list[list[Sample]]:
+        """`prompts`: text, or token ids (what the learner will see, exactly)."""
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
         guided = None
         if shape is not None:
             guided = StructuredOutputsParams(
-                regex=plan_regex(shape.n_workers, shape.max_steps, 4 * shape.max_subtask_tokens))
+                regex=plan_regex(shape.n_workers, shape.max_steps, 4 * shape.max_subtask_tokens, shape.prefix))
         params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                                 logprobs=0, seed=seed, skip_special_tokens=True, structured_outputs=guided)
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
         return [[_vllm_sample(c) for c in out.outputs] for out in outputs]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
@@ -103,21 +109,25 @@ class TransformersSampler:
         self._format: PlanFormat | None = None
 
     @torch.no_grad()
-    def sample(self, prompts: list[str], n: int, temperature: float, max_tokens: int,
+    def sample(self, prompts: list[Prompt], n: int, temperature: float, max_tokens: int,
                top_p: float = 1.0, seed: int | None = None, shape: PlanShape | None = None) -> list[list[Sample]]:
         if seed is not None:
             torch.manual_seed(seed)
         eos = self.tokenizer.eos_token_id
         results = []
         for prompt in prompts:
-            inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+            if isinstance(prompt, str):
+                inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+            else:
+                ids = torch.tensor([list(prompt)], dtype=torch.long)
+                inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
             sampling = temperature > 0
             processors = None
             if shape is not None:
                 if self._format is None or self._format.max_subtask_tokens != shape.max_subtask_tokens:
                     self._format = PlanFormat(self.tokenizer, shape.max_subtask_tokens)
                 processors = format_processors(self._format, inputs["input_ids"].shape[1], shape.n_workers,
-                                               shape.max_steps, temperature, top_p)
+                                               shape.max_steps, temperature, top_p, shape.prefix)
                 temperature, top_p = (1.0, 1.0) if sampling else (temperature, top_p)
             out = self.model.generate(
                 **inputs, do_sample=sampling, temperature=temperature if sampling else None,

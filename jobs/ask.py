@@ -24,8 +24,8 @@ from conductor_rl.data import Question, load_dataset
 from conductor_rl.graders import MathGrader
 from conductor_rl.providers import ProviderUnavailableError, build_provider, cached
 from conductor_rl.rollout import Rollout, run_rollout
-from conductor_rl.workflow import StepLimits, Task
-from jobs.common import add_config_arguments, config_from_args, log
+from conductor_rl.workflow import Task
+from jobs.common import add_config_arguments, config_from_args, log, step_limits
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,14 +113,6 @@ async def ask_one(config: Config, conductor: Any, workers: list, task: Task, sam
     record["truncated"] = completions[len(attempts) - 1].truncated
     record["conductor_s"] = sampled_s
     return record
-
-
-def step_limits(worker: Any, config: Config) -> StepLimits:
-    return StepLimits(
-        max_tokens=worker.max_tokens, temperature=worker.temperature, reasoning_budget=worker.reasoning_budget,
-        timeout_s=min(worker.timeout_s, config.workflow.step_timeout_s),
-        max_context_chars=config.workflow.max_context_chars, show_question=config.workflow.show_question,
-    )
 
 
 def choose_tasks(config: Config, questions: list[str], reference: str | None, kind: str) -> list[Task]:

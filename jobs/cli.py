@@ -1,5 +1,6 @@
 """The `conductor-rl` command: one subcommand per job.
 
+    conductor-rl train [--config FILE] [key.sub=value ...] [--resume] [--json]
     conductor-rl ask [QUESTION ...] [--config FILE] [key.sub=value ...] [--json]
     conductor-rl config [--config FILE] [key.sub=value ...]     # print the resolved configuration
 """
@@ -12,7 +13,7 @@ from typing import Sequence
 
 import yaml
 
-from jobs import ask
+from jobs import ask, train
 from jobs.common import add_config_arguments, config_from_args
 
 
@@ -20,9 +21,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["ask"]:
         return ask.main(argv[1:])  # its own parser, so overrides may follow options
+    if argv[:1] == ["train"]:
+        return train.main(argv[1:])
     parser = argparse.ArgumentParser(prog="conductor-rl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
+    train.add_arguments(commands.add_parser("train", help="train the Conductor with GRPO (the main job)"))
     ask.add_arguments(commands.add_parser("ask", help="ask the Conductor a question and run its plan"))
     show = commands.add_parser("config", help="print the resolved configuration as YAML")
     show.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conductor_rl.config import Config, ConfigError, load_config
+from conductor_rl.config import Config, ConfigError, WorkerConfig, load_config
+from conductor_rl.workflow import StepLimits
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,3 +42,12 @@ def config_from_args(args: argparse.Namespace, positional: str | None = None) ->
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def step_limits(worker: WorkerConfig, config: Config) -> StepLimits:
+    """How one worker's steps are called (its own settings, within the workflow's)."""
+    return StepLimits(
+        max_tokens=worker.max_tokens, temperature=worker.temperature, reasoning_budget=worker.reasoning_budget,
+        timeout_s=min(worker.timeout_s, config.workflow.step_timeout_s),
+        max_context_chars=config.workflow.max_context_chars, show_question=config.workflow.show_question,
+    )

@@ -55,12 +55,41 @@ def test_two_ranks_end_a_step_with_identical_parameters(groups):
 
 def test_two_ranks_with_micro_batches_equal_one_rank_with_one_batch(groups):
     """The loss normalisation across ranks and micro-batches gives one big batch's gradient."""
-    one = groups(world_size=1, micro_batch_size=16, zero_stage=1)
-    two = groups(world_size=2, micro_batch_size=2, zero_stage=2)
+    # Adam's first step is about lr * sign(g): float noise on a near-zero gradient
+    # flips it. A large eps makes the step linear in g, so weights compare gradients.
+    one = groups(world_size=1, micro_batch_size=16, zero_stage=1, adam_eps=1e-3)
+    two = groups(world_size=2, micro_batch_size=2, zero_stage=2, adam_eps=1e-3)
     batch = random_batch(n=7, seed=4)   # odd: ranks get 4 and 3 rows, padded to equal micro-batches
     one.train_step(batch)
     two.train_step(batch)
     assert torch.allclose(flat_weights(one), flat_weights(two), atol=1e-6, rtol=0)
+
+
+def grouped_batch(groups=3, size=4, seed=1):
+    """GRPO's shape: `size` completions per prompt, prompts longer than completions."""
+    rng = random.Random(seed)
+    prompts, completions, old, adv = [], [], [], []
+    for _ in range(groups):
+        prompt = [rng.randrange(1000) for _ in range(rng.randint(8, 14))]
+        for _ in range(size):
+            prompts.append(prompt)
+            completions.append([rng.randrange(1000) for _ in range(rng.randint(1, 6))])
+            old.append([-7.0 + rng.uniform(-0.5, 0.5) for _ in completions[-1]])
+            adv.append(rng.uniform(-1.5, 1.5))
+    return RolloutBatch(prompts, completions, old, adv)
+
+
+def test_shared_prompt_gives_the_gradient_of_whole_sequences(groups):
+    """Running a group's prompt once and repeating its cache is exact: the same
+    step as running every row's whole sequence (the path gradient checkpointing
+    takes), with micro-batches that split groups and 1-token completions."""
+    shared = groups(world_size=1, micro_batch_size=3, adam_eps=1e-3)
+    whole = groups(world_size=1, micro_batch_size=3, gradient_checkpointing=True, adam_eps=1e-3)
+    batch = grouped_batch()
+    a, b = shared.train_step(batch), whole.train_step(batch)
+    assert a.tokens == b.tokens == sum(len(c) for c in batch.completion_ids)
+    assert a.loss == pytest.approx(b.loss, abs=1e-5)
+    assert torch.allclose(flat_weights(shared), flat_weights(whole), atol=1e-6)
 
 
 def test_checkpoint_is_a_plain_hf_folder_and_restores_the_optimizer(groups, tmp_path):

@@ -50,6 +50,7 @@ DATASET_SPEC_FORMS = (
     "humaneval",
     "jsonl:<path>  (one Question per line: id, domain, question, reference, answer_kind, source, meta)",
     "hf:<name>[@<config>][:<split>]  (needs the `datasets` library and the Hugging Face Hub)",
+    "<spec>+<spec>[+...]  (several sets, concatenated)",
 )
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -718,6 +719,7 @@ def _spec_error(spec: str, why: str) -> ValueError:
 def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
     """Load questions by a spec string; see `DATASET_SPEC_FORMS`.
 
+    Several specs joined by "+" are concatenated (``"samples:gsm8k+samples:mmlu"``).
     Examples: ``"samples:mixed"``, ``"gsm8k:test"``, ``"math500"``, ``"math:train"``,
     ``"mmlu:test"``, ``"humaneval"``, ``"jsonl:/path/file.jsonl"``, ``"hf:openai/gsm8k:test"``.
     Unknown forms raise ValueError listing the allowed ones.
@@ -725,6 +727,9 @@ def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
     if not isinstance(spec, str) or not spec.strip():
         raise _spec_error(str(spec), "empty spec")
     spec = spec.strip()
+    if "+" in spec and not spec.startswith(("jsonl:", "hf:")):
+        # "samples:gsm8k+samples:mmlu": several sets, concatenated (limit applies to each).
+        return [q for part in spec.split("+") for q in load_dataset(part, limit=limit)]
     kind, sep, rest = spec.partition(":")
     kind = kind.lower()
     limit = _check_limit(limit)

@@ -1,0 +1,83 @@
+"""What one training iteration did, as numbers: reward, accuracy, format
+failures, dropped rollouts, plan length, which worker each domain went to,
+tokens and cost. The loop adds the learner's and the phases' figures; the
+record goes to metrics.jsonl, TensorBoard and the Ray dashboard."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from typing import Sequence
+
+from conductor_rl.config import WorkerConfig
+from conductor_rl.graders import Verdict
+from conductor_rl.rollout import Rollout
+
+
+def best_workers(workers: Sequence[WorkerConfig]) -> dict[str, str]:
+    """The best worker of each domain, where that is known: when every worker
+    is simulated, the one with the highest declared accuracy (ties: none)."""
+    if not workers or any(w.sim is None for w in workers):
+        return {}
+    domains = {d for w in workers for d in w.sim.accuracy if d != "default"}
+    best = {}
+    for domain in sorted(domains):
+        scores = [(w.sim.accuracy.get(domain, w.sim.accuracy.get("default", 0.0)), w.name) for w in workers]
+        top = max(s for s, _ in scores)
+        leaders = [name for s, name in scores if s == top]
+        if len(leaders) == 1:
+            best[domain] = leaders[0]
+    return best
+
+
+def final_worker(rollout: Rollout, worker_names: Sequence[str]) -> str | None:
+    """The worker of the plan's last step: the one whose answer is graded."""
+    if rollout.plan is None or not rollout.plan.steps:
+        return None
+    return worker_names[rollout.plan.steps[-1].model_id]
+
+
+def iteration_metrics(rollouts: Sequence[Rollout], worker_names: Sequence[str],
+                      best: dict[str, str] | None = None) -> dict:
+    rewarded = [r.reward for r in rollouts if r.reward is not None]
+    graded = [r for r in rollouts if r.grade is not None and r.grade.verdict is not Verdict.ERROR]
+    parsed = [r for r in rollouts if r.plan is not None]
+    dropped = [r for r in parsed if r.reward is None]
+    n = max(len(rollouts), 1)
+
+    steps = Counter(worker_names[s.model_id] for r in parsed for s in r.plan.steps)
+    total_steps = max(sum(steps.values()), 1)
+    by_domain: dict[str, Counter] = defaultdict(Counter)
+    for r in parsed:
+        by_domain[r.task.domain][final_worker(r, worker_names)] += 1
+    usage_in = usage_out = 0
+    for r in rollouts:
+        if r.workflow is not None:
+            usage_in += r.workflow.usage.input_tokens
+            usage_out += r.workflow.usage.output_tokens
+
+    record = {
+        "rollouts": len(rollouts),
+        "reward_mean": statistics.fmean(rewarded) if rewarded else 0.0,
+        "reward_std": statistics.pstdev(rewarded) if len(rewarded) > 1 else 0.0,
+        "accuracy": sum(r.grade.verdict is Verdict.CORRECT for r in graded) / max(len(graded), 1),
+        "format_failure_rate": sum(r.plan_error is not None for r in rollouts) / n,
+        "infra_error_rate": len(dropped) / n,
+        "retried_rollouts": sum(r.attempts > 1 for r in rollouts),
+        "steps_per_plan": statistics.fmean(len(r.plan.steps) for r in parsed) if parsed else 0.0,
+        "conductor_tokens": sum(len(r.completion_ids) for r in rollouts),
+        "worker_input_tokens": usage_in,
+        "worker_output_tokens": usage_out,
+        "cost_usd": sum(r.workflow.cost_usd for r in rollouts if r.workflow is not None),
+        "worker_usage": {name: steps[name] / total_steps for name in worker_names},
+        "final_worker_by_domain": {
+            domain: {name: counts[name] / max(sum(counts.values()), 1) for name in worker_names}
+            for domain, counts in sorted(by_domain.items())
+        },
+    }
+    if best:
+        judged = [r for r in parsed if r.task.domain in best]
+        if judged:
+            record["best_worker_share"] = sum(final_worker(r, worker_names) == best[r.task.domain]
+                                              for r in judged) / len(judged)
+    return record

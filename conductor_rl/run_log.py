@@ -1,0 +1,206 @@
+"""The run log: one metrics record per training iteration, kept twice.
+
+`<run_dir>/metrics.jsonl` holds every record as one JSON line (the source of
+truth: the report and benchmarks read it back); `<run_dir>/tensorboard/` holds
+the numeric values as TensorBoard scalars for watching a run live.
+
+Resuming from a checkpoint taken after iteration K must leave no trace of the
+iterations after K that the crashed run may have logged: `RunLog(run_dir,
+resume_after=K)` rewrites metrics.jsonl without them and opens TensorBoard with
+`purge_step=K+1`, which makes TensorBoard drop the older events from K+1 on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+# The step and the wall clock of each TensorBoard event, not scalars of their own.
+_AXIS_KEYS = frozenset({"iteration", "wall_time"})
+
+
+class RunDirError(ValueError):
+    """The run folder does not fit the request (stale logs for a fresh run, a corrupt metrics file)."""
+
+
+class MetricsRecordError(ValueError):
+    """A metrics record cannot be logged (no iteration, or an iteration already logged)."""
+
+
+def is_number(value: Any) -> bool:
+    """A real number worth plotting: ints and floats (NaN included), numpy scalars; not bools."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def flatten_numbers(record: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Every numeric value of `record`, nested dicts flattened with "/":
+    {"worker_usage": {"a": 0.4}} -> {"worker_usage/a": 0.4}. Non-numbers are skipped."""
+    flat: dict[str, float] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_numbers(value, prefix=f"{name}/"))
+        elif is_number(value):
+            flat[name] = float(value)
+    return flat
+
+
+def _json_default(value: Any) -> Any:
+    # numpy / torch scalars and arrays turn up in metrics; anything else is kept as its text
+    # rather than losing a whole iteration's record to a TypeError.
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def _read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of each complete line; a torn last line is dropped,
+    a bad line before the last one raises RunDirError."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                return  # the line being written when the run crashed
+            raise RunDirError(
+                f"{path} line {number} is not valid JSON (only a torn last line is expected after a crash); "
+                f"repair or delete that line"
+            ) from None
+        if not isinstance(record, dict) or not isinstance(record.get("iteration"), int):
+            raise RunDirError(f"{path} line {number} is not a metrics record with an integer 'iteration'; repair or delete that line")
+        yield number, record
+
+
+def records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The metrics records of a run, in the order they were logged."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: is this the output folder of a training run?")
+    return [record for _, record in _read_lines(path)]
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes a rename durable; some filesystems refuse to open a folder, where there is nothing to do.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _truncate_after(path: Path, last_iteration: int) -> None:
+    """Rewrite `path` atomically keeping only records with iteration <= last_iteration."""
+    kept = [record for _, record in _read_lines(path) if record["iteration"] <= last_iteration]
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            for record in kept:
+                out.write(json.dumps(record, default=_json_default) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+class RunLog:
+    """Appends metrics records to `<run_dir>/metrics.jsonl` and TensorBoard.
+
+    resume_after: None for a fresh run (the folder must not hold metrics.jsonl
+    yet); K to continue a run from the checkpoint taken after iteration K
+    (records and events after K are discarded; -1 discards them all).
+    Iterations must then increase: logging one that is already in the log raises.
+    """
+
+    def __init__(self, run_dir: str | Path, tensorboard: bool = True, resume_after: int | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / METRICS_FILE
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume_after is None:
+            if self.path.exists():
+                raise RunDirError(
+                    f"{self.run_dir} already holds the metrics of a run ({METRICS_FILE}); "
+                    f"pass a new output folder, or --resume to continue that run"
+                )
+        else:
+            if isinstance(resume_after, bool) or not isinstance(resume_after, int) or resume_after < -1:
+                raise ValueError(f"resume_after must be an iteration >= -1 or None, got {resume_after!r}")
+            if self.path.exists():
+                _truncate_after(self.path, resume_after)
+        self._last_iteration = resume_after
+        self._file = None  # opened on the first record, so a run that logs nothing leaves no metrics.jsonl
+        self._writer = None
+        self._closed = False
+        if tensorboard:
+            # Imported here: torch is slow to import and readers of the log (report, benchmarks) never need it.
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge_step = None if resume_after is None else resume_after + 1
+            self._writer = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), purge_step=purge_step)
+            self._writer.flush()  # the purge marker counts even if the resumed run dies before logging
+
+    @property
+    def last_iteration(self) -> int | None:
+        """The last iteration logged (or resumed after), None before any."""
+        return self._last_iteration
+
+    def log(self, record: Mapping[str, Any]) -> None:
+        """Append one iteration's record; durable (fsynced) when this returns."""
+        if self._closed:
+            raise ValueError(f"this RunLog of {self.run_dir} is closed; open a new one with resume_after=<last iteration>")
+        iteration = record.get("iteration")
+        if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral):
+            raise MetricsRecordError(f"a metrics record needs an integer 'iteration', got {iteration!r}; set record['iteration']")
+        iteration = int(iteration)
+        if self._last_iteration is not None and iteration <= self._last_iteration:
+            raise MetricsRecordError(
+                f"iteration {iteration} is not after the last one logged ({self._last_iteration}); "
+                f"a resumed run must open the log with RunLog(run_dir, resume_after=<checkpoint iteration>)"
+            )
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")
+        line = json.dumps({**record, "iteration": iteration}, default=_json_default)
+        self._file.write(line + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._last_iteration = iteration
+        if self._writer is not None:
+            wall = record.get("wall_time")
+            wall = float(wall) if is_number(wall) and math.isfinite(wall) else None
+            for tag, value in flatten_numbers({k: v for k, v in record.items() if k not in _AXIS_KEYS}).items():
+                self._writer.add_scalar(tag, value, global_step=iteration, walltime=wall)
+            self._writer.flush()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> RunLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,103 @@
+"""Bring up what training runs on: the Ray cluster, then the generator engines,
+the learner ranks, the worker pool (one WorkerPool per worker, a shared cost
+ledger) and the grader pool, each placed by `cluster.*` resources."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from conductor_rl.config import Config
+from jobs.common import log
+
+
+def start_ray(config: Config) -> Any:
+    """Join the cluster named by `cluster.address` or RAY_ADDRESS (what `ray job
+    submit` sets), else start a local one in this process."""
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    address = config.cluster.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        # Phases run one after another, so a local cluster may promise more CPUs than
+        # the machine has: every actor type gets the logical CPUs it asks for.
+        wanted = local_cpu_demand(config)
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private cluster in this process needs no token
+        ray.init(num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, wanted),
+                 include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    return ray
+
+
+def local_cpu_demand(config: Config) -> int:
+    c = config.cluster
+    machine = os.cpu_count() or 1
+    engine = c.generator.get("CPU", machine)
+    rank = c.learner.get("CPU", machine)
+    return int(round(engine * config.generator.engines + rank * config.learner.world_size
+                     + c.grader.get("CPU", 1.0) * config.grader.actors
+                     + c.worker.get("CPU", 0.25) * config.train.worker_replicas * len(config.workers) + 0.5))
+
+
+def split_resources(resources: dict[str, float]) -> tuple[float, float, dict[str, float]]:
+    """{'CPU': 2, 'GPU': 1, 'gpu_node': 1} -> (num_cpus, num_gpus, custom resources)."""
+    custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU")}
+    return resources.get("CPU", 0.0), resources.get("GPU", 0.0), custom
+
+
+@dataclass
+class TrainingSystem:
+    generators: Any
+    learners: Any
+    workers: list[Any]
+    graders: Any
+    ledger: Any
+
+    def shutdown(self) -> None:
+        import ray
+
+        for part in (self.generators, self.learners):
+            part.shutdown()
+        for pool in self.workers:
+            for replica in pool.replicas:
+                ray.kill(replica)
+        self.graders.close()
+        ray.kill(self.ledger)
+
+
+def build_system(config: Config, model: str, weights_version: int, total_steps: int) -> TrainingSystem:
+    """Start every actor; `model` is the Conductor to start from (a checkpoint's HF folder on resume)."""
+    import ray
+
+    from actors.generator import GeneratorPool
+    from actors.grader import GraderPool
+    from actors.learner import LearnerGroup
+    from actors.worker_pool import WorkerPool, get_ledger
+
+    c = config.cluster
+    has_gpus = ray.cluster_resources().get("GPU", 0) > 0
+    machine = float(os.cpu_count() or 1)
+
+    generator = dict(c.generator) or ({"GPU": config.generator.tensor_parallel_size} if has_gpus else {"CPU": machine})
+    cpus, gpus, custom = split_resources(generator)
+    engine_options = {"num_cpus": cpus, "num_gpus": gpus, **({"resources": custom} if custom else {})}
+    log(f"starting {config.generator.engines} generator engine(s) ({config.generator.backend}, {generator}) ...")
+    generators = GeneratorPool(model, config.generator, seed=config.conductor.seed, resources=engine_options,
+                               weights_version=weights_version)
+
+    rank = dict(c.learner) or ({"GPU": 1, "CPU": 1} if has_gpus else {"CPU": machine})
+    log(f"starting {config.learner.world_size} learner rank(s) ({rank}) ...")
+    learners = LearnerGroup(model, config.learner, total_steps, resources_per_rank=rank)
+
+    ledger = get_ledger(config.train.budget_usd, name=f"ledger-{uuid.uuid4().hex[:12]}")
+    cpus, _, custom = split_resources(c.worker)
+    workers = [WorkerPool(w, config.train.worker_replicas, ledger=ledger, seed=config.conductor.seed,
+                          num_cpus=cpus, resources=custom or None) for w in config.workers]
+    cpus, _, custom = split_resources(c.grader)
+    graders = GraderPool(config.grader, num_cpus=cpus, resources=custom or None)
+    graders.wait_ready()
+    return TrainingSystem(generators, learners, workers, graders, ledger)
