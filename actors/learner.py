@@ -60,7 +60,10 @@ class LearnerGroup:
         bundle = resources_per_rank or ({"GPU": 1, "CPU": 1} if torch.cuda.is_available() else {"CPU": 1})
         self.placement = placement_group([dict(bundle)] * config.world_size, strategy="PACK")
         ray.get(self.placement.ready(), timeout=600)
-        master_addr, master_port = ray.util.get_node_ip_address(), _free_port()
+        # Rank 0 listens for the others: its node's address and a port free there, not the driver's.
+        master_addr, master_port = ray.get(_rendezvous.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=0),
+            num_cpus=0).remote())
         self.actors = [
             LearnerActor.options(
                 num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0),
@@ -93,7 +96,9 @@ class LearnerGroup:
         ray.util.remove_placement_group(self.placement)
 
 
-def _free_port() -> int:
+@ray.remote
+def _rendezvous() -> tuple[str, int]:
+    """Run on rank 0's node: its address and a port free on it."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.bind(("", 0))
+        return ray.util.get_node_ip_address(), s.getsockname()[1]

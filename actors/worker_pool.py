@@ -174,7 +174,9 @@ class WorkerPool:
         self.ledger = ledger if ledger is not None else get_ledger()
         check_budget = ray.get(self.ledger.budget.remote()) is not None
         policy = policy or RetryPolicy(max_retries=config.max_retries)
-        options = {"max_concurrency": config.concurrency, "num_cpus": num_cpus}
+        # A crashed replica is restarted by Ray, and the calls it was serving (or that reached it while it
+        # restarted) are sent to it again; past these limits a call fails as `replica_died`.
+        options = {"max_concurrency": config.concurrency, "num_cpus": num_cpus, "max_restarts": 3, "max_task_retries": 3}
         if resources:
             options["resources"] = resources
         self.replicas = [

@@ -90,6 +90,9 @@ class VLLMSampler:
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(named_tensors))})
+        # Cached prompt KV was computed with the old weights; reusing it would sample off-policy.
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM could not reset its prefix cache after a weight load (requests in flight?)")
         self.weights_version = version
 
 

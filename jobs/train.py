@@ -36,7 +36,10 @@ from conductor_rl.graders.service import GradeRequest
 from conductor_rl.grpo import group_advantages
 from conductor_rl.learner import RolloutBatch
 from conductor_rl.metrics import best_workers, iteration_metrics
+from conductor_rl.providers import MissingApiKeyError
+from conductor_rl.providers.keys import read_api_key
 from conductor_rl.rollout import Rollout, apply_grade, execute_rollouts, parse_rollout, ready_to_grade, unfinished
+from conductor_rl.run_log import RunDirError
 from conductor_rl.workflow import Task
 from jobs.common import add_config_arguments, config_from_args, log, step_limits
 
@@ -176,6 +179,13 @@ def train(config: Config, resume: bool = False) -> dict:
     state = checkpoints.load_state() if resume else None
     if not resume and checkpoints.latest() is not None:
         raise CheckpointError(f"{out} already holds a run: pass --resume to continue it, or a new train.output_dir")
+    if not resume and (out / "metrics.jsonl").exists():
+        # --resume cannot help here (no checkpoint), so the message must not send the user to it.
+        raise CheckpointError(f"{out} holds the log of a run that left no checkpoint to resume from: "
+                              f"set train.output_dir to a new folder, or delete {out} to start over")
+    for worker in config.workers:   # a missing API key fails here, naming its variable, not after the actors start
+        if worker.provider not in ("sim", "local"):
+            read_api_key(worker)
     questions = load_dataset(config.data.questions, limit=config.data.limit)
     start = state["iteration"] + 1 if state else 0
     stream = QuestionStream(questions, seed=t.seed, cursor=state["cursor"] if state else 0)
@@ -186,6 +196,7 @@ def train(config: Config, resume: bool = False) -> dict:
         remove_after(out, start - 1)
     (out / "config.json").write_text(json.dumps(config.model_dump(mode="json"), indent=2))
     if start >= t.iterations:
+        run_log.close()
         log(f"nothing to do: the checkpoint is at iteration {start - 1} of {t.iterations}")
         return {"stopped": "finished", "iterations": start}
 
@@ -394,8 +405,17 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: not configuration overrides: {rest} (use key.sub=value)")
     try:
         summary = train(config, resume=args.resume)
-    except CheckpointError as err:
+    except (CheckpointError, RunDirError, MissingApiKeyError) as err:
         raise SystemExit(f"error: {err}") from None
+    except Exception as err:
+        import ray.exceptions
+
+        if not isinstance(err, (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError)):
+            raise
+        # A generator or learner is gone (Ray restarts only worker and grader actors): the run cannot go on.
+        raise SystemExit(f"error: {type(err).__name__}: {str(err)[:500]}\nA generator or learner actor died "
+                         f"(out of memory?). The last checkpoint in {config.train.output_dir}/checkpoints is intact: "
+                         f"continue with --resume.") from None
     if args.json:
         print(json.dumps(summary))
     else:

@@ -28,7 +28,8 @@ def start_ray(config: Config) -> Any:
         # the machine has: every actor type gets the logical CPUs it asks for.
         wanted = local_cpu_demand(config)
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private cluster in this process needs no token
-        ray.init(num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, wanted),
+        # address="local": a new cluster, even if `ray start` left one running on this machine.
+        ray.init(address="local", num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, wanted),
                  include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     return ray
 

@@ -23,8 +23,8 @@ def perturbed_state(model, scale=0.02, seed=0):
     return list(model.state_dict().items())
 
 
-def recompute_logprobs(model, tokenizer, token_ids):
-    prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
+def recompute_logprobs(model, tokenizer, token_ids, prompt=PROMPT):
+    prompt_ids = tokenizer(prompt, add_special_tokens=False).input_ids
     ids = torch.tensor([prompt_ids + list(token_ids)])
     with torch.no_grad():
         logps = completion_logprobs(model(ids).logits, ids)
@@ -64,6 +64,20 @@ def test_after_a_weight_sync_vllm_agrees_with_transformers(vllm_generator):
     [samples] = ray.get(vllm_generator.sample.remote([PROMPT], n=3, temperature=1.0, max_tokens=10, seed=7))
     for s in samples:
         expected = recompute_logprobs(model, tokenizer, s.token_ids)
+        assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
+
+
+def test_a_weight_sync_drops_prompt_state_cached_with_the_old_weights(vllm_generator):
+    """vLLM caches the KV of long prompts (prefix caching); after new weights it
+    must not reuse them, or the sampler is silently off-policy."""
+    long_prompt = "<|im_start|>user\n" + "Plan the steps of a long task. " * 24 + "<|im_end|>\n<|im_start|>assistant\n"
+    ray.get(vllm_generator.sample.remote([long_prompt], n=2, temperature=1.0, max_tokens=4, seed=1))  # fills the cache
+    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    version = ray.get(vllm_generator.weights_version.remote()) + 1
+    ray.get(vllm_generator.load_weights.remote(perturbed_state(model, seed=5), version))
+    [samples] = ray.get(vllm_generator.sample.remote([long_prompt], n=2, temperature=1.0, max_tokens=6, seed=2))
+    for s in samples:
+        expected = recompute_logprobs(model, tokenizer, s.token_ids, prompt=long_prompt)
         assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
 
 

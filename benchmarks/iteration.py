@@ -1,0 +1,558 @@
+"""One training iteration at the paper's shape, phase by phase, and the rollout
+phase against its critical-path bound.
+
+The real loop (`jobs.train.train_iteration` on the system `jobs.training_system`
+builds: vLLM generator, DeepSpeed learner, Ray worker pool, grader pool) runs
+B questions x G rollouts (paper: 4 x 64 = 256) with the random `tiny-qwen2`
+Conductor (its quality is irrelevant to timing; `constrain_format` makes every
+plan parse) and at most `--max-steps` steps per plan. The workers are simulated
+(provider `sim`) with latencies like real API models:
+
+    sim-fast      2.0 s   (a small model, e.g. a flash tier)
+    sim-medium    3.0 s   (a frontier chat model)
+    sim-slow      8.0 s   (a reasoning model: the slower worker)
+
+each x `--latency-scale` (default 1.0) with +/- `--jitter` (default 30 %,
+uniform; the sim seeds each draw by rollout, so a run is reproducible).
+
+The key figure: `execute_s`, the rollout phase's wall time, against its
+critical-path bound. A rollout's critical path is the longest dependency chain
+of its steps' own latencies (the sim's measured time inside the worker actor;
+a step that reads earlier steps waits for them: `access` in its trace); the
+phase cannot end before its slowest rollout's critical path, so the bound is the
+max over rollouts (summed over rounds when infrastructure errors forced re-runs).
+Goal: `ratio = execute_s / critical_path_s <= 1.10`.
+
+The driver's view of every worker call is metered (a pass-through around each
+WorkerPool): calls in flight at peak, and what a call costs beyond the worker's
+own latency (Ray round trip, actor queueing), plus how late steps start after
+the steps they read have finished (the driver's event loop).
+
+    python benchmarks/iteration.py [--json] [--latency-scale S] [--questions B] [--rollouts G]
+
+Prints human-readable lines on stderr/stdout; with --json the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+GOAL_RATIO = 1.10
+
+# (name, mean latency in s at --latency-scale 1, accuracy per domain, gain from context, output tokens)
+WORKERS = [
+    ("sim-fast", 2.0, {"math": 0.45, "mmlu": 0.45, "code": 0.45}, 0.2, 150),
+    ("sim-medium", 3.0, {"math": 0.2, "mmlu": 0.9, "code": 0.4}, 0.05, 200),
+    ("sim-slow", 8.0, {"math": 0.9, "mmlu": 0.2, "code": 0.5}, 0.05, 300),
+]
+
+
+# --------------------------------------------------------------------------- critical path
+
+
+def step_critical_paths(steps: Sequence[Any]) -> list[float]:
+    """Finish time of each step if it started the moment what it reads had
+    finished and took its own latency: finish[i] = max(finish[j], j in access) + latency[i]."""
+    finish: list[float] = []
+    for s in steps:
+        ready = max((finish[j] for j in s.access if 0 <= j < len(finish)), default=0.0)
+        finish.append(ready + (s.latency_s or 0.0))
+    return finish
+
+
+def critical_path_s(steps: Sequence[Any]) -> float:
+    return max(step_critical_paths(steps), default=0.0)
+
+
+def summarize(values: Sequence[float], digits: int = 4) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {"mean": round(statistics.fmean(ordered), digits), "p50": round(ordered[len(ordered) // 2], digits),
+            "p99": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], digits),
+            "max": round(ordered[-1], digits)}
+
+
+def peak_overlap(intervals: Sequence[tuple[float, float]]) -> int:
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals], key=lambda e: (e[0], e[1]))
+    now = peak = 0
+    for _, delta in events:
+        now += delta
+        peak = max(peak, now)
+    return peak
+
+
+# --------------------------------------------------------------------------- instruments
+
+
+class MeteredPool:
+    """A pass-through around one WorkerPool that records each call's driver-side
+    start and end (perf_counter) and the worker's own latency. It is the
+    provider `run_plan` sees; everything else goes to the pool."""
+
+    def __init__(self, pool: Any, calls: list[tuple[float, float, float]], in_flight: list[int]) -> None:
+        self._pool = pool
+        self._calls = calls
+        self._in_flight = in_flight   # [now, peak], shared by all pools
+        self.name = pool.name
+        self.simulated = pool.simulated
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+    async def complete(self, request: Any) -> Any:
+        started = time.perf_counter()
+        self._in_flight[0] += 1
+        self._in_flight[1] = max(self._in_flight[1], self._in_flight[0])
+        latency = float("nan")
+        try:
+            response = await self._pool.complete(request)
+            latency = response.latency_s
+            return response
+        finally:
+            self._in_flight[0] -= 1
+            self._calls.append((started, time.perf_counter(), latency))
+
+
+class RoundRecorder:
+    """Wraps `execute_rollouts` as jobs.train calls it: one record per round
+    (a round re-runs the rollouts an infrastructure error left without a reward)."""
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+        self.rounds: list[dict] = []
+
+    async def __call__(self, rollouts: Sequence[Any], *args: Any, **kwargs: Any) -> None:
+        started = time.perf_counter()
+        try:
+            await self.original(rollouts, *args, **kwargs)
+        finally:
+            self.rounds.append({"started": started, "ended": time.perf_counter(),
+                                "rollouts": [r for r in rollouts if r.plan is not None]})
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    from conductor_rl.config import load_config
+
+    workers = [
+        {"name": name, "provider": "sim", "concurrency": args.worker_concurrency,
+         "price": {"input": 1.0, "output": 5.0},
+         "sim": {"accuracy": acc, "gain_with_context": gain, "latency_s": latency * args.latency_scale,
+                 "latency_jitter": args.jitter, "output_tokens": tokens}}
+        for name, latency, acc, gain, tokens in WORKERS
+    ]
+    overrides = [
+        f"conductor.model={args.model}",
+        "conductor.constrain_format=true",
+        f"conductor.max_steps={args.max_steps}",
+        f"conductor.max_new_tokens={args.max_new_tokens}",
+        f"train.questions_per_iteration={args.questions}",
+        f"train.rollouts_per_question={args.rollouts}",
+        f"train.worker_replicas={args.replicas}",
+        "train.progress=false",
+        "train.tensorboard=false",
+        f"generator.backend={args.backend}",
+        "cluster.generator={CPU: 1}",
+        "cluster.learner={CPU: 1}",
+        f"workers={json.dumps(workers)}",
+        *args.overrides,
+    ]
+    return load_config(None, overrides)
+
+
+def vllm_cpu_batch_budget(tokens: int) -> None:
+    """Ray worker-process set-up hook: when (and only if) a process imports vLLM's
+    `LLM`, make its default `max_num_batched_tokens` at least `tokens`.
+
+    Why: vllm-cpu 0.32 crashes ("CPU Generator does not use offset",
+    gpu_model_runner._bookkeeping_sync) whenever a *seeded* request's prompt is
+    prefilled in chunks, which its default budget of 4096 tokens a step forces
+    once B x G x prompt tokens exceed it (4 x 64 x ~300 here). The training loop
+    always seeds its samples. A budget that holds the whole batch avoids chunking."""
+    import importlib.abc
+    import importlib.util
+    import sys as _sys
+
+    def patch(llm_class: Any) -> None:
+        original = llm_class.__init__
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("max_num_batched_tokens", tokens)
+            original(self, *args, **kwargs)
+
+        llm_class.__init__ = init
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+            if name != "vllm.entrypoints.llm":
+                return None
+            _sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.loader is None:
+                return spec
+            run = spec.loader.exec_module
+
+            def exec_module(module: Any) -> None:
+                run(module)
+                patch(module.LLM)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    _sys.meta_path.insert(0, Finder())
+
+
+def start_local_ray(config: Any, batch_tokens: int | None) -> Any:
+    """`jobs.training_system.start_ray`'s local cluster, plus the vLLM-CPU set-up hook."""
+    import ray
+
+    from jobs.training_system import local_cpu_demand
+
+    if batch_tokens is None or config.cluster.address or os.environ.get("RAY_ADDRESS"):
+        return None
+    ray.init(num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, local_cpu_demand(config)),
+             include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
+             runtime_env={"worker_process_setup_hook": lambda: vllm_cpu_batch_budget(batch_tokens)})
+    return ray
+
+
+def build_loop(config: Any, iterations: int, vllm_cpu_fix: bool = True, target_steps: float = 0.0,
+               workdir: Path | None = None) -> tuple[Any, Any, dict]:
+    """The Loop `jobs.train.train` builds, for `iterations` iterations; also
+    returns what was adjusted: the vLLM-CPU batch budget (None: none needed or
+    asked) and the plan-length steer (None: none asked)."""
+    from conductor_rl.data import load_dataset
+    from conductor_rl.data.stream import QuestionStream
+    from conductor_rl.metrics import best_workers
+    from jobs.train import ConductorPrompts, Loop, StopSignal
+    from jobs.training_system import build_system, start_ray
+
+    t = config.train
+    questions = load_dataset(config.data.questions, limit=config.data.limit)
+    stream = QuestionStream(questions, seed=t.seed)
+    drawn = stream.peek(t.questions_per_iteration * iterations)
+    steer = None
+    if target_steps > 0:
+        assert workdir is not None
+        steer = steer_plan_length(config, drawn, target_steps, workdir / "conductor")
+        config.conductor.model = str(workdir / "conductor")
+    prompts = ConductorPrompts(config)
+    batch_tokens = None
+    if vllm_cpu_fix and config.generator.backend == "vllm" and not _has_cuda():
+        longest = max(len(prompts.ids(q.question)) for q in drawn)
+        batch_tokens = max(8192, -(-t.questions_per_iteration * t.rollouts_per_question * longest // 1024) * 1024)
+    start_local_ray(config, batch_tokens)
+    ray = start_ray(config)   # returns the cluster start_local_ray started, if it did
+    system = build_system(config, config.conductor.model, 0, total_steps=t.iterations)
+    loop = Loop(config, system, stream, prompts, StopSignal(), 0, best_workers(config.workers))
+    return ray, loop, {"vllm_cpu_max_num_batched_tokens": batch_tokens, "plan_length_steer": steer}
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# --------------------------------------------------------------------------- plan length
+
+
+def steer_plan_length(config: Any, questions: Sequence[Any], target_steps: float, folder: Path) -> dict:
+    """Save into `folder` a copy of the Conductor whose plans average about
+    `target_steps` steps (at most conductor.max_steps), for `questions`' prompts.
+
+    The random tiny-qwen2 closes `model_id = [...]` after its first id three times
+    in four, so its plans average ~1.4 steps where the paper's average ~3. Under
+    the format constraint its only say in a plan's length is, after each worker
+    id, "," (one more step) against "]" (done). This adds to the "," token's
+    (tied) embedding row a multiple c of the mean final hidden state at those
+    decisions, raising the "," logit there; c is found by bisection so that the
+    expected length, 1 + q1 + q1 q2 + ... (q_k: P(",") after k ids, constrained
+    to the allowed tokens, averaged over the prompts), meets the target. It is
+    still a random policy that the loop samples, trains and syncs as any other."""
+    import random
+
+    import torch
+
+    from conductor_rl.models import load_causal_lm, resolve_model
+    from jobs.train import ConductorPrompts
+
+    c = config.conductor
+    n_workers = len(config.workers)
+    if not 1.0 <= target_steps <= c.max_steps:
+        raise ValueError(f"target steps {target_steps} must be between 1 and conductor.max_steps={c.max_steps}")
+    model, tokenizer = load_causal_lm(c.model, "float32")
+    prompts = ConductorPrompts(config)
+    text = [tokenizer.convert_tokens_to_string([t]) for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))]
+    close = [i for i, t in enumerate(text) if t.startswith("]") and "]\nsubtasks = [".startswith(t)]
+    more = [i for i, t in enumerate(text) if t and ", ".startswith(t)]
+    comma = tokenizer.convert_tokens_to_ids(",")
+    rng = random.Random(0)
+    contexts = [[prompts.ids(q.question) + tokenizer(", ".join(str(rng.randrange(n_workers)) for _ in range(k)),
+                                                     add_special_tokens=False)["input_ids"]
+                 for k in range(1, c.max_steps)] for q in questions]
+    embedding = model.get_input_embeddings().weight
+    original = embedding[comma].detach().clone()
+
+    @torch.no_grad()
+    def expected_steps() -> float:
+        total = 0.0
+        for chain in contexts:
+            survive, steps = 1.0, 1.0
+            for ids in chain:
+                p = torch.softmax(model(torch.tensor([ids])).logits[0, -1], -1)
+                survive *= float(p[more].sum() / (p[more].sum() + p[close].sum()))
+                steps += survive
+            total += steps
+        return total / len(contexts)
+
+    with torch.no_grad():
+        hidden = torch.stack([model(torch.tensor([chain[0]]), output_hidden_states=True).hidden_states[-1][0, -1]
+                              for chain in contexts])
+    direction = hidden.mean(0) / hidden.mean(0).norm() ** 2
+
+    def set_bias(scale: float) -> float:
+        with torch.no_grad():
+            embedding[comma] = original + scale * direction
+        return expected_steps()
+
+    before = set_bias(0.0)
+    lo = hi = 0.0   # bracket the target: expected steps grow with the scale
+    if before < target_steps:
+        hi = 1.0
+        while set_bias(hi) < target_steps and hi < 64:
+            lo, hi = hi, hi * 2
+    else:
+        lo = -1.0
+        while set_bias(lo) > target_steps and lo > -64:
+            hi, lo = lo, lo * 2
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        if set_bias(mid) < target_steps:
+            lo = mid
+        else:
+            hi = mid
+    scale = (lo + hi) / 2
+    after = set_bias(scale)
+    folder.mkdir(parents=True, exist_ok=True)
+    source = Path(resolve_model(c.model))
+    for item in source.iterdir():   # tokenizer, chat template, generation config
+        if item.is_file() and item.suffix != ".safetensors":
+            (folder / item.name).write_bytes(item.read_bytes())
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return {"from": c.model, "comma_bias_scale": round(scale, 4), "expected_steps_before": round(before, 3),
+            "expected_steps_after": round(after, 3), "target_steps": target_steps}
+
+
+# --------------------------------------------------------------------------- one iteration
+
+
+def measure_iteration(loop: Any, iteration: int, ray: Any) -> dict:
+    import jobs.train as train_module
+
+    calls: list[tuple[float, float, float]] = []
+    in_flight = [0, 0]
+    pools = loop.system.workers
+    recorder = RoundRecorder(train_module.execute_rollouts)
+    loop.system.workers = [MeteredPool(p, calls, in_flight) for p in pools]
+    train_module.execute_rollouts = recorder
+    try:
+        ray.get(loop.system.ledger.start_iteration.remote(iteration))
+        started = time.perf_counter()
+        record, rollouts = train_module.train_iteration(loop, iteration)
+        wall = time.perf_counter() - started
+    finally:
+        train_module.execute_rollouts = recorder.original
+        loop.system.workers = pools
+    return analyse(record, rollouts, recorder.rounds, calls, in_flight[1], wall)
+
+
+def analyse(record: dict, rollouts: Sequence[Any], rounds: Sequence[dict], calls: Sequence[tuple[float, float, float]],
+            peak_in_flight: int, wall: float) -> dict:
+    # The bound: per round, the slowest rollout's critical path; rounds add up.
+    bound, round_rows = 0.0, []
+    for n, rnd in enumerate(rounds):
+        paths = [critical_path_s(r.workflow.steps) for r in rnd["rollouts"] if r.workflow is not None]
+        # A rollout re-run in a later round holds only its last attempt's trace; its
+        # earlier attempt's path is unknown, so that round's bound is what is left.
+        worst = max(paths, default=0.0)
+        bound += worst
+        round_rows.append({"rollouts": len(rnd["rollouts"]), "wall_s": round(rnd["ended"] - rnd["started"], 3),
+                           "critical_path_s": round(worst, 3)})
+    execute = record.get("time_execute_s", 0.0)
+
+    executed = [r for r in rollouts if r.workflow is not None]
+    steps = [s for r in executed for s in r.workflow.steps]
+    called = [s for s in steps if s.started_s is not None]
+    paths = [critical_path_s(r.workflow.steps) for r in executed]
+    # How late each step started after the steps it reads had finished (driver-side times).
+    lags, overheads = [], []
+    for r in executed:
+        ss = r.workflow.steps
+        for s in ss:
+            if s.started_s is None or s.finished_s is None:
+                continue
+            ready = max((ss[j].finished_s or 0.0 for j in s.access), default=0.0)
+            lags.append(s.started_s - ready)
+            overheads.append((s.finished_s - s.started_s) - s.latency_s)
+    # Each rollout: its wall time (first call to last answer) against its own critical path.
+    stretch = [r.workflow.wall_s - p for r, p in zip(executed, paths)]
+    # Calls, from the driver's meter: the first call's start after the phase began, the
+    # last answer before it ended, and each call's cost beyond the worker's own latency.
+    first_round = rounds[0] if rounds else None
+    meter = {}
+    if calls and first_round:
+        meter = {
+            "first_call_after_s": round(min(c[0] for c in calls) - first_round["started"], 4),
+            "last_answer_before_end_s": round(rounds[-1]["ended"] - max(c[1] for c in calls), 4),
+            "call_overhead_s": summarize([(b - a) - lat for a, b, lat in calls if lat == lat]),
+            "peak_in_flight_from_intervals": peak_overlap([(a, b) for a, b, _ in calls]),
+        }
+    n_steps = [len(r.plan.steps) for r in rollouts if r.plan is not None]
+    phases = {k[len("time_"):-len("_s")]: round(v, 3) for k, v in record.items()
+              if k.startswith("time_") and k.endswith("_s")}
+    return {
+        "execute_s": round(execute, 3),
+        "critical_path_s": round(bound, 3),
+        "ratio": round(execute / bound, 4) if bound > 0 else None,
+        "phases_s": phases,
+        "iteration_s": round(wall, 3),
+        "rollouts": len(rollouts),
+        "parsed": len(n_steps),
+        "steps": len(steps),
+        "steps_per_plan": round(statistics.fmean(n_steps), 3) if n_steps else None,
+        "steps_per_plan_histogram": {str(k): n_steps.count(k) for k in sorted(set(n_steps))},
+        "worker_calls": len(calls),
+        "calls_in_flight_peak": peak_in_flight,
+        "rounds": round_rows,
+        "retried_rollouts": sum(1 for r in rollouts if r.attempts > 1),
+        "failed_steps": sum(1 for s in steps if s.error),
+        "dropped_rollouts": sum(1 for r in rollouts if r.plan is not None and r.reward is None),
+        "step_latency_s": summarize([s.latency_s for s in called], 3),
+        "rollout_critical_path_s": summarize(paths, 3),
+        "step_start_lag_s": summarize(lags),
+        "call_overhead_s": summarize(overheads),
+        "rollout_wall_minus_critical_path_s": summarize(stretch),
+        "meter": meter,
+        "reward_mean": record.get("reward_mean"),
+        "informative_groups": record.get("informative_groups"),
+        "learned": "loss" in record,
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def report_line(label: str, row: dict) -> str:
+    phases = "  ".join(f"{k} {v:.2f}s" for k, v in row["phases_s"].items())
+    return (f"{label}: {row['rollouts']} rollouts, {row['steps']} steps ({row['steps_per_plan']} per plan), "
+            f"{row['worker_calls']} calls, peak {row['calls_in_flight_peak']} in flight\n"
+            f"  phases: {phases}\n"
+            f"  execute {row['execute_s']:.2f}s vs critical path {row['critical_path_s']:.2f}s: ratio {row['ratio']}\n"
+            f"  step start lag {row['step_start_lag_s']}\n  call overhead {row['call_overhead_s']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--latency-scale", type=float, default=1.0,
+                        help="multiplies every worker's mean latency (2 s / 3 s / 8 s at 1.0)")
+    parser.add_argument("--jitter", type=float, default=0.3, help="relative +/- spread of each call's latency")
+    parser.add_argument("--questions", type=int, default=4, help="B: questions per iteration (paper: 4)")
+    parser.add_argument("--rollouts", type=int, default=64, help="G: rollouts per question (paper: 64)")
+    parser.add_argument("--max-steps", type=int, default=5, help="most steps per plan (paper: 5)")
+    parser.add_argument("--target-steps", type=float, default=3.0,
+                        help="steer the random Conductor to plans of about this many steps on average (paper: ~3; "
+                             "0: leave it, ~1.4 steps; see steer_plan_length)")
+    parser.add_argument("--max-new-tokens", type=int, default=384, help="Conductor tokens per plan")
+    parser.add_argument("--worker-concurrency", type=int, default=1024, help="calls in flight per WorkerActor")
+    parser.add_argument("--replicas", type=int, default=1, help="WorkerActors per worker")
+    parser.add_argument("--warmup", type=int, default=0, help="iterations run (and reported) before the measured one")
+    parser.add_argument("--model", default="tiny-qwen2", help="the Conductor (default: the random tiny-qwen2)")
+    parser.add_argument("--backend", default="vllm", choices=["vllm", "transformers"], help="generator backend")
+    parser.add_argument("--no-vllm-cpu-fix", action="store_true",
+                        help="leave vllm-cpu's default batch budget (crashes at this shape: see vllm_cpu_batch_budget)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a further configuration override")
+    args = parser.parse_args(argv)
+    if args.latency_scale <= 0 or args.questions < 1 or args.rollouts < 2 or args.warmup < 0:
+        parser.error("--latency-scale must be > 0, --questions >= 1, --rollouts >= 2, --warmup >= 0")
+
+    begun = time.perf_counter()
+    config = build_config(args)
+    print(f"building the system: {config.conductor.model} ({config.generator.backend}), "
+          f"{len(config.workers)} sim workers x {config.train.worker_replicas} replica(s), "
+          f"concurrency {args.worker_concurrency} ...", file=sys.stderr, flush=True)
+    workdir = Path(tempfile.mkdtemp(prefix="conductor-bench-iteration-"))
+    try:
+        ray, loop, adjusted = build_loop(config, args.warmup + 1, vllm_cpu_fix=not args.no_vllm_cpu_fix,
+                                         target_steps=args.target_steps, workdir=workdir)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    setup_s = time.perf_counter() - begun
+    try:
+        warmups = []
+        for i in range(args.warmup):
+            row = measure_iteration(loop, i, ray)
+            warmups.append(row)
+            print(report_line(f"warm-up iteration {i}", row), file=sys.stderr, flush=True)
+        row = measure_iteration(loop, args.warmup, ray)
+        print(report_line(f"measured iteration {args.warmup}", row), file=sys.stderr, flush=True)
+    finally:
+        loop.system.shutdown()
+        ray.shutdown()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    figures = {
+        "benchmark": "iteration",
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "model": args.model,
+        "backend": config.generator.backend,
+        "shape": {"questions": args.questions, "rollouts_per_question": args.rollouts, "max_steps": args.max_steps},
+        "workers": {w.name: round(w.sim.latency_s, 3) for w in config.workers},
+        "latency_scale": args.latency_scale,
+        "jitter": args.jitter,
+        "worker_concurrency": args.worker_concurrency,
+        "replicas": args.replicas,
+        **adjusted,
+        **row,
+        "goal_ratio": GOAL_RATIO,
+        "ratio_goal_met": row["ratio"] is not None and row["ratio"] <= GOAL_RATIO,
+        "warmup": [{k: w[k] for k in ("execute_s", "critical_path_s", "ratio", "phases_s", "iteration_s",
+                                      "steps", "calls_in_flight_peak")} for w in warmups],
+        "setup_s": round(setup_s, 2),
+        "seconds": round(time.perf_counter() - begun, 2),
+    }
+    print(f"execute {figures['execute_s']:.2f}s / critical path {figures['critical_path_s']:.2f}s = ratio "
+          f"{figures['ratio']} (goal <= {GOAL_RATIO}: {'met' if figures['ratio_goal_met'] else 'NOT met'}); "
+          f"{figures['seconds']} s in all")
+    if args.json:
+        print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,510 @@
+"""End-to-end tests of the training job (jobs/train.py) on a real local Ray cluster.
+
+Every run is the embedded default (configs/local.yaml: simulated workers) made
+small: the tiny-qwen2 Conductor, 2 questions x 4 rollouts an iteration, 2
+iterations. A system start (vLLM engine, DeepSpeed learner, worker and grader
+actors) is most of a run's time, so the runs are shared by module fixtures:
+
+- `straight_run`: two iterations in one go (the reference);
+- `sigterm_run`: `python -m jobs.train` in a subprocess, sent SIGTERM as soon as
+  it logs iteration 0, so that it stops in iteration 1 (abandoned, redone on resume);
+- `resumed_run`: `train(..., resume=True)` on the SIGTERM run's folder.
+
+The resumed run must draw, iteration by iteration, the questions the straight
+run drew, and log every iteration once. Bad input must fail before any actor
+starts; a budget stops the run with a checkpoint; killed worker and grader
+actors are restarted and the iteration completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conductor_rl.config import load_config
+from conductor_rl.data.question import Question
+from conductor_rl.data.stream import QuestionStream
+from conductor_rl.run_log import records
+from conductor_rl.traces import read_traces, trace_files
+
+REPO = Path(__file__).resolve().parent.parent
+ITERATIONS = 2
+QUESTIONS, ROLLOUTS = 2, 4
+FAST = [
+    "conductor.model=tiny-qwen2", f"train.rollouts_per_question={ROLLOUTS}",
+    f"train.questions_per_iteration={QUESTIONS}", "conductor.max_new_tokens=64", "train.progress=false",
+    # Fits the session's 8-CPU test cluster (tests/conftest.py) next to the grader (1 CPU) and the workers
+    # (0.25 each); the subprocess run uses the same, so that every run computes with the same thread counts.
+    "cluster.generator={CPU: 1}", "cluster.learner={CPU: 1}",
+]
+
+
+def overrides(out: Path, *extra: str) -> list[str]:
+    return [*FAST, f"train.output_dir={out}", *extra]
+
+
+def make_config(out: Path, *extra: str):
+    return load_config(None, overrides(out, *extra))
+
+
+def subprocess_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local cluster, never ours
+    env.update(RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def logged_iterations(run_dir: Path) -> list[int]:
+    return [r["iteration"] for r in records(run_dir)]
+
+
+def questions_by_iteration(run_dir: Path) -> dict[int, list[str]]:
+    """{iteration: the question id of each group, in group order}, from the Parquet traces."""
+    groups: dict[int, dict[int, set[str]]] = {}
+    for row in read_traces(run_dir):
+        groups.setdefault(row["iteration"], {}).setdefault(row["group"], set()).add(row["question_id"])
+    out = {}
+    for iteration, by_group in groups.items():
+        assert all(len(ids) == 1 for ids in by_group.values()), f"a group mixes questions: {by_group}"
+        out[iteration] = [next(iter(by_group[g])) for g in sorted(by_group)]
+    return out
+
+
+def rollouts_of(run_dir: Path, iteration: int) -> dict[tuple[int, int], dict]:
+    return {(r["group"], r["sample"]): r for r in read_traces(run_dir, [iteration])}
+
+
+def latest_state(run_dir: Path) -> tuple[Path, dict]:
+    found = sorted((run_dir / "checkpoints").glob("ckpt-*/state.json"))
+    assert found, f"no complete checkpoint in {run_dir / 'checkpoints'}: {list((run_dir / 'checkpoints').glob('*'))}"
+    return found[-1].parent, json.loads(found[-1].read_text())
+
+
+# ---------------------------------------------------------------- the question stream
+
+def sample_questions(n: int) -> list[Question]:
+    return [Question(id=f"q{i}", question=f"question {i}?", reference=str(i), domain="math", answer_kind="numeric",
+                     source="test")
+            for i in range(n)]
+
+
+def test_question_stream_reshuffles_every_epoch_and_draws_each_question_once_per_epoch():
+    questions = sample_questions(10)
+    stream = QuestionStream(questions, seed=3)
+    epochs = [[q.id for q in stream.take(5) + stream.take(5)] for _ in range(4)]
+    for order in epochs:
+        assert sorted(order) == sorted(q.id for q in questions)
+    assert len({tuple(order) for order in epochs}) == 4, f"every epoch must have its own order: {epochs}"
+    assert epochs[0] != [q.id for q in questions], "the first epoch must be shuffled too"
+    again = QuestionStream(questions, seed=3)
+    assert [q.id for q in again.take(40)] == sum(epochs, []), "the order is a function of the seed"
+    assert [q.id for q in QuestionStream(questions, seed=4).take(10)] != epochs[0]
+
+
+@pytest.mark.parametrize("batches_done", [0, 1, 3, 4, 7])
+def test_question_stream_resumed_at_its_cursor_draws_the_batches_that_would_have_come_next(batches_done):
+    questions = sample_questions(7)   # batches of 3 cross epoch boundaries
+    straight = QuestionStream(questions, seed=11)
+    taken = [straight.take(3) for _ in range(batches_done)]
+    cursor = straight.cursor
+    assert cursor == 3 * batches_done
+    assert straight.peek(3) == straight.peek(3), "peek draws nothing"
+    expected = [straight.take(3) for _ in range(3)]
+    resumed = QuestionStream(questions, seed=11, cursor=cursor)
+    assert [resumed.take(3) for _ in range(3)] == expected
+    assert len(taken) == batches_done
+
+
+def test_question_stream_rejects_an_empty_set_and_a_negative_cursor():
+    with pytest.raises(ValueError, match="empty.*data.questions"):
+        QuestionStream([], seed=0)
+    with pytest.raises(ValueError, match="cursor"):
+        QuestionStream(sample_questions(2), cursor=-1)
+
+
+# ---------------------------------------------------------------- bad input fails before any actor starts
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Fail the test if the job gets as far as starting Ray or any actor."""
+    import jobs.training_system as ts
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the job went on to start Ray and its actors instead of failing first")
+
+    monkeypatch.setattr(ts, "start_ray", refuse)
+    monkeypatch.setattr(ts, "build_system", refuse)
+
+
+def run_main(argv: list[str]) -> SystemExit:
+    from jobs.train import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    return exit_info.value
+
+
+def test_invalid_config_exits_nonzero_at_once_naming_the_key(tmp_path):
+    out = tmp_path / "run"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "jobs.train", *overrides(out, "train.iterations=0"), "--json"],
+                          cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=180)
+    elapsed = time.monotonic() - started
+    assert proc.returncode != 0
+    assert "train.iterations" in proc.stderr and "greater than or equal to 1" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "Ray instance" not in proc.stderr and "starting" not in proc.stderr, proc.stderr
+    assert proc.stdout.strip() == ""
+    assert not out.exists(), "nothing may be written for an invalid configuration"
+    assert elapsed < 90, f"an invalid configuration took {elapsed:.0f}s to report"
+
+
+def test_unknown_key_fails_before_any_actor_starts(tmp_path, no_cluster):
+    out = tmp_path / "run"
+    err = run_main([*overrides(out, "train.iteratons=3")])
+    assert err.code not in (0, None)
+    assert "train.iteratons" in str(err.code) and "unknown key" in str(err.code), err.code
+    assert not out.exists()
+
+
+def test_unwritable_output_folder_fails_before_any_actor_starts(tmp_path, no_cluster):
+    blocker = tmp_path / "file.txt"     # a regular file: nothing can be created under it, not even by root
+    blocker.write_text("not a folder")
+    err = run_main(overrides(blocker / "sub"))
+    assert err.code not in (0, None)
+    assert str(blocker / "sub") in str(err.code) and "not writable" in str(err.code), err.code
+    assert "train.output_dir" in str(err.code), "the message must name the setting to change"
+    assert blocker.read_text() == "not a folder"
+
+
+def test_fresh_run_into_a_folder_that_holds_a_checkpointed_run_refuses_without_resume(tmp_path, no_cluster):
+    out = tmp_path / "run"
+    done = out / "checkpoints" / "ckpt-000003"
+    done.mkdir(parents=True)
+    (done / "state.json").write_text(json.dumps({"iteration": 3, "cursor": 8, "weights_version": 4}))
+    (out / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i}) + "\n" for i in range(4)))
+    err = run_main(overrides(out))
+    assert err.code not in (0, None)
+    assert "already holds a run" in str(err.code) and "--resume" in str(err.code), err.code
+    assert (done / "state.json").exists() and len(records(out)) == 4, "the old run must be left as it was"
+
+
+def test_fresh_run_into_a_folder_whose_run_left_no_checkpoint_refuses_and_says_what_to_do(tmp_path, no_cluster):
+    # A run killed after logging iteration 0 but before its first checkpoint: neither a
+    # fresh run nor --resume can use the folder, and neither may send the user to the other.
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text(json.dumps({"iteration": 0}) + "\n")
+    fresh = run_main(overrides(out))
+    assert fresh.code not in (0, None)
+    assert isinstance(fresh.code, str) and str(out) in fresh.code, f"a clean error naming the folder, got {fresh.code!r}"
+    assert "train.output_dir" in fresh.code, fresh.code
+    resumed = run_main([*overrides(out), "--resume"])
+    assert resumed.code not in (0, None)
+    assert "no complete checkpoint" in str(resumed.code), resumed.code
+    assert records(out) == [{"iteration": 0}], "the folder must be left as it was"
+
+
+def test_missing_api_key_fails_before_any_actor_starts(tmp_path, monkeypatch, no_cluster):
+    monkeypatch.delenv("CONDUCTOR_RL_TEST_UNSET_KEY", raising=False)
+    out = tmp_path / "run"
+    err = run_main(overrides(out, "workers.0.provider=openai", "workers.0.model=gpt-test",
+                             "workers.0.api_key_env=CONDUCTOR_RL_TEST_UNSET_KEY"))
+    assert err.code not in (0, None)
+    assert "CONDUCTOR_RL_TEST_UNSET_KEY" in str(err.code), err.code
+
+
+# ---------------------------------------------------------------- full runs
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train-runs")
+    yield root
+    for folder in root.glob("*/checkpoints"):   # ~0.4 GB each; metrics and traces stay for a post-mortem
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def straight_run(ray_cluster, runs_root):
+    from jobs.train import train
+
+    out = runs_root / "straight"
+    summary = train(make_config(out, f"train.iterations={ITERATIONS}"))
+    return SimpleNamespace(out=out, summary=summary)
+
+
+@pytest.fixture(scope="module")
+def sigterm_run(runs_root):
+    """`python -m jobs.train`, sent SIGTERM once it has logged iteration 0."""
+    out = runs_root / "sigterm"
+    command = [sys.executable, "-m", "jobs.train", *overrides(out, f"train.iterations={ITERATIONS}", "train.report=false"),
+               "--json"]
+    proc = subprocess.Popen(command, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    stdout: list[str] = []
+    stderr: list[str] = []
+    first_iteration_done = threading.Event()
+
+    def pump_stderr() -> None:
+        for line in proc.stderr:
+            stderr.append(line)
+            if line.startswith("iteration 0:"):
+                first_iteration_done.set()
+
+    pumps = [threading.Thread(target=pump_stderr, daemon=True),
+             threading.Thread(target=lambda: stdout.extend(proc.stdout), daemon=True)]
+    for pump in pumps:
+        pump.start()
+    try:
+        deadline = time.monotonic() + 360
+        while not first_iteration_done.wait(timeout=1):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the run never logged iteration 0 (exit {proc.poll()}):\n{''.join(stderr)[-4000:]}")
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        returncode = proc.wait(timeout=300)
+        stopped_after_s = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for pump in pumps:
+        pump.join(timeout=10)
+    text = "".join(stdout).strip()
+    summary = json.loads(text.splitlines()[-1]) if text else None
+    return SimpleNamespace(out=out, returncode=returncode, summary=summary, stderr="".join(stderr),
+                           stopped_after_s=stopped_after_s)
+
+
+@pytest.fixture(scope="module")
+def resumed_run(sigterm_run, ray_cluster):
+    from jobs.train import train
+
+    assert sigterm_run.returncode == 0, sigterm_run.stderr[-4000:]
+    before = latest_state(sigterm_run.out)
+    summary = train(make_config(sigterm_run.out, f"train.iterations={ITERATIONS}", "train.report=false"), resume=True)
+    return SimpleNamespace(out=sigterm_run.out, summary=summary, resumed_from=before)
+
+
+def test_sigterm_stops_at_a_safe_point_with_exit_0_and_a_complete_checkpoint(sigterm_run):
+    run = sigterm_run
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert run.summary is not None, f"no JSON summary on stdout; stderr:\n{run.stderr[-4000:]}"
+    assert run.summary["stopped"] == "SIGTERM", run.summary
+    assert "SIGTERM received" in run.stderr
+    # Signalled after iteration 0: iteration 1 is abandoned, not logged, and redone on resume.
+    assert run.summary["iterations"] == 1, run.summary
+    assert logged_iterations(run.out) == [0]
+    assert list(trace_files(run.out)) == [0]
+    folder, state = latest_state(run.out)
+    assert run.summary["checkpoint"] == str(folder) and folder.name == "ckpt-000000"
+    assert state["iteration"] == 0
+    assert state["cursor"] == QUESTIONS, "the abandoned iteration's questions must be drawn again on resume"
+    assert state["weights_version"] == records(run.out)[0]["weights_version"]
+    assert (folder / "model" / "config.json").is_file() and any((folder / "optimizer").iterdir())
+    assert not list((run.out / "checkpoints").glob("*.partial"))
+    assert run.stopped_after_s < 180, f"took {run.stopped_after_s:.0f}s to stop after SIGTERM"
+
+
+def test_resume_after_sigterm_redoes_the_abandoned_iteration_and_logs_each_iteration_once(resumed_run):
+    run = resumed_run
+    assert run.resumed_from[0].name == "ckpt-000000"
+    assert run.summary["stopped"] == "finished" and run.summary["iterations"] == ITERATIONS, run.summary
+    assert logged_iterations(run.out) == list(range(ITERATIONS)), "no iteration twice, none missing"
+    assert list(trace_files(run.out)) == list(range(ITERATIONS))
+    for iteration in range(ITERATIONS):
+        rows = read_traces(run.out, [iteration])
+        assert len(rows) == QUESTIONS * ROLLOUTS and {r["iteration"] for r in rows} == {iteration}
+    folder, state = latest_state(run.out)
+    assert folder.name == f"ckpt-{ITERATIONS - 1:06d}" and state["iteration"] == ITERATIONS - 1
+    assert state["cursor"] == ITERATIONS * QUESTIONS
+    assert state["weights_version"] == records(run.out)[-1]["weights_version"]
+    # The ledger carries over: the run's total is the sum of its iterations' costs.
+    logged = records(run.out)
+    assert logged[-1]["cost_total_usd"] == pytest.approx(sum(r["cost_usd"] for r in logged), rel=1e-9)
+
+
+def test_resumed_run_draws_the_same_questions_as_a_straight_run(straight_run, resumed_run):
+    assert straight_run.summary["stopped"] == "finished" and straight_run.summary["iterations"] == ITERATIONS
+    assert logged_iterations(straight_run.out) == list(range(ITERATIONS))
+    straight = questions_by_iteration(straight_run.out)
+    resumed = questions_by_iteration(resumed_run.out)
+    assert sorted(straight) == sorted(resumed) == list(range(ITERATIONS))
+    for iteration in range(ITERATIONS):
+        assert len(straight[iteration]) == QUESTIONS
+        assert resumed[iteration] == straight[iteration], f"iteration {iteration} drew other questions"
+    drawn = [q for iteration in range(ITERATIONS) for q in straight[iteration]]
+    assert len(set(drawn)) == len(drawn), f"the stream must move on, not draw a question again: {straight}"
+
+
+def test_a_run_repeats_iteration_0_exactly_given_the_seed(straight_run, sigterm_run):
+    """Iteration 0 samples from the initial weights with sample_seed(seed, 0), in another
+    process and Ray cluster here: plans, answers, rewards, costs and the learner step agree."""
+    straight, other = rollouts_of(straight_run.out, 0), rollouts_of(sigterm_run.out, 0)
+    assert sorted(straight) == sorted(other) and len(straight) == QUESTIONS * ROLLOUTS
+    for key in straight:
+        a, b = straight[key], other[key]
+        for field in ("question_id", "completion", "completion_tokens", "plan", "final_answer", "verdict", "reward",
+                      "cost_usd"):
+            assert a[field] == b[field], f"rollout {key}: {field} differs: {a[field]!r} != {b[field]!r}"
+    a, b = records(straight_run.out)[0], records(sigterm_run.out)[0]
+    for name in ("reward_mean", "accuracy", "conductor_tokens", "cost_usd", "informative_groups", "weights_version"):
+        assert a[name] == b[name], f"{name}: {a[name]} != {b[name]}"
+    if "loss" in a or "loss" in b:
+        for name in ("loss", "grad_norm", "ratio_mean", "learner_tokens"):
+            assert b[name] == pytest.approx(a[name], rel=1e-5, abs=1e-7), name
+
+
+def test_resumed_run_samples_what_the_straight_run_sampled_after_weight_updates(straight_run, resumed_run):
+    """From iteration 1 on, sampling uses updated weights: the straight run's engine got them by
+    a weight sync, the resumed run's engine loaded them from the checkpoint. Same weights and
+    seed must give the same plans (this failed while vLLM kept prompt KV cached with the old
+    weights across a sync); the same batch and optimizer state must give the same next weights."""
+    from safetensors.torch import load_file
+
+    assert records(straight_run.out)[0]["weights_version"] == 1, "iteration 0 must have stepped the learner"
+    for iteration in range(1, ITERATIONS):
+        straight, resumed = rollouts_of(straight_run.out, iteration), rollouts_of(resumed_run.out, iteration)
+        assert sorted(straight) == sorted(resumed)
+        differing = [key for key in straight if straight[key]["completion"] != resumed[key]["completion"]]
+        assert not differing, f"iteration {iteration}: {len(differing)} of {len(straight)} completions differ"
+        for key in straight:
+            assert straight[key]["reward"] == resumed[key]["reward"], f"iteration {iteration}, rollout {key}"
+        a, b = records(straight_run.out)[iteration], records(resumed_run.out)[iteration]
+        for name in ("reward_mean", "accuracy", "cost_usd", "conductor_tokens", "informative_groups", "weights_version"):
+            assert a[name] == b[name], f"iteration {iteration}: {name} {a[name]} != {b[name]}"
+        for name in ("loss", "grad_norm"):
+            if name in a or name in b:
+                assert b[name] == pytest.approx(a[name], rel=1e-5, abs=1e-7), f"iteration {iteration}: {name}"
+    # The optimizer state came back with the checkpoint: one Adam step from a fresh state
+    # moves each weight by about lr (5e-5 here), far more than this tolerance.
+    a = load_file(str(latest_state(straight_run.out)[0] / "model" / "model.safetensors"))
+    b = load_file(str(latest_state(resumed_run.out)[0] / "model" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    worst = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+    assert worst <= 1e-6, f"the final weights differ by up to {worst:g}"
+
+
+# ---------------------------------------------------------------- budget
+
+def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0(straight_run, ray_cluster, runs_root, capsys):
+    from jobs.train import main
+
+    costs = [r["cost_usd"] for r in records(straight_run.out)]
+    # Iteration 0 costs what it cost in the straight run (same seed); iteration 1 crosses the budget.
+    budget = 1.25 * costs[0]
+    assert costs[0] > 0 and costs[1] > 0.25 * costs[0], f"the straight run's costs do not allow this test: {costs}"
+    out = runs_root / "budget"
+    code = main([*overrides(out, f"train.iterations={ITERATIONS}", f"train.budget_usd={budget}", "train.report=false",
+                            "train.tensorboard=false"), "--json"])
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert code == 0
+    assert summary["stopped"] == "budget", summary
+    assert summary["iterations"] == 1, summary
+    assert logged_iterations(out) == [0]
+    folder, state = latest_state(out)
+    assert summary["checkpoint"] == str(folder) and folder.name == "ckpt-000000"
+    assert state["cursor"] == QUESTIONS, "the abandoned iteration is redone on resume"
+    # What the abandoned iteration spent is in the ledger the checkpoint keeps, so a resume knows it.
+    spent = state["ledger"]["total"]["cost_usd"]
+    assert spent >= budget and spent > records(out)[0]["cost_total_usd"], (spent, budget)
+
+
+# ---------------------------------------------------------------- crashed actors
+
+def process_gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")   # a zombie no longer runs anything
+
+
+def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_completes(ray_cluster, tmp_path, monkeypatch):
+    import ray
+
+    import jobs.train as jt
+    from conductor_rl.data import load_dataset
+    from conductor_rl.metrics import best_workers
+    from jobs.training_system import build_system
+
+    # The transformers sampler starts faster than a vLLM engine; generation is not what is tested here.
+    config = make_config(tmp_path / "run", "train.iterations=1", "train.report=false", "train.tensorboard=false",
+                         "generator.backend=transformers")
+    system = build_system(config, config.conductor.model, 0, total_steps=1)
+
+    def pid(actor) -> int | None:
+        """The actor's process id; None when it is dead for good."""
+        try:
+            return ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=180)
+        except ray.exceptions.RayActorError:
+            return None
+
+    try:
+        replicas = [pool.replicas[0] for pool in system.workers]
+        grader = system.graders.actors[0]
+        pids_before = [pid(r) for r in replicas], pid(grader)
+        killed = {"workers": 0, "grader": 0}
+
+        execute = jt.execute_rollouts
+
+        async def execute_with_a_crash(rollouts, workers, limits, key=""):
+            async def crash_while_calls_are_in_flight() -> None:
+                await asyncio.sleep(0.05)
+                for replica in replicas:
+                    ray.kill(replica, no_restart=False)
+                killed["workers"] += 1
+
+            crash = asyncio.ensure_future(crash_while_calls_are_in_flight()) if not killed["workers"] else None
+            await execute(rollouts, workers, limits, key=key)
+            if crash is not None:
+                await crash
+
+        grade_many = system.graders.grade_many
+
+        def grade_with_a_crash(requests, timeout_s=None):
+            if not killed["grader"]:
+                # Killed before the first grading, and gone before any request is sent, so that the
+                # first attempt's requests meet a dead or restarting actor (not one still finishing them).
+                ray.kill(grader, no_restart=False)
+                deadline = time.monotonic() + 60
+                while not process_gone(pids_before[1]) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                killed["grader"] += 1
+            return grade_many(requests, timeout_s)
+
+        monkeypatch.setattr(jt, "execute_rollouts", execute_with_a_crash)
+        monkeypatch.setattr(system.graders, "grade_many", grade_with_a_crash)
+
+        questions = load_dataset(config.data.questions, limit=config.data.limit)
+        loop = jt.Loop(config, system, QuestionStream(questions, seed=config.train.seed), jt.ConductorPrompts(config),
+                       jt.StopSignal(), 0, best_workers(config.workers))
+        ray.get(system.ledger.start_iteration.remote(0))
+        record, rollouts = jt.train_iteration(loop, 0)
+        assert killed == {"workers": 1, "grader": 1}
+        pids_after = [pid(r) for r in replicas], pid(grader)   # alive again: Ray restarted them
+    finally:
+        system.shutdown()
+
+    # The crashes hit the first of the rollouts' two attempts (train.rollout_attempts): what they broke
+    # is run again once Ray has restarted the actors, and no rollout is lost.
+    assert record["iteration"] == 0 and len(rollouts) == QUESTIONS * ROLLOUTS
+    dropped = [r.infrastructure_error for r in rollouts if r.plan is not None and r.reward is None]
+    assert not dropped, f"rollouts lost to the crashes: {dropped} (retried: {record['retried_rollouts']})"
+    assert record["infra_error_rate"] == 0.0
+    (workers_before, grader_before), (workers_after, grader_after) = pids_before, pids_after
+    assert None not in workers_after, f"a killed worker replica was not restarted (process ids {workers_after})"
+    assert grader_after is not None, "the killed grader actor was not restarted"
+    assert all(a != b for a, b in zip(workers_before, workers_after)), (workers_before, workers_after)
+    assert grader_before != grader_after, (grader_before, grader_after)
