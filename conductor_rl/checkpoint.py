@@ -37,10 +37,12 @@ class Checkpoints:
         """Complete checkpoints, oldest first (a folder counts once its state file is in place)."""
         if not self.folder.is_dir():
             return []
-        found = [p for p in self.folder.iterdir()
+        found = {p.name: p for p in self.folder.iterdir()
                  if p.is_dir() and p.name.startswith(PREFIX) and not p.name.endswith(".partial")
-                 and (p / STATE_FILE).is_file()]
-        return sorted(found, key=lambda p: p.name)
+                 and (p / STATE_FILE).is_file()}
+        # "<name>.old" is a complete checkpoint only while its replacement is being renamed in.
+        kept = [p for name, p in found.items() if not (name.endswith(".old") and name[:-4] in found)]
+        return sorted(kept, key=lambda p: p.name)
 
     def latest(self) -> Path | None:
         done = self.complete()
@@ -57,10 +59,13 @@ class Checkpoints:
             partial.mkdir(parents=True)
             write_files(partial)
             _write_json(partial / STATE_FILE, state)
+            stale = final.with_name(final.name + ".old")
             if final.exists():  # the same iteration saved again (a stop right after a periodic save)
-                shutil.rmtree(final)
+                shutil.rmtree(stale, ignore_errors=True)
+                os.replace(final, stale)  # still a complete checkpoint until the new one is in place
             os.replace(partial, final)
             _fsync_dir(self.folder)
+            shutil.rmtree(stale, ignore_errors=True)
         except OSError as err:
             shutil.rmtree(partial, ignore_errors=True)
             previous = self.latest()

@@ -113,7 +113,8 @@ class WorkerConfig(Strict):
                             "usage after each call), enforced across the cluster (None: no limit).")
     max_retries: int = Field(5, ge=0, description="Retries of a failed call (429, 5xx, timeouts, dropped "
                              "connections); other 4xx fail at once. SDK retries are always off.")
-    concurrency: int = Field(64, ge=1, description="Calls in flight at once in each worker-pool replica.")
+    concurrency: int = Field(256, ge=1, description="Calls in flight at once in each worker-pool replica; "
+                             "replicas x concurrency should reach B x G (the paper: 256), or steps queue.")
 
     @model_validator(mode="after")
     def _provider_fields(self) -> "WorkerConfig":

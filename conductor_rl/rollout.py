@@ -130,10 +130,15 @@ def unfinished(rollouts: Sequence[Rollout]) -> list[Rollout]:
     return [r for r in rollouts if r.plan is not None and r.reward is None]
 
 
+def needs_execution(rollouts: Sequence[Rollout]) -> list[Rollout]:
+    """Parsed plans never run, or whose run failed (a grader failure needs no re-run: the answer stands)."""
+    return [r for r in rollouts if r.plan is not None and (r.workflow is None or r.workflow.error)]
+
+
 async def execute_rollouts(rollouts: Sequence[Rollout], workers: Sequence[Provider],
                            limits: StepLimits | Sequence[StepLimits], key: str = "") -> None:
     """Run every rollout's plan concurrently (a re-run replaces the failed
-    attempt's workflow and grade). `key` seeds simulated workers per run."""
+    attempt's workflow). `key` seeds simulated workers per run."""
     async def run(rollout: Rollout) -> None:
         rollout.attempts += 1
         rollout.grade = None
@@ -143,7 +148,9 @@ async def execute_rollouts(rollouts: Sequence[Rollout], workers: Sequence[Provid
 
 
 def ready_to_grade(rollouts: Sequence[Rollout]) -> list[Rollout]:
-    return [r for r in rollouts if r.workflow is not None and not r.workflow.error and r.grade is None]
+    """Finished workflows not graded yet, or whose grading failed (graded again)."""
+    return [r for r in rollouts if r.workflow is not None and not r.workflow.error
+            and (r.grade is None or r.grade.verdict is Verdict.ERROR)]
 
 
 def apply_grade(rollout: Rollout, result: GradeResult) -> None:

@@ -82,8 +82,12 @@ class VLLMSampler:
         if shape is not None:
             guided = StructuredOutputsParams(
                 regex=plan_regex(shape.n_workers, shape.max_steps, 4 * shape.max_subtask_tokens, shape.prefix))
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                                logprobs=0, seed=seed, skip_special_tokens=True, structured_outputs=guided)
+        # One seed per prompt: a shared seed would give every prompt the same random draws,
+        # so groups would not be independent samples of the policy.
+        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0,
+                                 seed=None if seed is None else prompt_seed(seed, i),
+                                 skip_special_tokens=True, structured_outputs=guided)
+                  for i in range(len(prompts))]
         inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
         return [[_vllm_sample(c) for c in out.outputs] for out in outputs]
@@ -94,6 +98,10 @@ class VLLMSampler:
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM could not reset its prefix cache after a weight load (requests in flight?)")
         self.weights_version = version
+
+
+def prompt_seed(seed: int, index: int) -> int:
+    return (seed * 7919 + index * 1_000_003) % (2**31)
 
 
 def _vllm_sample(completion: Any) -> Sample:

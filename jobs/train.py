@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from conductor_rl.checkpoint import CheckpointError, Checkpoints, check_writable
-from conductor_rl.config import Config
+from conductor_rl.config import Config, ConfigError
 from conductor_rl.data import Question, load_dataset
 from conductor_rl.data.stream import QuestionStream
 from conductor_rl.graders.service import GradeRequest
@@ -38,7 +38,8 @@ from conductor_rl.learner import RolloutBatch
 from conductor_rl.metrics import best_workers, iteration_metrics
 from conductor_rl.providers import MissingApiKeyError
 from conductor_rl.providers.keys import read_api_key
-from conductor_rl.rollout import Rollout, apply_grade, execute_rollouts, parse_rollout, ready_to_grade, unfinished
+from conductor_rl.rollout import (Rollout, apply_grade, execute_rollouts, needs_execution, parse_rollout,
+                                  ready_to_grade, unfinished)
 from conductor_rl.run_log import RunDirError
 from conductor_rl.workflow import Task
 from jobs.common import add_config_arguments, config_from_args, log, step_limits
@@ -98,7 +99,8 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
                 break
             loop.stop.check()
             with timed(phases, "execute"):
-                asyncio.run(execute_rollouts(todo, system.workers, limits, key=f"{c.train.seed}/{iteration}"))
+                asyncio.run(execute_rollouts(needs_execution(todo), system.workers, limits,
+                                             key=f"{c.train.seed}/{iteration}"))
             check_budget(system)
             to_grade = ready_to_grade(todo)
             with timed(phases, "grade"):
@@ -188,8 +190,12 @@ def train(config: Config, resume: bool = False) -> dict:
             read_api_key(worker)
     questions = load_dataset(config.data.questions, limit=config.data.limit)
     start = state["iteration"] + 1 if state else 0
-    stream = QuestionStream(questions, seed=t.seed, cursor=state["cursor"] if state else 0)
+    if state and state["config"]["train"]["iterations"] != t.iterations:
+        log(f"warning: resuming with train.iterations={t.iterations}, the run started with "
+            f"{state['config']['train']['iterations']}: the learning-rate schedule follows the new length")
     prompts = ConductorPrompts(config)
+    questions = fitting_questions(questions, prompts, config)
+    stream = QuestionStream(questions, seed=t.seed, cursor=state["cursor"] if state else 0)
     run_log = RunLog(out, tensorboard=t.tensorboard, resume_after=start - 1 if resume else None)
     traces = TraceWriter(out)
     if resume:
@@ -241,8 +247,9 @@ def train(config: Config, resume: bool = False) -> dict:
                 if (iteration + 1) % t.checkpoint_every == 0 or iteration == t.iterations - 1:
                     save_checkpoint(checkpoints, loop, iteration, ledger)
                     saved = iteration
-        if done > saved or (how != "finished" and done >= start):
-            # A stop: what was spent on an abandoned iteration is in the ledger it saves.
+        if done > saved or (how != "finished" and done >= 0):
+            # A stop: what was spent on an abandoned iteration is in the ledger it saves (also when
+            # it was the first one after a resume: the checkpoint resumed from is written again).
             save_checkpoint(checkpoints, loop, done, ray.get(system.ledger.summary.remote()))
     finally:
         run_log.close()
@@ -295,6 +302,20 @@ class ConductorPrompts:
             text = apply_chat_template(self.tokenizer, messages) + c.response_prefix
             self._cache[question] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self._cache[question]
+
+
+def fitting_questions(questions: list[Question], prompts: "ConductorPrompts", config: Config) -> list[Question]:
+    """Questions whose prompt leaves room for a whole plan in the generator's context;
+    the others are left out of training (with a count), not sent to crash the engine."""
+    room = config.generator.max_model_len - config.conductor.max_new_tokens
+    kept = [q for q in questions if len(prompts.ids(q.question)) <= room]
+    if len(kept) < len(questions):
+        log(f"leaving out {len(questions) - len(kept)} of {len(questions)} questions whose prompt is longer than "
+            f"{room} tokens (generator.max_model_len - conductor.max_new_tokens)")
+    if not kept:
+        raise ConfigError(f"generator.max_model_len: no question's prompt fits in {config.generator.max_model_len} "
+                          f"tokens with conductor.max_new_tokens={config.conductor.max_new_tokens}; raise it")
+    return kept
 
 
 def task_of(question: Question) -> Task:
@@ -405,7 +426,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: not configuration overrides: {rest} (use key.sub=value)")
     try:
         summary = train(config, resume=args.resume)
-    except (CheckpointError, RunDirError, MissingApiKeyError) as err:
+    except (CheckpointError, ConfigError, RunDirError, MissingApiKeyError) as err:
         raise SystemExit(f"error: {err}") from None
     except Exception as err:
         import ray.exceptions

@@ -50,6 +50,15 @@ def test_vllm_samples_g_completions_with_logprobs(vllm_generator):
         assert s.finish_reason in ("stop", "length")
 
 
+def test_each_prompt_of_a_seeded_call_gets_its_own_draws(vllm_generator):
+    """GRPO groups must be independent: one seed shared by every prompt would give
+    the same prompt twice the same samples (and similar prompts the same choices)."""
+    first, second = ray.get(vllm_generator.sample.remote([PROMPT, PROMPT], n=4, temperature=1.0, max_tokens=8, seed=3))
+    assert [s.token_ids for s in first] != [s.token_ids for s in second]
+    again = ray.get(vllm_generator.sample.remote([PROMPT, PROMPT], n=4, temperature=1.0, max_tokens=8, seed=3))
+    assert [s.token_ids for s in again[0]] == [s.token_ids for s in first]   # still reproducible
+
+
 def test_after_a_weight_sync_vllm_agrees_with_transformers(vllm_generator):
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     state = perturbed_state(model)

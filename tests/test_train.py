@@ -11,9 +11,13 @@ actors) is most of a run's time, so the runs are shared by module fixtures:
 - `resumed_run`: `train(..., resume=True)` on the SIGTERM run's folder.
 
 The resumed run must draw, iteration by iteration, the questions the straight
-run drew, and log every iteration once. Bad input must fail before any actor
-starts; a budget stops the run with a checkpoint; killed worker and grader
-actors are restarted and the iteration completes.
+run drew, sample the same plans, land on the same weights, and log every
+iteration once. (The interrupted run keeps train.iterations: the learning-rate
+schedule spans train.iterations, so a run resumed with more iterations learns
+with other rates from then on.) Bad input must fail before any actor starts; a
+budget stops the run with a checkpoint; killed worker and grader actors are
+restarted and the iteration completes. `light_system` stands in for the
+generator, learner and graders where only train()'s own bookkeeping is tested.
 """
 
 from __future__ import annotations
@@ -118,7 +122,8 @@ def test_question_stream_resumed_at_its_cursor_draws_the_batches_that_would_have
     taken = [straight.take(3) for _ in range(batches_done)]
     cursor = straight.cursor
     assert cursor == 3 * batches_done
-    assert straight.peek(3) == straight.peek(3), "peek draws nothing"
+    straight.peek(3)
+    assert straight.cursor == cursor, "peek draws nothing"
     expected = [straight.take(3) for _ in range(3)]
     resumed = QuestionStream(questions, seed=11, cursor=cursor)
     assert [resumed.take(3) for _ in range(3)] == expected
@@ -395,30 +400,121 @@ def test_resumed_run_samples_what_the_straight_run_sampled_after_weight_updates(
     assert worst <= 1e-6, f"the final weights differ by up to {worst:g}"
 
 
+# ---------------------------------------------------------------- a lighter system
+
+class _FakeGenerators:
+    """Stands in for the vLLM engines: sample i of every question is the one-step plan for
+    worker `i % spread` (spread=1: every plan asks worker 0)."""
+
+    def __init__(self, spread: int) -> None:
+        self.spread = spread
+
+    def sample(self, prompts, n, *_args, **_kwargs):
+        from conductor_rl.sampling import Sample
+
+        def plan(worker: int) -> str:   # what follows the response prefix "model_id = ["
+            return f'{worker}]\nsubtasks = ["Answer the question."]\naccess_list = [[]]'
+
+        return [[Sample(plan(i % self.spread), (11, 12, 13), (-1.0, -1.0, -1.0), "stop") for i in range(n)]
+                for _ in prompts]
+
+    def load_weights(self, *_args) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _FakeLearners:
+    """Stands in for the DeepSpeed learner group: no step, a one-file checkpoint."""
+
+    def train_step(self, batch):
+        from conductor_rl.learner import StepStats
+
+        return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0.0, sum(map(len, batch.completion_ids)), 0.0)
+
+    def named_weights(self):
+        return None
+
+    def save(self, folder: str) -> str:
+        (Path(folder) / "model").mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "model" / "weights.bin").write_bytes(b"w")
+        return folder
+
+    def load(self, folder: str) -> None:
+        assert (Path(folder) / "model" / "weights.bin").exists(), f"not a checkpoint of this learner: {folder}"
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.fixture
+def light_system(monkeypatch):
+    """`build_system` with the real worker pools, cost ledger and grader pool, and stand-ins for
+    the generator and the learner (whose start is most of a minute): for what train() and
+    train_iteration do around them. `light_system.spread` sets which workers the plans use."""
+    import uuid
+
+    import jobs.training_system as ts
+    from actors.grader import GraderPool
+    from actors.worker_pool import WorkerPool, get_ledger
+
+    def build(config, model, weights_version, total_steps):
+        ledger = get_ledger(config.train.budget_usd, name=f"ledger-{uuid.uuid4().hex[:12]}")
+        workers = [WorkerPool(w, config.train.worker_replicas, ledger=ledger, seed=config.conductor.seed,
+                              num_cpus=0.25) for w in config.workers]
+        graders = GraderPool(config.grader, num_cpus=0.5)
+        graders.wait_ready()
+        return ts.TrainingSystem(_FakeGenerators(build.spread), _FakeLearners(), workers, graders, ledger)
+
+    build.spread = 1
+    monkeypatch.setattr(ts, "build_system", build)
+    return build
+
+
 # ---------------------------------------------------------------- budget
 
-def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0(straight_run, ray_cluster, runs_root, capsys):
+# Worker 0 answers in exactly 10 tokens at $100,000 per million: every call costs $1.00, and
+# an iteration whose 8 plans each make one call to it costs $8.00.
+DOLLAR_CALLS = ["workers.0.max_tokens=10", "workers.0.sim.output_tokens=1000", "workers.0.price.input=0",
+                "workers.0.price.output=100000"]
+
+
+def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0_and_stays_spent_on_resume(
+        ray_cluster, tmp_path, light_system, capsys):
     from jobs.train import main
 
-    costs = [r["cost_usd"] for r in records(straight_run.out)]
-    # Iteration 0 costs what it cost in the straight run (same seed); iteration 1 crosses the budget.
-    budget = 1.25 * costs[0]
-    assert costs[0] > 0 and costs[1] > 0.25 * costs[0], f"the straight run's costs do not allow this test: {costs}"
-    out = runs_root / "budget"
-    code = main([*overrides(out, f"train.iterations={ITERATIONS}", f"train.budget_usd={budget}", "train.report=false",
-                            "train.tensorboard=false"), "--json"])
-    captured = capsys.readouterr()
-    summary = json.loads(captured.out.strip().splitlines()[-1])
+    out = tmp_path / "run"
+    argv = overrides(out, "train.iterations=3", "train.report=false", "train.tensorboard=false", *DOLLAR_CALLS)
+
+    # Iteration 0 spends $8 of $10; iteration 1's calls cross the budget: it is abandoned.
+    code = main([*argv, "train.budget_usd=10", "--json"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0
-    assert summary["stopped"] == "budget", summary
-    assert summary["iterations"] == 1, summary
-    assert logged_iterations(out) == [0]
+    assert summary["stopped"] == "budget" and summary["iterations"] == 1, summary
+    assert records(out)[0]["cost_usd"] == pytest.approx(8.0)
+    assert logged_iterations(out) == [0] and list(trace_files(out)) == [0]
     folder, state = latest_state(out)
     assert summary["checkpoint"] == str(folder) and folder.name == "ckpt-000000"
-    assert state["cursor"] == QUESTIONS, "the abandoned iteration is redone on resume"
-    # What the abandoned iteration spent is in the ledger the checkpoint keeps, so a resume knows it.
+    assert state["iteration"] == 0 and state["cursor"] == QUESTIONS, "the abandoned iteration is redone on resume"
     spent = state["ledger"]["total"]["cost_usd"]
-    assert spent >= budget and spent > records(out)[0]["cost_total_usd"], (spent, budget)
+    assert spent >= 10.0, f"what the abandoned iteration spent must be in the checkpoint's ledger: ${spent}"
+
+    # Resumed with the same budget: stops before any worker call.
+    code = main([*argv, "train.budget_usd=10", "--resume", "--json"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and summary["stopped"] == "budget" and summary["iterations"] == 1, summary
+    assert latest_state(out)[1]["ledger"]["total"]["cost_usd"] == pytest.approx(spent, abs=1e-9)
+
+    # Resumed with $1.50 more, the first iteration after the resume crosses it again: what it spent
+    # must be saved (the checkpoint resumed from is written again), or every resume spends anew.
+    raised = spent + 1.5
+    code = main([*argv, f"train.budget_usd={raised}", "--resume", "--json"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and summary["stopped"] == "budget" and summary["iterations"] == 1, summary
+    again = latest_state(out)[1]["ledger"]["total"]["cost_usd"]
+    assert again >= raised, f"the checkpoint forgot what the abandoned iteration spent: ${again} < ${raised}"
+    assert logged_iterations(out) == [0]
 
 
 # ---------------------------------------------------------------- crashed actors
@@ -431,18 +527,20 @@ def process_gone(pid: int) -> bool:
     return state in ("Z", "X")   # a zombie no longer runs anything
 
 
-def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_completes(ray_cluster, tmp_path, monkeypatch):
+def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_completes(
+        ray_cluster, tmp_path, monkeypatch, light_system):
+    """train_iteration on the real worker pools and grader pool: every worker replica is killed
+    while its calls are in flight, the grader actor just before the first grading."""
     import ray
 
     import jobs.train as jt
+    import jobs.training_system as ts
     from conductor_rl.data import load_dataset
     from conductor_rl.metrics import best_workers
-    from jobs.training_system import build_system
 
-    # The transformers sampler starts faster than a vLLM engine; generation is not what is tested here.
-    config = make_config(tmp_path / "run", "train.iterations=1", "train.report=false", "train.tensorboard=false",
-                         "generator.backend=transformers")
-    system = build_system(config, config.conductor.model, 0, total_steps=1)
+    config = make_config(tmp_path / "run", "train.iterations=1", "train.report=false", "train.tensorboard=false")
+    light_system.spread = len(config.workers)      # plans for every worker
+    system = ts.build_system(config, config.conductor.model, 0, total_steps=1)
 
     def pid(actor) -> int | None:
         """The actor's process id; None when it is dead for good."""
@@ -461,7 +559,7 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
 
         async def execute_with_a_crash(rollouts, workers, limits, key=""):
             async def crash_while_calls_are_in_flight() -> None:
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)   # simulated calls take 0.1-0.2 s
                 for replica in replicas:
                     ray.kill(replica, no_restart=False)
                 killed["workers"] += 1
@@ -500,6 +598,7 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
     # The crashes hit the first of the rollouts' two attempts (train.rollout_attempts): what they broke
     # is run again once Ray has restarted the actors, and no rollout is lost.
     assert record["iteration"] == 0 and len(rollouts) == QUESTIONS * ROLLOUTS
+    assert {r.plan.steps[0].model_id for r in rollouts} == set(range(len(config.workers))), "every worker is called"
     dropped = [r.infrastructure_error for r in rollouts if r.plan is not None and r.reward is None]
     assert not dropped, f"rollouts lost to the crashes: {dropped} (retried: {record['retried_rollouts']})"
     assert record["infra_error_rate"] == 0.0

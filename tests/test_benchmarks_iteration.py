@@ -1,0 +1,62 @@
+"""benchmarks/iteration.py: its critical-path arithmetic, and one tiny
+iteration of the real loop end to end (slow: Ray, vLLM and the learner start)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "benchmarks" / "iteration.py"
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("bench_iteration", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def step(latency: float, access: list[int]) -> SimpleNamespace:
+    return SimpleNamespace(latency_s=latency, access=access)
+
+
+def test_critical_path_follows_what_each_step_reads() -> None:
+    bench = load_benchmark()
+    # 0 and 1 independent, 2 reads both, 3 reads only 0: the chain 1 -> 2 is the longest.
+    steps = [step(2.0, []), step(3.0, []), step(1.5, [0, 1]), step(4.0, [0])]
+    assert bench.step_critical_paths(steps) == [2.0, 3.0, 4.5, 6.0]
+    assert bench.critical_path_s(steps) == 6.0
+    assert bench.critical_path_s([step(1.0, []), step(1.0, [0]), step(1.0, [0, 1])]) == 3.0  # a chain adds up
+    assert bench.critical_path_s([]) == 0.0
+
+
+def test_peak_overlap_counts_calls_in_flight() -> None:
+    bench = load_benchmark()
+    assert bench.peak_overlap([(0, 2), (1, 3), (2.5, 4), (5, 6)]) == 2
+    assert bench.peak_overlap([(0, 1), (1, 2)]) == 1   # one ends as the next starts
+    assert bench.peak_overlap([]) == 0
+
+
+@pytest.mark.slow
+def test_a_tiny_iteration_runs_end_to_end() -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--json", "--questions", "1", "--rollouts", "4", "--latency-scale", "0.05",
+         "--max-new-tokens", "256"],
+        cwd=REPO, capture_output=True, text=True, timeout=540,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["rollouts"] == 4 and figures["parsed"] == 4
+    assert figures["worker_calls"] == figures["steps"] >= 4
+    assert figures["calls_in_flight_peak"] >= 1
+    assert set(figures["phases_s"]) >= {"generate", "execute", "grade", "iteration"}
+    # The phase cannot beat its bound; at this size it is all overhead, so only loosely above it.
+    assert figures["critical_path_s"] > 0
+    assert 0.99 <= figures["ratio"] < 3.0
