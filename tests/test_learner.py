@@ -79,17 +79,29 @@ def grouped_batch(groups=3, size=4, seed=1):
     return RolloutBatch(prompts, completions, old, adv)
 
 
-def test_shared_prompt_gives_the_gradient_of_whole_sequences(groups):
+def test_shared_prompt_gives_the_gradient_of_whole_sequences(ray_cluster):
     """Running a group's prompt once and repeating its cache is exact: the same
     step as running every row's whole sequence (the path gradient checkpointing
     takes), with micro-batches that split groups and 1-token completions."""
-    shared = groups(world_size=1, micro_batch_size=3, adam_eps=1e-3)
-    whole = groups(world_size=1, micro_batch_size=3, gradient_checkpointing=True, adam_eps=1e-3)
-    batch = grouped_batch()
-    a, b = shared.train_step(batch), whole.train_step(batch)
-    assert a.tokens == b.tokens == sum(len(c) for c in batch.completion_ids)
-    assert a.loss == pytest.approx(b.loss, abs=1e-5)
-    assert torch.allclose(flat_weights(shared), flat_weights(whole), atol=1e-6)
+    from actors.learner import LearnerGroup
+
+    def make(**overrides):
+        return LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=3, adam_eps=1e-3,
+                                                        **overrides), total_steps=10)
+
+    shared = make()
+    try:
+        whole = make(gradient_checkpointing=True)
+        try:
+            batch = grouped_batch()
+            a, b = shared.train_step(batch), whole.train_step(batch)
+            assert a.tokens == b.tokens == sum(len(c) for c in batch.completion_ids)
+            assert a.loss == pytest.approx(b.loss, abs=1e-5)
+            assert torch.allclose(flat_weights(shared), flat_weights(whole), atol=1e-6)
+        finally:
+            whole.shutdown()   # the module's other groups stay up; the session cluster has 8 CPUs
+    finally:
+        shared.shutdown()
 
 
 def test_checkpoint_is_a_plain_hf_folder_and_restores_the_optimizer(groups, tmp_path):
