@@ -262,7 +262,7 @@ def train(config: Config, resume: bool = False) -> dict:
         summary.update(summarize(kept))
         if t.report:
             summary["report"] = str(write_report(out, title=f"Training report: {config.conductor.model}",
-                                                 extra={"stopped": how, "config": t.output_dir}))
+                                                 extra={"stopped": how, "output_dir": str(out), "seed": t.seed}))
     log(f"run {how} after iteration {done}; checkpoint: {summary['checkpoint']}")
     return summary
 
