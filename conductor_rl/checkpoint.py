@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
+from conductor_rl.atomic_files import fsync_dir, write_atomically
+
 PREFIX = "ckpt-"
 STATE_FILE = "state.json"
 
@@ -58,13 +60,13 @@ class Checkpoints:
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
             write_files(partial)
-            _write_json(partial / STATE_FILE, state)
+            write_atomically(partial / STATE_FILE, lambda out: json.dump(state, out, indent=2))
             stale = final.with_name(final.name + ".old")
             if final.exists():  # the same iteration saved again (a stop right after a periodic save)
                 shutil.rmtree(stale, ignore_errors=True)
                 os.replace(final, stale)  # still a complete checkpoint until the new one is in place
             os.replace(partial, final)
-            _fsync_dir(self.folder)
+            fsync_dir(self.folder)
             shutil.rmtree(stale, ignore_errors=True)
         except OSError as err:
             shutil.rmtree(partial, ignore_errors=True)
@@ -100,18 +102,3 @@ def check_writable(folder: str | Path) -> Path:
         raise CheckpointError(f"output folder {folder} is not writable ({err.strerror or err}): "
                               f"set train.output_dir to a folder you can write") from err
     return folder
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    with open(path, "w") as f:
-        json.dump(data, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

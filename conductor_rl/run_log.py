@@ -16,9 +16,10 @@ import json
 import math
 import numbers
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
+
+from conductor_rl.atomic_files import fsync_dir, write_atomically
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -91,35 +92,10 @@ def records(run_dir: str | Path) -> list[dict[str, Any]]:
     return [record for _, record in _read_lines(path)]
 
 
-def _fsync_dir(folder: Path) -> None:
-    # Makes a rename durable; some filesystems refuse to open a folder, where there is nothing to do.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _truncate_after(path: Path, last_iteration: int) -> None:
     """Rewrite `path` atomically keeping only records with iteration <= last_iteration."""
     kept = [record for _, record in _read_lines(path) if record["iteration"] <= last_iteration]
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            for record in kept:
-                out.write(json.dumps(record, default=_json_default) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    write_atomically(path, lambda out: out.writelines(json.dumps(r, default=_json_default) + "\n" for r in kept))
 
 
 class RunLog:

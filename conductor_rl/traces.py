@@ -24,14 +24,14 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from conductor_rl.atomic_files import write_atomically
 
 TRACES_DIR = "traces"
 SCHEMA_VERSION = "1"
@@ -188,16 +188,7 @@ class TraceWriter:
             raise TraceSchemaError(f"iteration must be an int >= 0, got {iteration!r}")
         table = to_table(int(iteration), list(records))
         path = trace_path(self.run_dir, int(iteration))
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                pq.write_table(table, out, compression="zstd")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, lambda out: pq.write_table(table, out, compression="zstd"), binary=True)
         return path
 
 

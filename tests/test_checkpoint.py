@@ -75,7 +75,7 @@ def test_a_failed_write_keeps_the_previous_checkpoint_and_names_the_fix(tmp_path
         write = disk_full
     else:
         write = write_weights
-        monkeypatch.setattr(ckpt, "_write_json", lambda path, data: disk_full(path))
+        monkeypatch.setattr(ckpt, "write_atomically", lambda path, write, binary=False: disk_full(path))
     with pytest.raises(CheckpointError) as err:
         cps.save(9, state(9), write)
     message = str(err.value)
