@@ -17,11 +17,12 @@ from conductor_rl.sampling import PlanShape, Sample, StaleWeightsError, Transfor
 @ray.remote
 class GeneratorActor:
     def __init__(self, model: str, backend: Literal["vllm", "transformers"] = "vllm", seed: int = 0,
-                 max_model_len: int = 4096, tensor_parallel_size: int = 1, weights_version: int = 0) -> None:
+                 max_model_len: int = 4096, tensor_parallel_size: int = 1, weights_version: int = 0,
+                 dtype: str = "auto") -> None:
         """`weights_version`: the version of the weights `model` holds (a checkpoint's, on resume)."""
         if backend == "vllm":
             self.sampler: Any = VLLMSampler(resolve_model(model), seed=seed, max_model_len=max_model_len,
-                                            tensor_parallel_size=tensor_parallel_size)
+                                            tensor_parallel_size=tensor_parallel_size, dtype=dtype)
         elif backend == "transformers":
             self.sampler = TransformersSampler(*load_causal_lm(model, "float32"))
         else:
@@ -60,7 +61,7 @@ class GeneratorPool:
         self.version = weights_version
         self.actors = [
             GeneratorActor.options(**per_engine).remote(model, config.backend, seed + i, config.max_model_len,
-                                                        config.tensor_parallel_size, weights_version)
+                                                        config.tensor_parallel_size, weights_version, config.dtype)
             for i in range(config.engines)
         ]
         ray.get([a.weights_version.remote() for a in self.actors])  # wait until every engine is up

@@ -59,7 +59,14 @@ class LearnerGroup:
                  resources_per_rank: dict[str, float] | None = None) -> None:
         bundle = resources_per_rank or ({"GPU": 1, "CPU": 1} if torch.cuda.is_available() else {"CPU": 1})
         self.placement = placement_group([dict(bundle)] * config.world_size, strategy="PACK")
-        ray.get(self.placement.ready(), timeout=600)
+        try:
+            ray.get(self.placement.ready(), timeout=600)
+        except ray.exceptions.GetTimeoutError:
+            ray.util.remove_placement_group(self.placement)
+            raise RuntimeError(
+                f"the cluster could not place {config.world_size} learner rank(s) of {bundle} within 600 s "
+                f"(`ray status` shows what is free): lower learner.world_size, change cluster.learner, "
+                f"or add nodes") from None
         # Rank 0 listens for the others: its node's address and a port free there, not the driver's.
         master_addr, master_port = ray.get(_rendezvous.options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=0),

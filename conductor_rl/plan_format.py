@@ -220,3 +220,78 @@ def format_processors(fmt: PlanFormat, prompt_len: int, n_workers: int, max_step
     if temperature > 0 and top_p < 1.0:
         processors.append(TopPLogitsWarper(top_p))
     return processors
+
+
+def choice_mask(tokenizer: Any, completion_ids: list[int], prefix: str = "", subtasks: bool = True) -> list[int]:
+    """1 for each completion token that carries one of the Conductor's choices
+    under the constrained format, 0 for the format's own text.
+
+    Choices: the worker ids and the list's separators and closing bracket (how
+    many steps), each subtask's text and closing quote (what, and how long), and
+    each access entry after the first. The rest ("]\\nsubtasks = [\\"", ", ",
+    "access_list = [", the first step's "[]", the end of text) is dictated by the
+    format: under the constrained policy its probability is 1 and its gradient 0,
+    so the GRPO loss leaves it out rather than spend the update making the model
+    better at text it cannot get wrong. A token that straddles format text and a
+    choice counts as a choice. A completion that is not a whole plan (cut off by
+    the token limit) keeps every token.
+
+    `subtasks=False` leaves the subtask text out too (`train.subtask_text_in_loss`):
+    where the reward cannot depend on a subtask's wording (simulated workers), the
+    policy gradient of those tokens has expectation 0, and leaving them out is
+    variance reduction with no bias."""
+    text = tokenizer.decode(completion_ids, skip_special_tokens=True)
+    chosen = _choice_chars(prefix + text, subtasks)
+    if chosen is None:
+        return [1] * len(completion_ids)
+    mask, start = [], len(prefix)
+    for k in range(len(completion_ids)):
+        end = len(prefix) + len(tokenizer.decode(completion_ids[: k + 1], skip_special_tokens=True))
+        mask.append(int(any(chosen[start:end])))
+        start = max(start, end)
+    return mask
+
+
+def _choice_chars(plan: str, subtasks: bool = True) -> list[bool] | None:
+    """Per character of a constrained plan's text: is it a choice? None if the text is not a whole plan."""
+    chosen = [False] * len(plan)
+
+    def mark(a: int, b: int) -> None:
+        chosen[a:b] = [True] * (b - a)
+
+    if not plan.startswith(PLAN_START):
+        return None
+    at = len(PLAN_START)
+    close = plan.find("]", at)
+    if close < 0:
+        return None
+    for i in range(at, close + 1):               # ids, separators and the closing bracket (", " has a forced space)
+        chosen[i] = plan[i] != " "
+    steps = len(plan[at:close].split(","))
+    at = plan.find('subtasks = ["', close)
+    if at < 0:
+        return None
+    at += len("subtasks = [")
+    for _ in range(steps):
+        if plan[at:at + 1] != '"':
+            return None
+        end = plan.find('"', at + 1)
+        if end < 0:
+            return None
+        if subtasks:
+            mark(at + 1, end + 1)                # the text and its closing quote
+        at = end + 1
+        at += 2 if plan.startswith(", ", at) else 0
+    at = plan.find("access_list = [", at)
+    if at < 0:
+        return None
+    at += len("access_list = [")
+    for step in range(steps):
+        entry = "[]" if plan.startswith("[]", at) else '"all"' if plan.startswith('"all"', at) else None
+        if entry is None:
+            return None
+        if step > 0:
+            mark(at, at + len(entry))
+        at += len(entry)
+        at += 2 if plan.startswith(", ", at) else 0
+    return chosen

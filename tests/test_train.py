@@ -130,6 +130,25 @@ def test_question_stream_resumed_at_its_cursor_draws_the_batches_that_would_have
     assert len(taken) == batches_done
 
 
+def test_a_balanced_stream_gives_every_batch_each_domain_equally_and_resumes_at_its_cursor():
+    math = sample_questions(7)
+    mmlu = [Question(id=f"k{i}", question=f"fact {i}?", reference="A", domain="mmlu", answer_kind="choice",
+                     source="test") for i in range(3)]
+    questions = math[:2] + mmlu + math[2:]   # 7 math, 3 mmlu: unbalanced, and not sorted by domain
+    stream = QuestionStream(questions, seed=5, balance_domains=True)
+    batches = [stream.take(4) for _ in range(6)]
+    for batch in batches:
+        assert sorted(q.domain for q in batch) == ["math", "math", "mmlu", "mmlu"], [q.id for q in batch]
+    drawn_mmlu = [q.id for b in batches for q in b if q.domain == "mmlu"]
+    for epoch in range(4):   # each domain is reshuffled per its own epoch and drawn once per epoch
+        assert sorted(drawn_mmlu[3 * epoch: 3 * epoch + 3]) == ["k0", "k1", "k2"]
+    assert len({tuple(drawn_mmlu[3 * e: 3 * e + 3]) for e in range(4)}) > 1
+    resumed = QuestionStream(questions, seed=5, cursor=12, balance_domains=True)
+    assert [resumed.take(4) for _ in range(3)] == batches[3:]
+    unbalanced = QuestionStream(questions, seed=5)
+    assert any(sorted(q.domain for q in unbalanced.take(4)) != ["math", "math", "mmlu", "mmlu"] for _ in range(6))
+
+
 def test_question_stream_rejects_an_empty_set_and_a_negative_cursor():
     with pytest.raises(ValueError, match="empty.*data.questions"):
         QuestionStream([], seed=0)
