@@ -207,7 +207,7 @@ def build_loop(config: Any, iterations: int, target_steps: float = 0.0,
 
     t = config.train
     questions = load_dataset(config.data.questions, limit=config.data.limit)
-    stream = QuestionStream(questions, seed=t.seed)
+    stream = QuestionStream(questions, seed=t.seed, balance_domains=t.balance_domains)
     drawn = stream.peek(t.questions_per_iteration * iterations)
     steer = None
     if target_steps > 0:
