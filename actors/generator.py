@@ -18,11 +18,13 @@ from conductor_rl.sampling import PlanShape, Sample, StaleWeightsError, Transfor
 class GeneratorActor:
     def __init__(self, model: str, backend: Literal["vllm", "transformers"] = "vllm", seed: int = 0,
                  max_model_len: int = 4096, tensor_parallel_size: int = 1, weights_version: int = 0,
-                 dtype: str = "auto") -> None:
-        """`weights_version`: the version of the weights `model` holds (a checkpoint's, on resume)."""
+                 dtype: str = "auto", weight_transfer: str | None = None) -> None:
+        """`weights_version`: the version of the weights `model` holds (a checkpoint's, on resume).
+        `weight_transfer`: "nccl" or "gloo" to receive weights from the learner over a collective."""
         if backend == "vllm":
             self.sampler: Any = VLLMSampler(resolve_model(model), seed=seed, max_model_len=max_model_len,
-                                            tensor_parallel_size=tensor_parallel_size, dtype=dtype)
+                                            tensor_parallel_size=tensor_parallel_size, dtype=dtype,
+                                            weight_transfer=weight_transfer)
         elif backend == "transformers":
             self.sampler = TransformersSampler(*load_causal_lm(model, "float32"))
         else:
@@ -48,20 +50,40 @@ class GeneratorActor:
         self.sampler.load_weights(named_tensors, version)
         return version
 
+    # vLLM's weight-transfer control plane (actors/weight_sync.py drives it).
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self.sampler.llm.init_weight_transfer_engine({"init_info": init_info})
+
+    def start_weight_update(self) -> None:
+        self.sampler.weights_version = -1   # half-loaded weights are no version: fresh-weight sampling refuses
+        self.sampler.llm.start_weight_update()
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        self.sampler.llm.update_weights({"update_info": update_info})
+
+    def finish_weight_update(self) -> None:
+        self.sampler.llm.finish_weight_update()
+
+    def update_weight_version(self, version: int) -> int:
+        self.sampler.weights_loaded(version)
+        return version
+
 
 class GeneratorPool:
     """Several GeneratorActors used as one: prompts are split across engines,
     new weights go to every engine (one object ref, fetched once per node)."""
 
     def __init__(self, model: str, config: Any, seed: int = 0, resources: dict[str, float] | None = None,
-                 weights_version: int = 0) -> None:
-        """`config` is a conductor_rl.config.GeneratorConfig; `resources`: Ray actor options per engine."""
+                 weights_version: int = 0, weight_transfer: str | None = None) -> None:
+        """`config` is a conductor_rl.config.GeneratorConfig; `resources`: Ray actor options per engine;
+        `weight_transfer`: "nccl" or "gloo" to ready the engines for actors/weight_sync.py's collective sync."""
         per_engine = resources or ({"num_gpus": config.tensor_parallel_size} if torch.cuda.is_available() else {"num_cpus": 1})
         self.require_fresh = config.require_fresh_weights
         self.version = weights_version
         self.actors = [
             GeneratorActor.options(**per_engine).remote(model, config.backend, seed + i, config.max_model_len,
-                                                        config.tensor_parallel_size, weights_version, config.dtype)
+                                                        config.tensor_parallel_size, weights_version, config.dtype,
+                                                        weight_transfer)
             for i in range(config.engines)
         ]
         ray.get([a.weights_version.remote() for a in self.actors])  # wait until every engine is up
@@ -83,6 +105,11 @@ class GeneratorPool:
     def load_weights(self, named_tensors: Any, version: int) -> None:
         """`named_tensors`: a list or an object ref to one (e.g. LearnerGroup.named_weights())."""
         ray.get([a.load_weights.remote(named_tensors, version) for a in self.actors])
+        self.version = version
+
+    def weights_loaded(self, version: int) -> None:
+        """Every engine received `version` by a weight transfer."""
+        ray.get([a.update_weight_version.remote(version) for a in self.actors])
         self.version = version
 
     def shutdown(self) -> None:

@@ -23,7 +23,9 @@ class LearnerActor:
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
                           WORLD_SIZE=str(world_size), LOCAL_RANK="0")
         init_process_group()
+        self.rank = rank
         self.learner: PolicyLearner | None = None
+        self.transfer: Any = None
 
     def build(self, model: str, config: LearnerConfig, total_steps: int) -> None:
         self.learner = PolicyLearner(model, config, total_steps)
@@ -33,6 +35,18 @@ class LearnerActor:
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         return self._ready().named_weights()
+
+    def init_weight_transfer(self, transport: str, address: str, port: int, world_size: int, client: Any) -> None:
+        """Join the generators' weight-transfer group (conductor_rl/weight_transfer.py)."""
+        from conductor_rl.weight_transfer import trainer_engine
+
+        self.transfer = trainer_engine(transport, address, port, world_size, self.rank, client,
+                                       self._ready().engine.module)
+
+    def send_weights(self) -> None:
+        if self.transfer is None:
+            raise RuntimeError("LearnerActor.init_weight_transfer() must run before send_weights()")
+        self.transfer.send_weights()
 
     def parameter_checksum(self) -> float:
         """A cheap fingerprint of the weights, to check ranks agree."""
@@ -68,9 +82,7 @@ class LearnerGroup:
                 f"(`ray status` shows what is free): lower learner.world_size, change cluster.learner, "
                 f"or add nodes") from None
         # Rank 0 listens for the others: its node's address and a port free there, not the driver's.
-        master_addr, master_port = ray.get(_rendezvous.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=0),
-            num_cpus=0).remote())
+        master_addr, master_port = self.rendezvous()
         self.actors = [
             LearnerActor.options(
                 num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0),
@@ -101,6 +113,13 @@ class LearnerGroup:
         for actor in self.actors:
             ray.kill(actor)
         ray.util.remove_placement_group(self.placement)
+
+
+    def rendezvous(self) -> tuple[str, int]:
+        """An address and a free port on rank 0's node (where a transfer group's store listens)."""
+        return ray.get(_rendezvous.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=0),
+            num_cpus=0).remote())
 
 
 @ray.remote

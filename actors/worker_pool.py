@@ -134,10 +134,23 @@ class _Remote:
         return getattr(self._handle, method).remote
 
 
+def actor_name(handle: Any) -> str:
+    """The name a named actor was created with (WorkerActors look their limiter and ledger up by it)."""
+    name = ray.get(handle.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_actor_name()))
+    if not name:
+        raise ValueError("worker pools share their rate limiter and ledger by name: pass a named actor "
+                         "(get_rate_limiter, get_ledger)")
+    return name
+
+
 @ray.remote
 class WorkerActor:
-    def __init__(self, config: WorkerConfig, api_key: Secret | None, limiter: Any, ledger: Any,
+    def __init__(self, config: WorkerConfig, api_key: Secret | None, limiter_name: str | None, ledger_name: str | None,
                  policy: RetryPolicy, seed: int = 0, check_budget: bool = True) -> None:
+        # Names, not handles: Ray cannot restart an actor whose constructor took actor handles
+        # (they live in the object store), and replicas must be restartable.
+        limiter = ray.get_actor(limiter_name, namespace=NAMESPACE) if limiter_name else None
+        ledger = ray.get_actor(ledger_name, namespace=NAMESPACE) if ledger_name else None
         provider = build_provider(config, seed=seed, api_key=api_key)
         self._worker = GuardedProvider(
             provider, provider_kind=config.provider,
@@ -179,8 +192,10 @@ class WorkerPool:
         options = {"max_concurrency": config.concurrency, "num_cpus": num_cpus, "max_restarts": 3, "max_task_retries": 3}
         if resources:
             options["resources"] = resources
+        limiter_name = actor_name(self.limiter) if self.limiter is not None else None
+        ledger_name = actor_name(self.ledger)
         self.replicas = [
-            WorkerActor.options(**options).remote(config, key, self.limiter, self.ledger, policy, seed, check_budget)
+            WorkerActor.options(**options).remote(config, key, limiter_name, ledger_name, policy, seed, check_budget)
             for _ in range(replicas)
         ]
         self._in_flight = [0] * replicas

@@ -3,12 +3,16 @@
 1. Generation tokens/s with vLLM against the transformers backend, on the same
    prompts and sampling settings (same run).
 2. Learner tokens/s for one GRPO step (DeepSpeed rank in a Ray actor).
-3. Weight sync: seconds and GB/s to load the learner's weights into the vLLM
-   engine, against the floor of a plain in-memory copy of the same tensors.
+3. Weight sync: seconds and GB/s per learner -> vLLM sync by each transport
+   this machine has (the object store; vLLM's weight transfer over gloo on a
+   CPU, NCCL between GPUs, CUDA IPC on one GPU), against the floor of a plain
+   in-memory copy of the same tensors; then vLLM's greedy text is checked
+   against transformers on the synced weights.
 
     python benchmarks/policy.py [--json] [--model smollm2-135m] [--prompts 4] [--samples 8] [--tokens 64]
 
-Runs unchanged on a machine with an NVIDIA GPU (official vllm, NCCL).
+Runs unchanged on a machine with NVIDIA GPUs (official vllm; NCCL with two or
+more GPUs, CUDA IPC with one).
 Prints human-readable lines; with --json the last line is one JSON object.
 """
 
@@ -27,7 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from conductor_rl.config import LearnerConfig  # noqa: E402
+from conductor_rl.config import GeneratorConfig, LearnerConfig  # noqa: E402
 from conductor_rl.learner import RolloutBatch  # noqa: E402
 from conductor_rl.models import load_causal_lm, resolve_model  # noqa: E402
 from conductor_rl.prompts import apply_chat_template, conductor_messages  # noqa: E402
@@ -55,6 +59,14 @@ def timed(fn):
     return result, time.perf_counter() - started
 
 
+def collective_transport() -> str:
+    """The weight-transfer backend this machine has: gloo on CPUs; on GPUs NCCL
+    between devices, or CUDA IPC when the learner and the engine share the only one."""
+    if not torch.cuda.is_available():
+        return "gloo"
+    return "nccl" if torch.cuda.device_count() >= 2 else "ipc"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
@@ -63,56 +75,97 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--learner-rows", type=int, default=8)
+    parser.add_argument("--syncs", type=int, default=3, help="timed weight syncs per transport (median reported)")
     args = parser.parse_args()
 
-    path = resolve_model(args.model)
+    import ray
+
+    from actors.generator import GeneratorPool
+    from actors.learner import LearnerGroup
+    from actors.weight_sync import WeightSync
+
     model, tokenizer = load_causal_lm(args.model, "float32")
     prompts = [apply_chat_template(tokenizer, conductor_messages(q, 3, n_examples=0))
                for q in (QUESTIONS * 4)[: args.prompts]]
+    collective = collective_transport()
+    gpus = torch.cuda.device_count()
+    # One GPU: the learner and the engine share it (and sync by CUDA IPC).
+    engine_resources = {"num_gpus": 0.5 if gpus == 1 else 1} if gpus else {"num_cpus": 1}
+    rank_resources = {"GPU": 0.5 if gpus == 1 else 1, "CPU": 1} if gpus else {"CPU": 1}
 
-    # 1. generation: transformers, then vLLM, same prompts and settings
+    # 1. generation: transformers here, then vLLM in a generator actor (as training runs it), same prompts
     hf = TransformersSampler(model, tokenizer)
     hf.sample(prompts[:1], n=1, temperature=1.0, max_tokens=4, seed=0)  # warm-up
     hf_groups, hf_s = timed(lambda: hf.sample(prompts, n=args.samples, temperature=1.0, max_tokens=args.tokens, seed=0))
     hf_tps = generated_tokens(hf_groups) / hf_s
     print(f"transformers: {generated_tokens(hf_groups)} tokens in {hf_s:.1f}s = {hf_tps:.0f} tokens/s", flush=True)
 
-    engine, start_s = timed(lambda: VLLMSampler(path, seed=0, max_model_len=2048))
-    engine.sample(prompts[:1], n=1, temperature=1.0, max_tokens=4, seed=0)  # warm-up
-    v_groups, v_s = timed(lambda: engine.sample(prompts, n=args.samples, temperature=1.0, max_tokens=args.tokens, seed=0))
-    v_tps = generated_tokens(v_groups) / v_s
-    print(f"vLLM: engine start {start_s:.1f}s; {generated_tokens(v_groups)} tokens in {v_s:.1f}s = {v_tps:.0f} tokens/s "
-          f"({v_tps / hf_tps:.1f}x transformers)", flush=True)
-
-    # 2. one GRPO learner step, on the vLLM samples
-    import ray
-
-    from actors.learner import LearnerGroup
-
     ray.init(include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
+        pool, start_s = timed(lambda: GeneratorPool(args.model, GeneratorConfig(max_model_len=2048),
+                                                    resources=engine_resources, weight_transfer=collective))
+        engine = pool.actors[0]
+        ray.get(engine.sample.remote(prompts[:1], 1, 1.0, 4, seed=0))  # warm-up
+        v_groups, v_s = timed(lambda: ray.get(engine.sample.remote(prompts, args.samples, 1.0, args.tokens, seed=0)))
+        v_tps = generated_tokens(v_groups) / v_s
+        print(f"vLLM: engine start {start_s:.1f}s; {generated_tokens(v_groups)} tokens in {v_s:.1f}s = "
+              f"{v_tps:.0f} tokens/s ({v_tps / hf_tps:.1f}x transformers)", flush=True)
+
+        # 2. one GRPO learner step, on the vLLM samples
         rows = [(tokenizer(p, add_special_tokens=False).input_ids, s) for p, g in zip(prompts, v_groups) for s in g]
         rows = (rows * (args.learner_rows // max(len(rows), 1) + 1))[: args.learner_rows]
         batch = RolloutBatch([r[0] for r in rows], [list(r[1].token_ids) for r in rows],
                              [list(r[1].logprobs) for r in rows], [(-1.0) ** i for i in range(len(rows))])
-        learner, build_s = timed(lambda: LearnerGroup(args.model, LearnerConfig(micro_batch_size=4), total_steps=10))
+        learner, build_s = timed(lambda: LearnerGroup(args.model, LearnerConfig(micro_batch_size=4), total_steps=10,
+                                                      resources_per_rank=rank_resources))
         learner.train_step(batch)  # warm-up (allocations, first backward)
         stats, step_s = timed(lambda: learner.train_step(batch))
         seq_tokens = sum(len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids))
         print(f"learner: {len(rows)} rollouts, {seq_tokens} tokens ({stats.tokens} completion) in {step_s:.1f}s = "
               f"{seq_tokens / step_s:.0f} tokens/s (build {build_s:.1f}s)", flush=True)
 
-        # 3. weight sync learner -> vLLM, against a plain in-memory copy of the same tensors
-        weights, fetch_s = timed(lambda: ray.get(learner.named_weights()))
+        # 3. weight sync learner -> engine by each transport, against a plain in-memory copy of the same tensors
+        weights = ray.get(learner.named_weights())
+        device = "cuda" if gpus else "cpu"
+        sources = [t.to(device) for _, t in weights]
+        buffers = [torch.empty_like(t) for t in sources]
+        size_gb = sum(t.numel() * t.element_size() for t in sources) / 1e9
+
+        def copy() -> None:
+            for b, t in zip(buffers, sources):
+                b.copy_(t)
+            if gpus:
+                torch.cuda.synchronize()
+
+        copy()
+        _, copy_s = timed(copy)
+        print(f"weight sync: {size_gb:.2f} GB; in-memory copy floor ({device}) {copy_s:.3f}s "
+              f"({size_gb / copy_s:.2f} GB/s)", flush=True)
+        syncs: dict[str, dict[str, float]] = {}
+        version = 0
+        for transport in ("object_store", collective):
+            sync, setup_s = timed(lambda: WeightSync(learner, pool, transport))
+            version += 1
+            sync.push(version)   # warm-up: the first round allocates
+            seconds = []
+            for _ in range(args.syncs):
+                version += 1
+                seconds.append(timed(lambda: sync.push(version))[1])
+            median = sorted(seconds)[len(seconds) // 2]
+            syncs[transport] = {"setup_s": round(setup_s, 3), "seconds": round(median, 3),
+                                "gb_per_s": round(size_gb / median, 2), "ratio_over_floor": round(median / copy_s, 1)}
+            print(f"  {transport}: {median:.3f}s per sync ({size_gb / median:.2f} GB/s, {median / copy_s:.1f}x the "
+                  f"floor; set-up {setup_s:.2f}s)", flush=True)
+        # the engine really holds the learner's weights: greedy text equals transformers' on them
+        model.load_state_dict(dict(weights))
+        [[greedy]] = ray.get(engine.sample.remote(prompts[:1], 1, 0.0, 16, seed=0))
+        [[expected]] = TransformersSampler(model, tokenizer).sample(prompts[:1], n=1, temperature=0.0, max_tokens=16)
+        print(f"  after the syncs vLLM's greedy text {'equals' if greedy.text == expected.text else 'DIFFERS FROM'} "
+              f"transformers'", flush=True)
         learner.shutdown()
+        pool.shutdown()
     finally:
         ray.shutdown()
-    size_gb = sum(t.numel() * t.element_size() for _, t in weights) / 1e9
-    _, load_s = timed(lambda: engine.load_weights(weights, version=1))
-    buffers = [torch.empty_like(t) for _, t in weights]
-    _, copy_s = timed(lambda: [b.copy_(t) for b, (_, t) in zip(buffers, weights)])
-    print(f"weight sync: {size_gb:.2f} GB; fetch from learner {fetch_s:.2f}s, load into vLLM {load_s:.2f}s "
-          f"({size_gb / load_s:.2f} GB/s); in-memory copy floor {copy_s:.3f}s ({size_gb / copy_s:.2f} GB/s)", flush=True)
 
     figures = {
         "benchmark": "policy",
@@ -125,9 +178,9 @@ def main() -> int:
         },
         "learner": {"rollouts": len(rows), "tokens": seq_tokens, "completion_tokens": stats.tokens,
                     "step_s": round(step_s, 2), "tokens_per_s": round(seq_tokens / step_s, 1)},
-        "weight_sync": {"gb": round(size_gb, 3), "fetch_s": round(fetch_s, 3), "load_s": round(load_s, 3),
-                        "load_gb_per_s": round(size_gb / load_s, 2), "copy_floor_s": round(copy_s, 4),
-                        "copy_floor_gb_per_s": round(size_gb / copy_s, 2), "ratio_load_over_floor": round(load_s / copy_s, 1)},
+        "weight_sync": {"gb": round(size_gb, 3), "copy_floor_s": round(copy_s, 4),
+                        "copy_floor_gb_per_s": round(size_gb / copy_s, 2), "transports": syncs,
+                        "greedy_matches_transformers": greedy.text == expected.text},
     }
     if args.json:
         print(json.dumps(figures))

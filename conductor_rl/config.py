@@ -165,6 +165,19 @@ class GeneratorConfig(Strict):
         "learner to 1e-3), the model's own dtype on a GPU. bfloat16 on an AVX512-BF16 CPU samples constrained plans about 1.3x faster.")
     require_fresh_weights: bool = Field(
         True, description="Refuse to sample with weights older than the learner's last step (on-policy GRPO).")
+    weight_sync: Literal["auto", "object_store", "nccl", "ipc", "gloo"] = Field(
+        "auto", description="How the learner's weights reach the engines after each step. object_store: through "
+        "Ray's object store into vLLM's reload_weights (any backend, any hardware). nccl / gloo: vLLM's "
+        "weight-transfer API, the learner broadcasting to every vLLM worker (nccl needs GPUs, one per process). "
+        "ipc: the same API over CUDA IPC, for a learner and engines sharing GPUs. auto: nccl when the cluster "
+        "has GPUs and the backend is vllm, else object_store.")
+
+    @model_validator(mode="after")
+    def _sync_fits_backend(self) -> "GeneratorConfig":
+        if self.backend == "transformers" and self.weight_sync not in ("auto", "object_store"):
+            raise ValueError(f"weight_sync={self.weight_sync} needs vLLM engines; with backend=transformers "
+                             f"use weight_sync=object_store (or auto)")
+        return self
 
 
 class LearnerConfig(Strict):

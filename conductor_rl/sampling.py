@@ -56,7 +56,10 @@ class VLLMSampler:
     lets `load_weights` reach the model through `collective_rpc`."""
 
     def __init__(self, model_path: str, *, seed: int = 0, dtype: str = "auto", max_model_len: int = 4096,
-                 tensor_parallel_size: int = 1, kv_cache_gb: int = 1, gpu_memory_utilization: float = 0.8) -> None:
+                 tensor_parallel_size: int = 1, kv_cache_gb: int = 1, gpu_memory_utilization: float = 0.8,
+                 weight_transfer: str | None = None) -> None:
+        """`weight_transfer`: "nccl" or "gloo" to receive weights over a collective
+        (conductor_rl/weight_transfer.py); None: only `load_weights`."""
         on_cpu = not torch.cuda.is_available()
         if on_cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb))
@@ -64,6 +67,14 @@ class VLLMSampler:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
+        transfer: dict[str, Any] = {}
+        if weight_transfer is not None:
+            from vllm.config.weight_transfer import WeightTransferConfig
+
+            from conductor_rl.weight_transfer import register_gloo_backend
+
+            register_gloo_backend()   # this process hosts the engine's worker (in-process engine core)
+            transfer["weight_transfer_config"] = WeightTransferConfig(backend=weight_transfer)
         self.llm = LLM(
             model=model_path, seed=seed, dtype="float32" if on_cpu and dtype == "auto" else dtype,
             max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
@@ -73,6 +84,7 @@ class VLLMSampler:
             # prompts exceed one step's token budget (4 x 64 plans of a 300-token prompt).
             # Training always seeds, so on CPU a prompt waits for the next step instead.
             **({"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 8192)} if on_cpu else {}),
+            **transfer,
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.weights_version = 0
@@ -99,6 +111,10 @@ class VLLMSampler:
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(named_tensors))})
+        self.weights_loaded(version)
+
+    def weights_loaded(self, version: int) -> None:
+        """New weights are in the model (by `load_weights` or a weight transfer)."""
         # Cached prompt KV was computed with the old weights; reusing it would sample off-policy.
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM could not reset its prefix cache after a weight load (requests in flight?)")

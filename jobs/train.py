@@ -127,7 +127,7 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
             stats = system.learners.train_step(batch)
         with timed(phases, "sync"):
             loop.version += 1
-            system.generators.load_weights(system.learners.named_weights(), loop.version)
+            system.weight_sync.push(loop.version)
         learned = {"loss": stats.loss, "grad_norm": stats.grad_norm, "clip_fraction": stats.clip_fraction,
                    "ratio_mean": stats.ratio_mean, "kl": stats.kl, "lr": stats.lr, "learner_tokens": stats.tokens}
 

@@ -54,6 +54,7 @@ def split_resources(resources: dict[str, float]) -> tuple[float, float, dict[str
 class TrainingSystem:
     generators: Any
     learners: Any
+    weight_sync: Any
     workers: list[Any]
     graders: Any
     ledger: Any
@@ -77,6 +78,7 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
     from actors.generator import GeneratorPool
     from actors.grader import GraderPool
     from actors.learner import LearnerGroup
+    from actors.weight_sync import WeightSync, resolve_weight_sync
     from actors.worker_pool import WorkerPool, get_ledger
 
     c = config.cluster
@@ -86,13 +88,17 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
     generator = dict(c.generator) or ({"GPU": config.generator.tensor_parallel_size} if has_gpus else {"CPU": machine})
     cpus, gpus, custom = split_resources(generator)
     engine_options = {"num_cpus": cpus, "num_gpus": gpus, **({"resources": custom} if custom else {})}
-    log(f"starting {config.generator.engines} generator engine(s) ({config.generator.backend}, {generator}) ...")
+    transport = resolve_weight_sync(config.generator.weight_sync, config.generator.backend, has_gpus)
+    log(f"starting {config.generator.engines} generator engine(s) ({config.generator.backend}, {generator}; "
+        f"weights by {transport}) ...")
     generators = GeneratorPool(model, config.generator, seed=config.conductor.seed, resources=engine_options,
-                               weights_version=weights_version)
+                               weights_version=weights_version,
+                               weight_transfer=None if transport == "object_store" else transport)
 
     rank = dict(c.learner) or ({"GPU": 1, "CPU": 1} if has_gpus else {"CPU": machine})
     log(f"starting {config.learner.world_size} learner rank(s) ({rank}) ...")
     learners = LearnerGroup(model, config.learner, total_steps, resources_per_rank=rank)
+    weight_sync = WeightSync(learners, generators, transport, config.generator.tensor_parallel_size)
 
     ledger = get_ledger(config.train.budget_usd, name=f"ledger-{uuid.uuid4().hex[:12]}")
     cpus, _, custom = split_resources(c.worker)
@@ -101,4 +107,4 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
     cpus, _, custom = split_resources(c.grader)
     graders = GraderPool(config.grader, num_cpus=cpus, resources=custom or None)
     graders.wait_ready()
-    return TrainingSystem(generators, learners, workers, graders, ledger)
+    return TrainingSystem(generators, learners, weight_sync, workers, graders, ledger)

@@ -272,6 +272,24 @@ def test_worker_needs_name_and_provider():
     assert "workers.0.provider" in message
 
 
+def test_collective_weight_sync_needs_vllm_engines():
+    message = error_of(validate_config, {"generator": {"backend": "transformers", "weight_sync": "gloo"}})
+    assert "generator" in message and "weight_sync=gloo" in message and "object_store" in message
+    validate_config({"generator": {"backend": "transformers", "weight_sync": "auto"}})
+
+
+def test_weight_sync_resolves_by_hardware():
+    from actors.weight_sync import resolve_weight_sync
+
+    assert resolve_weight_sync("auto", "vllm", has_gpus=False) == "object_store"
+    assert resolve_weight_sync("auto", "vllm", has_gpus=True) == "nccl"
+    assert resolve_weight_sync("auto", "transformers", has_gpus=True) == "object_store"
+    assert resolve_weight_sync("gloo", "vllm", has_gpus=False) == "gloo"
+    for setting in ("nccl", "ipc"):
+        with pytest.raises(ValueError, match=f"weight_sync={setting} needs GPUs"):
+            resolve_weight_sync(setting, "vllm", has_gpus=False)
+
+
 def test_duplicate_worker_names():
     message = error_of(validate_config, {"workers": [sim_worker("twin"), sim_worker("other"), sim_worker("twin")]})
     assert "workers" in message and "unique" in message and "twin" in message

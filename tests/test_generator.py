@@ -35,7 +35,9 @@ def recompute_logprobs(model, tokenizer, token_ids, prompt=PROMPT):
 def vllm_generator(ray_cluster):
     from actors.generator import GeneratorActor
 
-    actor = GeneratorActor.options(num_cpus=1).remote("tiny-qwen2", backend="vllm", seed=0, max_model_len=1024)
+    # Ready for both sync paths: reload_weights (object store) and vLLM's weight transfer over gloo.
+    actor = GeneratorActor.options(num_cpus=1).remote("tiny-qwen2", backend="vllm", seed=0, max_model_len=1024,
+                                                      weight_transfer="gloo")
     assert ray.get(actor.weights_version.remote(), timeout=300) == 0
     yield actor
     ray.kill(actor)
@@ -150,6 +152,44 @@ def test_learner_step_then_sync_matches_the_learner(vllm_generator):
     # and the step really moved the policy: the old samples' log-probs changed
     moved = recompute_logprobs(model, tokenizer, group[0].token_ids)
     assert max(abs(a - b) for a, b in zip(moved, group[0].logprobs)) > 1e-3
+
+
+def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator):
+    """The collective path (vLLM's weight-transfer API; gloo here, NCCL on GPUs):
+    learner rank 0 broadcasts while the engine receives inside vLLM's layer-wise
+    reload. Twice, to show the group outlives a round."""
+    from actors.learner import LearnerGroup
+    from actors.weight_sync import WeightSync
+    from conductor_rl.config import LearnerConfig
+    from conductor_rl.learner import RolloutBatch
+
+    class Pool:   # a GeneratorPool of the module's one engine
+        actors = [vllm_generator]
+
+        def weights_loaded(self, version):
+            ray.get(vllm_generator.update_weight_version.remote(version))
+
+    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
+    learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0), total_steps=5)
+    try:
+        sync = WeightSync(learner, Pool(), "gloo")
+        for version in (7, 8):
+            [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=version))
+            learner.train_step(RolloutBatch([prompt_ids] * 4, [list(s.token_ids) for s in group],
+                                            [list(s.logprobs) for s in group], [1.0, -1.0, 0.5, -0.5]))
+            sync.push(version)
+            assert ray.get(vllm_generator.weights_version.remote()) == version
+            model.load_state_dict(dict(ray.get(learner.named_weights())))
+            [after] = ray.get(vllm_generator.sample.remote([PROMPT], n=2, temperature=1.0, max_tokens=8,
+                                                           seed=12, min_version=version))
+            for s in after:
+                expected = recompute_logprobs(model, tokenizer, s.token_ids)
+                assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
+            moved = recompute_logprobs(model, tokenizer, group[0].token_ids)
+            assert max(abs(a - b) for a, b in zip(moved, group[0].logprobs)) > 1e-3
+    finally:
+        learner.shutdown()
 
 
 def test_generator_pool_splits_prompts_and_syncs_every_engine(ray_cluster):

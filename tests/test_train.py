@@ -476,6 +476,7 @@ def light_system(monkeypatch):
 
     import jobs.training_system as ts
     from actors.grader import GraderPool
+    from actors.weight_sync import WeightSync
     from actors.worker_pool import WorkerPool, get_ledger
 
     def build(config, model, weights_version, total_steps):
@@ -484,7 +485,9 @@ def light_system(monkeypatch):
                               num_cpus=0.25) for w in config.workers]
         graders = GraderPool(config.grader, num_cpus=0.5)
         graders.wait_ready()
-        return ts.TrainingSystem(_FakeGenerators(build.spread), _FakeLearners(), workers, graders, ledger)
+        generators, learners = _FakeGenerators(build.spread), _FakeLearners()
+        return ts.TrainingSystem(generators, learners, WeightSync(learners, generators, "object_store"),
+                                 workers, graders, ledger)
 
     build.spread = 1
     monkeypatch.setattr(ts, "build_system", build)
