@@ -253,10 +253,12 @@ def train(config: Config, resume: bool = False) -> dict:
                 if (iteration + 1) % t.checkpoint_every == 0 or iteration == t.iterations - 1:
                     save_checkpoint(checkpoints, loop, iteration, ledger)
                     saved = iteration
-        if done > saved or (how != "finished" and done >= 0):
+        ledger = ray.get(system.ledger.summary.remote())
+        if done > saved or (how != "finished" and (done >= 0 or ledger["total"]["cost_usd"] > 0)):
             # A stop: what was spent on an abandoned iteration is in the ledger it saves (also when
-            # it was the first one after a resume: the checkpoint resumed from is written again).
-            save_checkpoint(checkpoints, loop, done, ray.get(system.ledger.summary.remote()))
+            # it was the first one after a resume: the checkpoint resumed from is written again; or
+            # the run's first: then it is "iteration -1", the starting weights).
+            save_checkpoint(checkpoints, loop, done, ledger)
     finally:
         run_log.close()
         system.shutdown()

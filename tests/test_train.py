@@ -539,6 +539,30 @@ def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0_and_stays_spent
     assert logged_iterations(out) == [0]
 
 
+def test_budget_spent_in_the_first_iteration_is_saved_with_the_starting_weights(
+        ray_cluster, tmp_path, light_system, capsys):
+    from jobs.train import main
+
+    out = tmp_path / "run"
+    argv = overrides(out, "train.iterations=3", "train.report=false", "train.tensorboard=false", *DOLLAR_CALLS)
+    # Iteration 0's calls cross a $5 budget: nothing is learned, but the money is gone.
+    code = main([*argv, "train.budget_usd=5", "--json"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and summary["stopped"] == "budget" and summary["iterations"] == 0, summary
+    folder, state = latest_state(out)
+    assert summary["checkpoint"] == str(folder)
+    assert state["iteration"] == -1 and state["cursor"] == 0 and state["weights_version"] == 0
+    spent = state["ledger"]["total"]["cost_usd"]
+    assert spent >= 5.0, f"the checkpoint must hold what iteration 0 spent: ${spent}"
+    assert (folder / "model" / "weights.bin").exists()   # the learner's (starting) weights
+
+    # Resumed with the same budget: stops before any worker call, and still knows the spend.
+    code = main([*argv, "train.budget_usd=5", "--resume", "--json"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and summary["stopped"] == "budget" and summary["iterations"] == 0, summary
+    assert latest_state(out)[1]["ledger"]["total"]["cost_usd"] == pytest.approx(spent, abs=1e-9)
+
+
 # ---------------------------------------------------------------- crashed actors
 
 def process_gone(pid: int) -> bool:
