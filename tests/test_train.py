@@ -502,16 +502,21 @@ DOLLAR_CALLS = ["workers.0.max_tokens=10", "workers.0.sim.output_tokens=1000", "
                 "workers.0.price.output=100000"]
 
 
-def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0_and_stays_spent_on_resume(
-        ray_cluster, tmp_path, light_system, capsys):
+def run_json(argv: list[str], capsys) -> tuple[int, dict]:
+    """`conductor-rl train ... --json`: the exit code and the summary line."""
     from jobs.train import main
 
+    code = main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0_and_stays_spent_on_resume(
+        ray_cluster, tmp_path, light_system, capsys):
     out = tmp_path / "run"
     argv = overrides(out, "train.iterations=3", "train.report=false", "train.tensorboard=false", *DOLLAR_CALLS)
 
     # Iteration 0 spends $8 of $10; iteration 1's calls cross the budget: it is abandoned.
-    code = main([*argv, "train.budget_usd=10", "--json"])
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    code, summary = run_json([*argv, "train.budget_usd=10"], capsys)
     assert code == 0
     assert summary["stopped"] == "budget" and summary["iterations"] == 1, summary
     assert records(out)[0]["cost_usd"] == pytest.approx(8.0)
@@ -523,16 +528,14 @@ def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0_and_stays_spent
     assert spent >= 10.0, f"what the abandoned iteration spent must be in the checkpoint's ledger: ${spent}"
 
     # Resumed with the same budget: stops before any worker call.
-    code = main([*argv, "train.budget_usd=10", "--resume", "--json"])
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    code, summary = run_json([*argv, "train.budget_usd=10", "--resume"], capsys)
     assert code == 0 and summary["stopped"] == "budget" and summary["iterations"] == 1, summary
     assert latest_state(out)[1]["ledger"]["total"]["cost_usd"] == pytest.approx(spent, abs=1e-9)
 
     # Resumed with $1.50 more, the first iteration after the resume crosses it again: what it spent
     # must be saved (the checkpoint resumed from is written again), or every resume spends anew.
     raised = spent + 1.5
-    code = main([*argv, f"train.budget_usd={raised}", "--resume", "--json"])
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    code, summary = run_json([*argv, f"train.budget_usd={raised}", "--resume"], capsys)
     assert code == 0 and summary["stopped"] == "budget" and summary["iterations"] == 1, summary
     again = latest_state(out)[1]["ledger"]["total"]["cost_usd"]
     assert again >= raised, f"the checkpoint forgot what the abandoned iteration spent: ${again} < ${raised}"
@@ -541,13 +544,10 @@ def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0_and_stays_spent
 
 def test_budget_spent_in_the_first_iteration_is_saved_with_the_starting_weights(
         ray_cluster, tmp_path, light_system, capsys):
-    from jobs.train import main
-
     out = tmp_path / "run"
     argv = overrides(out, "train.iterations=3", "train.report=false", "train.tensorboard=false", *DOLLAR_CALLS)
     # Iteration 0's calls cross a $5 budget: nothing is learned, but the money is gone.
-    code = main([*argv, "train.budget_usd=5", "--json"])
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    code, summary = run_json([*argv, "train.budget_usd=5"], capsys)
     assert code == 0 and summary["stopped"] == "budget" and summary["iterations"] == 0, summary
     folder, state = latest_state(out)
     assert summary["checkpoint"] == str(folder)
@@ -557,8 +557,7 @@ def test_budget_spent_in_the_first_iteration_is_saved_with_the_starting_weights(
     assert (folder / "model" / "weights.bin").exists()   # the learner's (starting) weights
 
     # Resumed with the same budget: stops before any worker call, and still knows the spend.
-    code = main([*argv, "train.budget_usd=5", "--resume", "--json"])
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    code, summary = run_json([*argv, "train.budget_usd=5", "--resume"], capsys)
     assert code == 0 and summary["stopped"] == "budget" and summary["iterations"] == 0, summary
     assert latest_state(out)[1]["ledger"]["total"]["cost_usd"] == pytest.approx(spent, abs=1e-9)
 
