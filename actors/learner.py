@@ -71,6 +71,7 @@ class LearnerGroup:
 
     def __init__(self, model: str, config: LearnerConfig, total_steps: int,
                  resources_per_rank: dict[str, float] | None = None) -> None:
+        self.zero3 = config.zero_stage == 3
         bundle = resources_per_rank or ({"GPU": 1, "CPU": 1} if torch.cuda.is_available() else {"CPU": 1})
         self.placement = placement_group([dict(bundle)] * config.world_size, strategy="PACK")
         try:
@@ -98,7 +99,8 @@ class LearnerGroup:
 
     def named_weights(self) -> Any:
         """An object ref to rank 0's weights, to hand to generators without a driver copy."""
-        return self.actors[0].named_weights.remote()
+        ranks = self.actors if self.zero3 else self.actors[:1]   # ZeRO-3 gathers: every rank takes part
+        return [a.named_weights.remote() for a in ranks][0]
 
     def checksums(self) -> list[float]:
         return ray.get([a.parameter_checksum.remote() for a in self.actors])

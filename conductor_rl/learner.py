@@ -19,7 +19,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -77,6 +77,20 @@ def init_process_group(backend: str | None = None) -> None:
     # DeepSpeed compiles a C++ op on first use (~1 min); keep it with our other caches.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
     deepspeed.init_distributed(dist_backend=backend)
+
+
+def full_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every parameter by name, tied ones under each name. A ZeRO-3 slice is
+    gathered from the ranks while it is yielded (a collective: every rank must
+    iterate, in step)."""
+    for name, p in module.named_parameters(remove_duplicate=False):
+        if hasattr(p, "ds_id"):
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters([p]):
+                yield name, p.detach().clone()
+        else:
+            yield name, p.detach()
 
 
 def lr_lambda(step: int, total_steps: int, warmup_ratio: float, min_ratio: float) -> float:
@@ -226,9 +240,14 @@ class PolicyLearner:
         return out
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
-        """The full weights, on CPU, by Hugging Face name (what samplers load)."""
-        module = self.engine.module
-        return [(name, tensor.detach().to("cpu", copy=True)) for name, tensor in module.state_dict().items()]
+        """The full weights, on CPU, by Hugging Face name (what samplers load), tied
+        ones under each name. Under ZeRO-3 every rank must call it (each parameter is
+        gathered); only rank 0 gets the weights, the others an empty list."""
+        weights = []
+        for name, tensor in full_parameters(self.engine.module):
+            if self.rank == 0 or self.config.zero_stage != 3:
+                weights.append((name, tensor.to("cpu", copy=True)))
+        return weights
 
     def save(self, folder: str | Path) -> Path:
         """A Hugging Face folder that vLLM and transformers load as is
@@ -236,8 +255,10 @@ class PolicyLearner:
         (`<folder>/optimizer`). Every rank must call it."""
         folder = Path(folder)
         self.engine.save_checkpoint(str(folder / "optimizer"), tag="state")
+        # Under ZeRO-3 the module holds slices: gather (every rank) into the state dict rank 0 writes.
+        state = dict(self.named_weights()) if self.config.zero_stage == 3 else None
         if self.rank == 0:
-            self.engine.module.save_pretrained(folder / "model", safe_serialization=True)
+            self.engine.module.save_pretrained(folder / "model", state_dict=state, safe_serialization=True)
             self.tokenizer.save_pretrained(folder / "model")
             (folder / "learner.json").write_text(self.config.model_dump_json(indent=2))
         torch.distributed.barrier()

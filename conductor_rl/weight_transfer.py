@@ -32,6 +32,8 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
+from conductor_rl.learner import full_parameters
+
 TRANSPORTS = ("nccl", "ipc", "gloo")
 TIMEOUT = datetime.timedelta(minutes=10)   # a peer that never arrives fails the sync instead of hanging it
 
@@ -163,11 +165,9 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
 
 
 class ModelWeights(WeightSource):
-    """A torch module's parameters by Hugging Face name, as vLLM's
-    `load_weights` takes them. Tied parameters come under every name (vLLM
-    needs `lm_head.weight` even when it is the embedding). Under ZeRO-3 each
-    parameter is gathered while it is sent (a collective: every learner rank
-    iterates in step)."""
+    """A learner module's parameters by Hugging Face name, as vLLM's
+    `load_weights` takes them (conductor_rl.learner.full_parameters: tied
+    ones under each name, ZeRO-3 slices gathered while sent)."""
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.module = module
@@ -177,14 +177,7 @@ class ModelWeights(WeightSource):
                 for name, p in self.module.named_parameters(remove_duplicate=False)]
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for name, p in self.module.named_parameters(remove_duplicate=False):
-            if hasattr(p, "ds_id"):   # a ZeRO-3 partition
-                import deepspeed
-
-                with deepspeed.zero.GatheredParameters([p]):
-                    yield name, p.detach().clone()
-            else:
-                yield name, p.detach()
+        return full_parameters(self.module)
 
 
 def register_gloo_backend() -> None:

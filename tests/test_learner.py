@@ -65,6 +65,34 @@ def test_two_ranks_with_micro_batches_equal_one_rank_with_one_batch(groups):
     assert torch.allclose(flat_weights(one), flat_weights(two), atol=1e-6, rtol=0)
 
 
+def test_zero3_ranks_hand_out_and_save_the_full_weights(ray_cluster, tmp_path):
+    """Under ZeRO-3 each rank holds slices: the weights for the generators and the
+    checkpoint are gathered, and equal ZeRO-2's after the same step."""
+    from actors.learner import LearnerGroup
+    from conductor_rl.models import load_causal_lm
+
+    batch = random_batch(n=6, seed=9)
+    weights = {}
+    for stage in (2, 3):   # one group at a time: the session cluster's CPUs are shared with the module's groups
+        group = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, adam_eps=1e-3, world_size=2,
+                                                         micro_batch_size=2, zero_stage=stage), total_steps=10)
+        try:
+            group.train_step(batch)
+            weights[stage] = dict(ray.get(group.named_weights()))
+            if stage == 3:
+                group.save(str(tmp_path / "ckpt"))
+        finally:
+            group.shutdown()
+    model, _ = load_causal_lm("tiny-qwen2", "float32")
+    assert weights[3].keys() == weights[2].keys() == model.state_dict().keys()
+    for name, tensor in weights[3].items():
+        assert tensor.shape == weights[2][name].shape
+        assert torch.allclose(tensor, weights[2][name], atol=1e-6, rtol=0), name
+    saved, _ = load_causal_lm(str(tmp_path / "ckpt" / "model"), "float32")
+    for name, tensor in saved.state_dict().items():
+        assert torch.allclose(tensor, weights[3][name], atol=1e-6, rtol=0), name
+
+
 def test_tokens_left_out_of_the_loss_mask_do_not_move_the_weights(ray_cluster):
     """Two batches that differ only in each completion's last token: with that
     token masked out the two steps are identical; with it in the loss they are not."""
