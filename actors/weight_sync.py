@@ -30,6 +30,16 @@ def resolve_weight_sync(setting: str, backend: str, has_gpus: bool) -> str:
     return setting
 
 
+def local_transport() -> str:
+    """The collective transport this machine allows: gloo without a GPU; NCCL
+    between two or more GPUs; CUDA IPC when a learner and an engine share the only one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "gloo"
+    return "nccl" if torch.cuda.device_count() >= 2 else "ipc"
+
+
 class EnginesClient:
     """vLLM's weight-sync control plane (its `VLLMWeightSyncClient` protocol)
     over our GeneratorActors: each call goes to every engine and waits for all.

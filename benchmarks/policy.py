@@ -59,14 +59,6 @@ def timed(fn):
     return result, time.perf_counter() - started
 
 
-def collective_transport() -> str:
-    """The weight-transfer backend this machine has: gloo on CPUs; on GPUs NCCL
-    between devices, or CUDA IPC when the learner and the engine share the only one."""
-    if not torch.cuda.is_available():
-        return "gloo"
-    return "nccl" if torch.cuda.device_count() >= 2 else "ipc"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
@@ -82,12 +74,12 @@ def main() -> int:
 
     from actors.generator import GeneratorPool
     from actors.learner import LearnerGroup
-    from actors.weight_sync import WeightSync
+    from actors.weight_sync import WeightSync, local_transport
 
     model, tokenizer = load_causal_lm(args.model, "float32")
     prompts = [apply_chat_template(tokenizer, conductor_messages(q, 3, n_examples=0))
                for q in (QUESTIONS * 4)[: args.prompts]]
-    collective = collective_transport()
+    collective = local_transport()
     gpus = torch.cuda.device_count()
     # One GPU: the learner and the engine share it (and sync by CUDA IPC).
     engine_resources = {"num_gpus": 0.5 if gpus == 1 else 1} if gpus else {"num_cpus": 1}

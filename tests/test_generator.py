@@ -13,6 +13,11 @@ from conductor_rl.sampling import StaleWeightsError, TransformersSampler
 PROMPT = "<|im_start|>user\nWrite a plan.<|im_end|>\n<|im_start|>assistant\n"
 # fp32 on both sides; different kernels (vLLM's CPU attention vs torch SDPA) differ in the last bits.
 LOGPROB_TOL = 1e-3
+# The same tests on a GPU machine: with one GPU the engine and the learner share it (and
+# sync by CUDA IPC), with more each has its own (NCCL); without, each takes a core (gloo).
+GPUS = torch.cuda.device_count()
+ENGINE = {"num_gpus": 0.5 if GPUS == 1 else 1} if GPUS else {"num_cpus": 1}
+RANK = {"GPU": 0.5 if GPUS == 1 else 1, "CPU": 1} if GPUS else {"CPU": 1}
 
 
 def perturbed_state(model, scale=0.02, seed=0):
@@ -35,9 +40,11 @@ def recompute_logprobs(model, tokenizer, token_ids, prompt=PROMPT):
 def vllm_generator(ray_cluster):
     from actors.generator import GeneratorActor
 
-    # Ready for both sync paths: reload_weights (object store) and vLLM's weight transfer over gloo.
-    actor = GeneratorActor.options(num_cpus=1).remote("tiny-qwen2", backend="vllm", seed=0, max_model_len=1024,
-                                                      weight_transfer="gloo")
+    from actors.weight_sync import local_transport
+
+    # Ready for both sync paths: reload_weights (object store) and vLLM's weight transfer.
+    actor = GeneratorActor.options(**ENGINE).remote("tiny-qwen2", backend="vllm", seed=0, max_model_len=1024,
+                                                    dtype="float32", weight_transfer=local_transport())
     assert ray.get(actor.weights_version.remote(), timeout=300) == 0
     yield actor
     ray.kill(actor)
@@ -136,7 +143,8 @@ def test_learner_step_then_sync_matches_the_learner(vllm_generator):
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
     [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=11))
-    learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0), total_steps=5)
+    learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0, precision="float32"), total_steps=5,
+                           resources_per_rank=RANK)
     try:
         learner.train_step(RolloutBatch([prompt_ids] * 4, [list(s.token_ids) for s in group],
                                         [list(s.logprobs) for s in group], [1.0, -1.0, 0.5, -0.5]))
@@ -155,11 +163,11 @@ def test_learner_step_then_sync_matches_the_learner(vllm_generator):
 
 
 def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator):
-    """The collective path (vLLM's weight-transfer API; gloo here, NCCL on GPUs):
+    """The collective path (vLLM's weight-transfer API; gloo here, NCCL or CUDA IPC on GPUs):
     learner rank 0 broadcasts while the engine receives inside vLLM's layer-wise
     reload. Twice, to show the group outlives a round."""
     from actors.learner import LearnerGroup
-    from actors.weight_sync import WeightSync
+    from actors.weight_sync import WeightSync, local_transport
     from conductor_rl.config import LearnerConfig
     from conductor_rl.learner import RolloutBatch
 
@@ -171,9 +179,10 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator):
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
-    learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0), total_steps=5)
+    learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0, precision="float32"), total_steps=5,
+                           resources_per_rank=RANK)
     try:
-        sync = WeightSync(learner, Pool(), "gloo")
+        sync = WeightSync(learner, Pool(), local_transport())
         for version in (7, 8):
             [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=version))
             learner.train_step(RolloutBatch([prompt_ids] * 4, [list(s.token_ids) for s in group],
@@ -196,7 +205,7 @@ def test_generator_pool_splits_prompts_and_syncs_every_engine(ray_cluster):
     from actors.generator import GeneratorPool
     from conductor_rl.config import GeneratorConfig
 
-    pool = GeneratorPool("tiny-qwen2", GeneratorConfig(backend="transformers", engines=2))
+    pool = GeneratorPool("tiny-qwen2", GeneratorConfig(backend="transformers", engines=2), resources={"num_cpus": 1})
     try:
         prompts = [PROMPT, PROMPT.replace("plan", "list"), PROMPT.replace("plan", "poem")]
         groups = pool.sample(prompts, n=2, temperature=1.0, max_tokens=4, seed=0)
