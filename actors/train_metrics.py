@@ -20,6 +20,7 @@ GAUGES = {
     "worker_output_tokens": "Worker output tokens in the iteration",
     "cost_usd": "Worker cost of the iteration",
     "cost_total_usd": "Worker cost of the run so far",
+    "cost_unsettled_usd": "Worst-case cost of worker calls lost mid-call (part of the total)",
     "loss": "GRPO loss",
     "grad_norm": "Gradient norm before clipping",
     "lr": "Learning rate",

@@ -70,8 +70,17 @@ class LedgerActor:
     async def admit(self) -> None:
         self._ledger.admit()
 
-    async def record(self, worker: str, provider: str, usage: Any, cost_usd: float) -> bool:
-        return self._ledger.record(worker, provider, usage, cost_usd)
+    async def record(self, worker: str, provider: str, usage: Any, cost_usd: float, call_id: str | None = None) -> bool:
+        return self._ledger.record(worker, provider, usage, cost_usd, call_id=call_id)
+
+    async def open_call(self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True) -> None:
+        self._ledger.open_call(call_id, worker, provider, max_cost_usd, admit)
+
+    async def close_call(self, call_id: str) -> None:
+        self._ledger.close_call(call_id)
+
+    async def settle_open_calls(self) -> int:
+        return self._ledger.settle_open_calls()
 
     async def start_iteration(self, iteration: int) -> None:
         self._ledger.start_iteration(iteration)
@@ -156,7 +165,7 @@ class WorkerActor:
             provider, provider_kind=config.provider,
             limiter=_Remote(limiter) if limiter is not None else None,
             ledger=_Remote(ledger) if ledger is not None else None,
-            policy=policy, observer=RayMetricsObserver(), check_budget=check_budget,
+            policy=policy, observer=RayMetricsObserver(), check_budget=check_budget, price=config.price,
         )
 
     async def complete(self, request: WorkerRequest) -> WorkerResponse:

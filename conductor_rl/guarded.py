@@ -8,7 +8,9 @@ below, sync or async: in one process the plain `AsyncRateLimiter` and
 
 Each *attempt* (not each request) asks the ledger and the limiter first: a
 retry is a new call for the provider's RPM, and no call at all starts once the
-budget is spent. A 429 puts the key into cooldown for everyone.
+budget is spent. A 429 puts the key into cooldown for everyone. The ledger holds
+each attempt open, at its worst-case cost, until its outcome is known
+(conductor_rl/ledger.py), so a call lost with its process is still counted.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import asyncio
 import inspect
 import random
 import time
+import uuid
 from typing import Any
 
+from conductor_rl.config import Price
+from conductor_rl.costs import cost_of
 from conductor_rl.limits import estimate_tokens
-from conductor_rl.providers.base import ProviderError, WorkerRequest, WorkerResponse
+from conductor_rl.providers.base import ProviderError, Usage, WorkerRequest, WorkerResponse
 from conductor_rl.retry import RetryPolicy, call_with_retries
 
 
@@ -40,7 +45,8 @@ async def _maybe_await(value: Any) -> Any:
 class GuardedProvider:
     def __init__(self, provider: Any, *, provider_kind: str, limiter: Any = None, ledger: Any = None,
                  policy: RetryPolicy = RetryPolicy(), observer: CallObserver | None = None,
-                 rng: random.Random | None = None, check_budget: bool = True) -> None:
+                 rng: random.Random | None = None, check_budget: bool = True, price: Price | None = None) -> None:
+        """`price`: the worker's, for the worst-case cost of a call in flight (none: 0)."""
         self.provider = provider
         self.name = provider.name
         self.simulated = provider.simulated
@@ -48,6 +54,7 @@ class GuardedProvider:
         self.limiter, self.ledger, self.policy = limiter, ledger, policy
         # False when the ledger has no budget: saves a round trip per call on a cluster.
         self.check_budget = check_budget
+        self.price = price
         self.observer = observer or CallObserver()
         self.rng = rng or random.Random()
 
@@ -63,8 +70,13 @@ class GuardedProvider:
             raise
 
     async def _attempt(self, request: WorkerRequest) -> WorkerResponse:
-        if self.ledger is not None and self.check_budget:
-            await _maybe_await(self.ledger.admit())
+        call_id = uuid.uuid4().hex if self.ledger is not None else None
+        if self.ledger is not None:
+            opened = self.ledger.open_call(call_id, self.name, self.provider_kind, self.worst_case_cost(request),
+                                           self.check_budget)
+            if self.check_budget:   # admission: no call starts once the budget is spent
+                await _maybe_await(opened)
+            # else not awaited: a round trip saved; the ledger pairs it with `record` in either order
         grant = None
         if self.limiter is not None:
             grant, waited = await _maybe_await(self.limiter.acquire(estimate_tokens(request.messages, request.max_tokens)))
@@ -73,22 +85,33 @@ class GuardedProvider:
         sent = time.perf_counter()
         try:
             response = await self.provider.complete(request)
-        except BaseException:
+        except BaseException as err:
             if grant is not None:  # a failed call still counted at the provider
                 await _maybe_await(self.limiter.settle(grant, None, time.perf_counter() - sent))
+            if self.ledger is not None and isinstance(err, ProviderError):
+                # Refused or failed at the provider: not billed. Anything else (a cancellation)
+                # stays open and is counted at its worst case: it may have been billed.
+                await _maybe_await(self.ledger.close_call(call_id))
             raise
         # From here the call has happened: record it before anything else can fail
         # (both at once: on a cluster each is an actor round trip).
         bookkeeping = []
         if self.ledger is not None:
             bookkeeping.append(_maybe_await(
-                self.ledger.record(self.name, self.provider_kind, response.usage, response.cost_usd)))
+                self.ledger.record(self.name, self.provider_kind, response.usage, response.cost_usd,
+                                   call_id=call_id)))
         if grant is not None:
             bookkeeping.append(_maybe_await(
                 self.limiter.settle(grant, response.usage.total, time.perf_counter() - sent)))
         await asyncio.gather(*bookkeeping)
         self.observer.call_finished(self.name, response)
         return response
+
+    def worst_case_cost(self, request: WorkerRequest) -> float:
+        if self.price is None:
+            return 0.0
+        return cost_of(Usage(input_tokens=estimate_tokens(request.messages, 0), output_tokens=request.max_tokens),
+                       self.price)
 
     async def _on_retry(self, error: ProviderError, delay: float) -> None:
         self.observer.retried(self.name, error)

@@ -5,6 +5,13 @@ Budget: `admit()` is asked before a call starts. Once the total reaches the
 budget it raises `BudgetExceededError`, so no new call starts; calls already in
 flight still finish and `record` always accepts them, so no finished call's
 cost is lost. The caller (the trainer) checkpoints and stops.
+
+Calls whose outcome is never seen: each call is opened (`open_call`, with its
+worst-case cost) before it is sent and closed by `record` or `close_call`. A
+process that dies mid-call (a worker replica) closes nothing, and the provider
+may still have billed the call; `settle_open_calls`, run when nothing is in
+flight, counts every call left open at its worst-case cost (`unsettled` in the
+summary), so the spend and the budget never forget it.
 """
 
 from __future__ import annotations
@@ -63,6 +70,14 @@ class Totals:
         self.cost_usd += entry.cost_usd
 
 
+@dataclass(frozen=True)
+class OpenCall:
+    worker: str
+    provider: str
+    iteration: int
+    max_cost_usd: float
+
+
 class CostLedger:
     def __init__(self, budget_usd: float | None = None) -> None:
         if budget_usd is not None and budget_usd < 0:
@@ -72,6 +87,9 @@ class CostLedger:
         self.entries: list[LedgerEntry] = []
         self._total = Totals()
         self._by: dict[str, dict[object, Totals]] = {k: defaultdict(Totals) for k in ("worker", "provider", "iteration")}
+        self._unsettled = Totals()
+        self._open: dict[str, OpenCall] = {}
+        self._closed_early: set[str] = set()   # closed before their open_call arrived (Ray may reorder them)
 
     def start_iteration(self, iteration: int) -> None:
         self.iteration = iteration
@@ -85,15 +103,57 @@ class CostLedger:
     def exhausted(self) -> bool:
         return self.budget_usd is not None and self._total.cost_usd >= self.budget_usd
 
-    def record(self, worker: str, provider: str, usage: Usage, cost_usd: float, iteration: int | None = None) -> bool:
-        """Add one finished call (always accepted). Returns whether the budget is now exhausted."""
-        entry = LedgerEntry(worker, provider, self.iteration if iteration is None else iteration, usage, cost_usd)
+    def record(self, worker: str, provider: str, usage: Usage, cost_usd: float, iteration: int | None = None,
+               call_id: str | None = None) -> bool:
+        """Add one finished call (always accepted), closing `call_id` if it was
+        opened. Returns whether the budget is now exhausted."""
+        opened = self._close(call_id)
+        if iteration is None:
+            iteration = opened.iteration if opened is not None else self.iteration
+        self._add(LedgerEntry(worker, provider, iteration, usage, cost_usd))
+        return self.exhausted
+
+    def open_call(self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True) -> None:
+        """A call is about to be sent: admit it (BudgetExceededError past the
+        budget; skipped with `admit=False`) and hold its worst-case cost until
+        `record` or `close_call` closes it."""
+        if admit:
+            self.admit()
+        if call_id in self._closed_early:
+            self._closed_early.discard(call_id)
+            return
+        self._open[call_id] = OpenCall(worker, provider, self.iteration, max_cost_usd)
+
+    def close_call(self, call_id: str) -> None:
+        """A call that failed without being billed (the provider refused it)."""
+        self._close(call_id)
+
+    def settle_open_calls(self) -> int:
+        """Count each call still open as spent, at its worst-case cost, and
+        return how many there were. Only call it when no call is in flight (the
+        trainer does, after each round of rollouts): an open call is then one
+        whose process died before it could say what happened."""
+        for call in self._open.values():
+            entry = LedgerEntry(call.worker, call.provider, call.iteration, Usage(), call.max_cost_usd)
+            self._add(entry)
+            self._unsettled.add(entry)
+        settled, self._open = len(self._open), {}
+        return settled
+
+    def _close(self, call_id: str | None) -> OpenCall | None:
+        if call_id is None:
+            return None
+        opened = self._open.pop(call_id, None)
+        if opened is None:
+            self._closed_early.add(call_id)
+        return opened
+
+    def _add(self, entry: LedgerEntry) -> None:
         self.entries.append(entry)
         self._total.add(entry)
-        self._by["worker"][worker].add(entry)
-        self._by["provider"][provider].add(entry)
+        self._by["worker"][entry.worker].add(entry)
+        self._by["provider"][entry.provider].add(entry)
         self._by["iteration"][entry.iteration].add(entry)
-        return self.exhausted
 
     @property
     def total_usd(self) -> float:
@@ -111,6 +171,7 @@ class CostLedger:
         this ledger, so a resumed run's budget counts what was already spent.
         Individual entries are not kept in checkpoints, only their totals."""
         self._total = Totals(**summary["total"])
+        self._unsettled = Totals(**summary.get("unsettled", {}))
         for key in self._by:
             restored: dict[object, Totals] = defaultdict(Totals)
             for name, totals in summary.get(f"by_{key}", {}).items():
@@ -118,5 +179,5 @@ class CostLedger:
             self._by[key] = restored
 
     def summary(self) -> dict:
-        return {"total": asdict(self._total), "budget_usd": self.budget_usd,
+        return {"total": asdict(self._total), "unsettled": asdict(self._unsettled), "budget_usd": self.budget_usd,
                 **{f"by_{k}": {str(n): asdict(t) for n, t in v.items()} for k, v in self._by.items()}}

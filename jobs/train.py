@@ -243,6 +243,7 @@ def train(config: Config, resume: bool = False) -> dict:
                 ledger = ray.get(system.ledger.summary.remote())
                 record["cost_usd"] = ledger["by_iteration"].get(str(iteration), {}).get("cost_usd", 0.0)
                 record["cost_total_usd"] = ledger["total"]["cost_usd"]
+                record["cost_unsettled_usd"] = ledger["unsettled"]["cost_usd"]   # included in the total
                 record["wall_time"] = time.time()
                 traces.write(iteration, [{**r.to_dict(), "iteration": iteration,
                                           "weights_version": record["weights_version"]} for r in rollouts])
@@ -342,8 +343,14 @@ def sample_seed(seed: int, iteration: int) -> int:
 
 
 def check_budget(system: Any) -> None:
+    """After a round of rollouts (nothing in flight): count calls lost with a dead
+    replica at their worst-case cost, then stop if the budget is spent."""
     import ray
 
+    lost = ray.get(system.ledger.settle_open_calls.remote())
+    if lost:
+        log(f"{lost} worker call(s) never returned (their replica died mid-call; the provider may have "
+            f"billed them): counted at their worst-case cost")
     if ray.get(system.ledger.exhausted.remote()):
         raise StopRun("budget")
 

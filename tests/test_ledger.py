@@ -124,3 +124,64 @@ def test_errors_survive_pickling():
 def test_negative_budget_is_refused():
     with pytest.raises(ValueError, match="budget_usd"):
         CostLedger(budget_usd=-1)
+
+
+# ---------------------------------------------------------------- calls whose outcome is never seen
+
+def test_a_call_left_open_is_counted_at_its_worst_case_and_spends_the_budget():
+    ledger = CostLedger(budget_usd=1.0)
+    ledger.start_iteration(3)
+    ledger.open_call("a", "w", "openai", max_cost_usd=0.75)
+    ledger.open_call("b", "w", "openai", max_cost_usd=0.75)
+    ledger.start_iteration(4)
+    ledger.record("w", "openai", Usage(10, 5), 0.25, call_id="a")
+    assert ledger.by("iteration")[3].cost_usd == 0.25   # booked where it was opened
+    assert not ledger.exhausted
+    assert ledger.settle_open_calls() == 1                # "b" never came back (its process died)
+    assert ledger.settle_open_calls() == 0
+    assert ledger.total_usd == pytest.approx(1.0) and ledger.exhausted
+    summary = ledger.summary()
+    assert summary["unsettled"]["calls"] == 1 and summary["unsettled"]["cost_usd"] == pytest.approx(0.75)
+    assert summary["by_iteration"]["3"]["calls"] == 2
+    with pytest.raises(BudgetExceededError):
+        ledger.open_call("c", "w", "openai", 0.1)
+    resumed = CostLedger(budget_usd=2.0)
+    resumed.restore(summary)
+    assert resumed.summary()["unsettled"] == summary["unsettled"] and resumed.total_usd == pytest.approx(1.0)
+
+
+def test_a_call_closed_before_its_open_arrives_is_not_left_open():
+    """Without a budget the open is not awaited, and Ray may deliver it after the record."""
+    ledger = CostLedger()
+    ledger.record("w", "openai", Usage(1, 1), 0.5, call_id="x")
+    ledger.close_call("y")
+    ledger.open_call("x", "w", "openai", 9.0, admit=False)
+    ledger.open_call("y", "w", "openai", 9.0, admit=False)
+    assert ledger.settle_open_calls() == 0 and ledger.total_usd == pytest.approx(0.5)
+
+
+def test_guarded_calls_close_what_they_open(server):
+    """Answered calls are recorded, refused ones closed unbilled, a cancelled one stays open:
+    it may have been billed, so it is settled at its worst case (input estimate + max_tokens)."""
+    ledger = CostLedger()
+
+    async def go():
+        worker = GuardedProvider(build_provider(worker_config("openai", server)), provider_kind="openai",
+                                 ledger=ledger, policy=FAST_RETRIES, check_budget=False, price=PRICE)
+        await worker.complete(request("fine"))
+        server.script(["400", "slow:5"])
+        with pytest.raises(ProviderError):
+            await worker.complete(request("refused"))
+        call = asyncio.ensure_future(worker.complete(request("cut off")))
+        await asyncio.sleep(0.5)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await worker.aclose()
+        return worker.worst_case_cost(request("cut off"))
+
+    worst = asyncio.run(go())
+    assert len(ledger.entries) == 1
+    assert worst > 0 and ledger.settle_open_calls() == 1
+    assert ledger.total_usd == pytest.approx(ledger.entries[0].cost_usd + worst)
+    assert ledger.summary()["unsettled"]["cost_usd"] == pytest.approx(worst)
