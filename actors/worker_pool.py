@@ -23,6 +23,7 @@ and handed to the replicas as a `Secret`, so worker nodes need not hold it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 from typing import Any
@@ -75,6 +76,10 @@ class LedgerActor:
 
     async def open_call(self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True) -> None:
         self._ledger.open_call(call_id, worker, provider, max_cost_usd, admit)
+
+    async def open_calls(self, calls: list[tuple[str, str, str, float]]) -> None:
+        for call_id, worker, provider, max_cost_usd in calls:
+            self._ledger.open_call(call_id, worker, provider, max_cost_usd, admit=False)
 
     async def close_call(self, call_id: str) -> None:
         self._ledger.close_call(call_id)
@@ -152,6 +157,29 @@ def actor_name(handle: Any) -> str:
     return name
 
 
+class _LedgerClient(_Remote):
+    """The ledger actor as GuardedProvider calls it. Opens that need no answer
+    (no budget to check) leave in batches, one message per event-loop turn:
+    one message each would queue hundreds of calls that start at once
+    (measured: +0.09 s per call at 584 in flight on 2 cores)."""
+
+    def __init__(self, handle: Any) -> None:
+        super().__init__(handle)
+        self._pending: list[tuple[str, str, str, float]] = []
+
+    def open_call(self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True) -> Any:
+        if admit:
+            return self._handle.open_call.remote(call_id, worker, provider, max_cost_usd, True)
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append((call_id, worker, provider, max_cost_usd))
+        return None
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        self._handle.open_calls.remote(batch)
+
+
 @ray.remote
 class WorkerActor:
     def __init__(self, config: WorkerConfig, api_key: Secret | None, limiter_name: str | None, ledger_name: str | None,
@@ -164,7 +192,7 @@ class WorkerActor:
         self._worker = GuardedProvider(
             provider, provider_kind=config.provider,
             limiter=_Remote(limiter) if limiter is not None else None,
-            ledger=_Remote(ledger) if ledger is not None else None,
+            ledger=_LedgerClient(ledger) if ledger is not None else None,
             policy=policy, observer=RayMetricsObserver(), check_budget=check_budget, price=config.price,
         )
 

@@ -76,7 +76,7 @@ class GuardedProvider:
                                            self.check_budget)
             if self.check_budget:   # admission: no call starts once the budget is spent
                 await _maybe_await(opened)
-            # else not awaited: a round trip saved; the ledger pairs it with `record` in either order
+            # else not awaited (a round trip saved): the ledger pairs it with `record` in either order
         grant = None
         if self.limiter is not None:
             grant, waited = await _maybe_await(self.limiter.acquire(estimate_tokens(request.messages, request.max_tokens)))
