@@ -151,13 +151,17 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         info = GlooUpdateInfo([m.name for m in meta], [str(m.dtype).removeprefix("torch.") for m in meta],
                               [list(m.shape) for m in meta])
         self.client.start_weight_update()
-        with ThreadPoolExecutor(max_workers=1) as pool:
+        pool = ThreadPoolExecutor(max_workers=1)
+        try:
             received = pool.submit(self.client.update_weights, asdict(info))
             for (name, tensor), m in zip(self.source, meta, strict=True):
                 if name != m.name or tuple(tensor.shape) != m.shape:
                     raise ValueError(f"weight source yielded {name} {tuple(tensor.shape)}, declared {m.name} {m.shape}")
                 broadcast(self.group, tensor.detach().to("cpu").contiguous())
             received.result()
+        finally:
+            # Not waiting: after a failed broadcast the engines sit in theirs until the group's timeout.
+            pool.shutdown(wait=False)
         self.client.finish_weight_update()
 
     def shutdown(self) -> None:
