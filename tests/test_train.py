@@ -382,8 +382,10 @@ def test_a_run_repeats_iteration_0_exactly_given_the_seed(straight_run, sigterm_
                       "cost_usd"):
             assert a[field] == b[field], f"rollout {key}: {field} differs: {a[field]!r} != {b[field]!r}"
     a, b = records(straight_run.out)[0], records(sigterm_run.out)[0]
-    for name in ("reward_mean", "accuracy", "conductor_tokens", "cost_usd", "informative_groups", "weights_version"):
+    for name in ("reward_mean", "accuracy", "conductor_tokens", "informative_groups", "weights_version"):
         assert a[name] == b[name], f"{name}: {a[name]} != {b[name]}"
+    # A sum over calls that finish concurrently: equal up to the order of the additions.
+    assert b["cost_usd"] == pytest.approx(a["cost_usd"], rel=1e-12), "cost_usd"
     if "loss" in a or "loss" in b:
         for name in ("loss", "grad_norm", "ratio_mean", "learner_tokens"):
             assert b[name] == pytest.approx(a[name], rel=1e-5, abs=1e-7), name
