@@ -20,7 +20,7 @@ class GeneratorActor:
                  max_model_len: int = 4096, tensor_parallel_size: int = 1, weights_version: int = 0,
                  dtype: str = "auto", weight_transfer: str | None = None) -> None:
         """`weights_version`: the version of the weights `model` holds (a checkpoint's, on resume).
-        `weight_transfer`: "nccl" or "gloo" to receive weights from the learner over a collective."""
+        `weight_transfer`: "nccl", "ipc" or "gloo" to receive weights by vLLM's weight-transfer API."""
         if backend == "vllm":
             self.sampler: Any = VLLMSampler(resolve_model(model), seed=seed, max_model_len=max_model_len,
                                             tensor_parallel_size=tensor_parallel_size, dtype=dtype,
@@ -76,7 +76,7 @@ class GeneratorPool:
     def __init__(self, model: str, config: Any, seed: int = 0, resources: dict[str, float] | None = None,
                  weights_version: int = 0, weight_transfer: str | None = None) -> None:
         """`config` is a conductor_rl.config.GeneratorConfig; `resources`: Ray actor options per engine;
-        `weight_transfer`: "nccl" or "gloo" to ready the engines for actors/weight_sync.py's collective sync."""
+        `weight_transfer`: "nccl", "ipc" or "gloo" to ready the engines for actors/weight_sync.py's transfer."""
         per_engine = resources or ({"num_gpus": config.tensor_parallel_size} if torch.cuda.is_available() else {"num_cpus": 1})
         self.require_fresh = config.require_fresh_weights
         self.version = weights_version

@@ -116,7 +116,6 @@ class LearnerGroup:
             ray.kill(actor)
         ray.util.remove_placement_group(self.placement)
 
-
     def rendezvous(self) -> tuple[str, int]:
         """An address and a free port on rank 0's node (where a transfer group's store listens)."""
         return ray.get(_rendezvous.options(

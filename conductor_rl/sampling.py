@@ -58,7 +58,7 @@ class VLLMSampler:
     def __init__(self, model_path: str, *, seed: int = 0, dtype: str = "auto", max_model_len: int = 4096,
                  tensor_parallel_size: int = 1, kv_cache_gb: int = 1, gpu_memory_utilization: float = 0.8,
                  weight_transfer: str | None = None) -> None:
-        """`weight_transfer`: "nccl" or "gloo" to receive weights over a collective
+        """`weight_transfer`: "nccl", "ipc" or "gloo" to receive weights by vLLM's weight-transfer API
         (conductor_rl/weight_transfer.py); None: only `load_weights`."""
         on_cpu = not torch.cuda.is_available()
         if on_cpu:
