@@ -34,7 +34,7 @@ import torch  # noqa: E402
 from conductor_rl.config import GeneratorConfig, LearnerConfig  # noqa: E402
 from conductor_rl.learner import RolloutBatch  # noqa: E402
 from conductor_rl.models import load_causal_lm, resolve_model  # noqa: E402
-from conductor_rl.prompts import apply_chat_template, conductor_messages  # noqa: E402
+from conductor_rl.plan.prompts import apply_chat_template, conductor_messages  # noqa: E402
 from conductor_rl.sampling import TransformersSampler, VLLMSampler  # noqa: E402
 
 QUESTIONS = [

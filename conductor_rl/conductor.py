@@ -11,7 +11,7 @@ from typing import Any
 
 from conductor_rl.config import ConductorConfig
 from conductor_rl.models import load_causal_lm
-from conductor_rl.prompts import apply_chat_template, conductor_messages
+from conductor_rl.plan.prompts import apply_chat_template, conductor_messages
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class Conductor:
         return completions
 
     def _format_processors(self, prompt_len: int, n_workers: int, temperature: float) -> Any:
-        from conductor_rl.plan_format import PlanFormat, format_processors
+        from conductor_rl.plan.constrained import PlanFormat, format_processors
 
         if self._format is None:
             self._format = PlanFormat(self.tokenizer, self.config.max_subtask_tokens)

@@ -47,7 +47,7 @@ class ConductorConfig(Strict):
     )
     constrain_format: bool = Field(
         False,
-        description="Only let the Conductor write well-formed plans (no reasoning; see conductor_rl/plan_format.py). "
+        description="Only let the Conductor write well-formed plans (no reasoning; see conductor_rl/plan/constrained.py). "
         "Off in the paper; the embedded 135M Conductor needs it to earn any reward.",
     )
     max_subtask_tokens: int = Field(96, ge=1, description="Longest subtask under constrain_format.")

@@ -19,12 +19,12 @@ from typing import Any, Iterable, Sequence, Union
 
 import torch
 
-from conductor_rl.plan_format import PlanFormat, format_processors, plan_regex
+from conductor_rl.plan.constrained import PlanFormat, format_processors, plan_regex
 
 
 @dataclass(frozen=True)
 class PlanShape:
-    """Constrain samples to well-formed plans (see conductor_rl/plan_format.py).
+    """Constrain samples to well-formed plans (see conductor_rl/plan/constrained.py).
     vLLM enforces it with a regular expression (subtask length in characters,
     4 per token), transformers with a token-level logits processor. Log-probs
     stay those of the unconstrained policy, as the learner computes them."""

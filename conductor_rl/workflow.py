@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from conductor_rl.plan import Plan
-from conductor_rl.prompts import worker_messages
+from conductor_rl.plan.prompts import worker_messages
 from conductor_rl.providers.base import Provider, ProviderError, TaskHint, Usage, WorkerRequest
 
 

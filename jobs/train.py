@@ -36,7 +36,7 @@ from conductor_rl.graders.service import GradeRequest
 from conductor_rl.grpo import group_advantages
 from conductor_rl.learner import RolloutBatch
 from conductor_rl.metrics import best_workers, iteration_metrics
-from conductor_rl.plan_format import choice_mask
+from conductor_rl.plan.constrained import choice_mask
 from conductor_rl.providers import MissingApiKeyError
 from conductor_rl.providers.keys import read_api_key
 from conductor_rl.rollout import (Rollout, apply_grade, execute_rollouts, needs_execution, parse_rollout,
@@ -303,7 +303,7 @@ class ConductorPrompts:
         self._cache: dict[str, list[int]] = {}
 
     def ids(self, question: str) -> list[int]:
-        from conductor_rl.prompts import apply_chat_template, conductor_messages
+        from conductor_rl.plan.prompts import apply_chat_template, conductor_messages
 
         if question not in self._cache:
             c = self.config.conductor

@@ -15,9 +15,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 TOP_DIRS = ("conductor_rl", "jobs", "actors", "configs", "benchmarks", "scripts", "tests", "docs")
-# `conductor_rl/plan.py`, `conductor_rl/data/samples/`, `configs/local.yaml`, ...
+# `conductor_rl/plan/language.py`, `conductor_rl/data/samples/`, `configs/local.yaml`, ...
 PATH_RE = re.compile(r"(?<![\w./-])(?:" + "|".join(TOP_DIRS) + r")/[\w./-]*")
-# `conductor_rl.plan`, `conductor_rl.plan.parse_plan`, `jobs.ask`, ...
+# `conductor_rl.plan.language`, `conductor_rl.plan.parse_plan`, `jobs.ask`, ...
 DOTTED_RE = re.compile(r"(?<![\w./-])(?:conductor_rl|jobs|actors)(?:\.[A-Za-z_]\w*)+")
 
 
@@ -107,6 +107,6 @@ def test_architecture_stays_short() -> None:
 
 
 def test_path_patterns() -> None:
-    text = "see `conductor_rl/plan.py`, configs/local.yaml. And ../shared/DESIGN.md and conductor_rl.plan.parse_plan"
-    assert named_paths(text) == {"conductor_rl/plan.py", "configs/local.yaml"}
+    text = "see `conductor_rl/plan/language.py`, configs/local.yaml. And ../shared/DESIGN.md and conductor_rl.plan.parse_plan"
+    assert named_paths(text) == {"conductor_rl/plan/language.py", "configs/local.yaml"}
     assert named_modules(text) == {"conductor_rl.plan.parse_plan"}

@@ -1,4 +1,4 @@
-"""Hand-written cases for conductor_rl.plan: reading, validating and rendering plans."""
+"""Hand-written cases for conductor_rl.plan.language: reading, validating and rendering plans."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from conductor_rl.conductor import Conductor
 from conductor_rl.config import ConductorConfig, ConfigError, load_config
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan import parse_plan
-from conductor_rl.plan_format import PlanFormat, PlanFormatError
+from conductor_rl.plan.constrained import PlanFormat, PlanFormatError
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_smollm2_constrained_plans_parse():
 def test_plan_regex_accepts_exactly_well_formed_plans():
     import re
 
-    from conductor_rl.plan_format import plan_regex
+    from conductor_rl.plan.constrained import plan_regex
 
     pattern = re.compile(plan_regex(n_workers=3, max_steps=2, max_subtask_chars=10))
     good = 'model_id = [2, 0]\nsubtasks = ["solve it", "check"]\naccess_list = [[], "all"]\n'
@@ -118,7 +118,7 @@ def test_plan_regex_accepts_exactly_well_formed_plans():
 
 
 def test_choice_mask_keeps_the_conductors_choices_and_drops_the_formats_text():
-    from conductor_rl.plan_format import choice_mask
+    from conductor_rl.plan.constrained import choice_mask
 
     _, tokenizer = load_causal_lm("smollm2-135m")
     completion = '0, 2]\nsubtasks = ["Solve it", "Give the answer"]\naccess_list = [[], "all"]\n'
@@ -135,7 +135,7 @@ def test_choice_mask_keeps_the_conductors_choices_and_drops_the_formats_text():
 
 
 def test_choice_mask_covers_every_sampled_worker_id(tiny):
-    from conductor_rl.plan_format import choice_mask
+    from conductor_rl.plan.constrained import choice_mask
 
     model, tokenizer = tiny
     fmt = PlanFormat(tokenizer, max_subtask_tokens=5)

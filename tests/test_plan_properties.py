@@ -1,4 +1,4 @@
-"""Property tests for conductor_rl.plan: round-trips, and no input raises anything but PlanError."""
+"""Property tests for conductor_rl.plan.language: round-trips, and no input raises anything but PlanError."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ import pytest
 from conductor_rl.config import _paper_workers
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan import parse_plan
-from conductor_rl.prompts import EXAMPLES, apply_chat_template, conductor_messages, worker_messages
+from conductor_rl.plan.prompts import EXAMPLES, apply_chat_template, conductor_messages, worker_messages
 
 
 def test_four_worked_examples_are_valid_plans_outside_the_training_domains():

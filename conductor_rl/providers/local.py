@@ -15,7 +15,7 @@ from typing import Any
 from conductor_rl.config import WorkerConfig
 from conductor_rl.costs import cost_of
 from conductor_rl.models import load_causal_lm
-from conductor_rl.prompts import apply_chat_template
+from conductor_rl.plan.prompts import apply_chat_template
 from conductor_rl.providers.base import Usage, WorkerRequest, WorkerResponse
 
 
