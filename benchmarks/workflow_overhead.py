@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from conductor_rl.plan import Plan, Step  # noqa: E402
 from conductor_rl.providers.base import Usage, WorkerRequest, WorkerResponse  # noqa: E402
-from conductor_rl.workflow import StepLimits, Task, run_plan  # noqa: E402
+from conductor_rl.rollout.workflow import StepLimits, Task, run_plan  # noqa: E402
 
 GOAL_OVERHEAD_MS = 1.0
 GOAL_RATIO = 1.05

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from conductor_rl.config import WorkerConfig
 from conductor_rl.graders import Verdict
-from conductor_rl.rollout import Rollout
+from conductor_rl.rollout.rollouts import Rollout
 
 
 def best_workers(workers: Sequence[WorkerConfig]) -> dict[str, str]:

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from conductor_rl.config import Config, ConfigError, WorkerConfig, load_config
-from conductor_rl.workflow import StepLimits
+from conductor_rl.rollout.workflow import StepLimits
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -39,10 +39,10 @@ from conductor_rl.metrics import best_workers, iteration_metrics
 from conductor_rl.plan.constrained import choice_mask
 from conductor_rl.providers import MissingApiKeyError
 from conductor_rl.providers.keys import read_api_key
-from conductor_rl.rollout import (Rollout, apply_grade, execute_rollouts, needs_execution, parse_rollout,
+from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, needs_execution, parse_rollout,
                                   ready_to_grade, unfinished)
 from conductor_rl.run_log import RunDirError
-from conductor_rl.workflow import Task
+from conductor_rl.rollout.workflow import Task
 from jobs.common import add_config_arguments, config_from_args, log, step_limits
 
 

@@ -13,9 +13,9 @@ from conductor_rl.data import load_humaneval
 from conductor_rl.graders import Verdict, extract_code, grade, grade_code
 from conductor_rl.graders.code import outputs_match
 from conductor_rl.providers.base import WorkerRequest, WorkerResponse
-from conductor_rl.rollout import grade_answer, run_rollout
+from conductor_rl.rollout.rollouts import grade_answer, run_rollout
 from conductor_rl.sandbox import Sandbox
-from conductor_rl.workflow import Task
+from conductor_rl.rollout.workflow import Task
 
 BOX = Sandbox(timeout_s=5)
 

@@ -15,7 +15,7 @@ from conductor_rl.limits import AsyncRateLimiter, WindowLimits
 from conductor_rl.plan import parse_plan
 from conductor_rl.providers import ProviderError, Usage, build_provider
 from conductor_rl.retry import RetryPolicy
-from conductor_rl.workflow import Task, run_plan
+from conductor_rl.rollout.workflow import Task, run_plan
 from tests.http_fakes import fresh, server  # noqa: F401 (fixtures)
 from tests.http_fakes import HTTP_PROVIDERS, PRICE, request, worker_config
 

@@ -129,7 +129,7 @@ def test_budget_stop_through_the_pool_keeps_every_finished_call(ray_cluster, ser
 
 def test_the_pool_is_a_worker_for_run_plan(ray_cluster, server):
     from conductor_rl.plan import parse_plan
-    from conductor_rl.workflow import Task, run_plan
+    from conductor_rl.rollout.workflow import Task, run_plan
 
     pools = [make_pool(server, provider=p)[0] for p in ("openai", "google")]
     plan = parse_plan('model_id = [0, 1, 0]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], [], "all"]', 2)

@@ -15,7 +15,7 @@ from conductor_rl import graders
 from conductor_rl.graders import GradeResult, MathGrader, Verdict
 from conductor_rl.plan import Plan, PlanError, parse_plan
 from conductor_rl.providers.base import Provider
-from conductor_rl.workflow import StepLimits, Task, WorkflowResult, run_plan
+from conductor_rl.rollout.workflow import StepLimits, Task, WorkflowResult, run_plan
 
 
 @dataclass
