@@ -11,7 +11,7 @@ import ray
 import torch
 
 from conductor_rl.models import load_causal_lm, resolve_model
-from conductor_rl.sampling import PlanShape, Sample, StaleWeightsError, TransformersSampler, VLLMSampler
+from conductor_rl.policy.sampling import PlanShape, Sample, StaleWeightsError, TransformersSampler, VLLMSampler
 
 
 @ray.remote

@@ -12,7 +12,7 @@ from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from conductor_rl.config import LearnerConfig
-from conductor_rl.learner import PolicyLearner, RolloutBatch, StepStats, init_process_group
+from conductor_rl.policy.learner import PolicyLearner, RolloutBatch, StepStats, init_process_group
 
 
 @ray.remote
@@ -37,8 +37,8 @@ class LearnerActor:
         return self._ready().named_weights()
 
     def init_weight_transfer(self, transport: str, address: str, port: int, world_size: int, client: Any) -> None:
-        """Join the generators' weight-transfer group (conductor_rl/weight_transfer.py)."""
-        from conductor_rl.weight_transfer import trainer_engine
+        """Join the generators' weight-transfer group (conductor_rl/policy/weight_transfer.py)."""
+        from conductor_rl.policy.weight_transfer import trainer_engine
 
         self.transfer = trainer_engine(transport, address, port, world_size, self.rank, client,
                                        self._ready().engine.module)

@@ -6,7 +6,7 @@ generator engine, versioned. Two transports (`generator.weight_sync`):
   `collective_rpc("reload_weights")`, or transformers' `load_state_dict`).
   Works with any backend, on any hardware.
 - `nccl` / `ipc` / `gloo`: vLLM's weight-transfer API
-  (conductor_rl/weight_transfer.py). With nccl and gloo, learner rank 0 and
+  (conductor_rl/policy/weight_transfer.py). With nccl and gloo, learner rank 0 and
   every vLLM worker join one process group and the learner broadcasts; NCCL
   keeps the weights on the GPUs, gloo is the same path on CPUs. With ipc the
   engines open the learner's GPU memory (CUDA IPC), for a learner and engines

@@ -32,10 +32,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from conductor_rl.config import GeneratorConfig, LearnerConfig  # noqa: E402
-from conductor_rl.learner import RolloutBatch  # noqa: E402
+from conductor_rl.policy.learner import RolloutBatch  # noqa: E402
 from conductor_rl.models import load_causal_lm, resolve_model  # noqa: E402
 from conductor_rl.plan.prompts import apply_chat_template, conductor_messages  # noqa: E402
-from conductor_rl.sampling import TransformersSampler, VLLMSampler  # noqa: E402
+from conductor_rl.policy.sampling import TransformersSampler, VLLMSampler  # noqa: E402
 
 QUESTIONS = [
     "What is 17 * 23?",

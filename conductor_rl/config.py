@@ -182,7 +182,7 @@ class GeneratorConfig(Strict):
 
 class LearnerConfig(Strict):
     """The GRPO learner (paper §2, app. A): AdamW with cosine schedule and
-    warm-up, clipped ratio, no KL. See conductor_rl/grpo.py for the maths."""
+    warm-up, clipped ratio, no KL. See conductor_rl/policy/grpo.py for the maths."""
 
     lr: float = Field(1e-6, gt=0.0)
     betas: tuple[float, float] = (0.9, 0.999)

@@ -64,7 +64,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     if samples < 1:
         raise SystemExit("--samples must be at least 1")
 
-    from conductor_rl.conductor import Conductor  # torch import: after the config has been checked
+    from conductor_rl.policy.conductor import Conductor  # torch import: after the config has been checked
 
     try:
         workers = [build_provider(w, seed=config.conductor.seed) for w in config.workers]

@@ -33,8 +33,8 @@ from conductor_rl.config import Config, ConfigError
 from conductor_rl.data import Question, load_dataset
 from conductor_rl.data.stream import QuestionStream
 from conductor_rl.graders.service import GradeRequest
-from conductor_rl.grpo import group_advantages
-from conductor_rl.learner import RolloutBatch
+from conductor_rl.policy.grpo import group_advantages
+from conductor_rl.policy.learner import RolloutBatch
 from conductor_rl.metrics import best_workers, iteration_metrics
 from conductor_rl.plan.constrained import choice_mask
 from conductor_rl.providers import MissingApiKeyError
@@ -292,7 +292,7 @@ class ConductorPrompts:
         from transformers import AutoTokenizer
 
         from conductor_rl.models import resolve_model
-        from conductor_rl.sampling import PlanShape
+        from conductor_rl.policy.sampling import PlanShape
 
         self.config = config
         self.tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.conductor.model))

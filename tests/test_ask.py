@@ -88,7 +88,7 @@ def test_ask_rejects_an_empty_question(tmp_path):
 
 
 def test_bad_config_fails_before_any_model_loads(tmp_path, monkeypatch):
-    import conductor_rl.conductor as conductor_module
+    import conductor_rl.policy.conductor as conductor_module
 
     monkeypatch.setattr(conductor_module, "load_causal_lm", lambda *a: pytest.fail("model loaded"))
     with pytest.raises(SystemExit, match=r"conductor\.temprature: unknown key"):

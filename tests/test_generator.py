@@ -6,9 +6,9 @@ import pytest
 import ray
 import torch
 
-from conductor_rl.grpo import completion_logprobs
+from conductor_rl.policy.grpo import completion_logprobs
 from conductor_rl.models import load_causal_lm
-from conductor_rl.sampling import StaleWeightsError, TransformersSampler
+from conductor_rl.policy.sampling import StaleWeightsError, TransformersSampler
 
 PROMPT = "<|im_start|>user\nWrite a plan.<|im_end|>\n<|im_start|>assistant\n"
 # fp32 on both sides; different kernels (vLLM's CPU attention vs torch SDPA) differ in the last bits.
@@ -138,7 +138,7 @@ def test_learner_step_then_sync_matches_the_learner(vllm_generator):
     generator: the generator's log-probs equal the learner's for the same tokens."""
     from actors.learner import LearnerGroup
     from conductor_rl.config import LearnerConfig
-    from conductor_rl.learner import RolloutBatch
+    from conductor_rl.policy.learner import RolloutBatch
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
@@ -169,7 +169,7 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator):
     from actors.learner import LearnerGroup
     from actors.weight_sync import WeightSync, local_transport
     from conductor_rl.config import LearnerConfig
-    from conductor_rl.learner import RolloutBatch
+    from conductor_rl.policy.learner import RolloutBatch
 
     class Pool:   # a GeneratorPool of the module's one engine
         actors = [vllm_generator]
@@ -222,7 +222,7 @@ def test_generator_pool_splits_prompts_and_syncs_every_engine(ray_cluster):
 
 def test_vllm_constrained_samples_are_plans(vllm_generator):
     from conductor_rl.plan import parse_plan
-    from conductor_rl.sampling import PlanShape
+    from conductor_rl.policy.sampling import PlanShape
 
     [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=6, temperature=1.0, max_tokens=300, seed=5,
                                                    shape=PlanShape(n_workers=3, max_steps=3, max_subtask_tokens=8)))
@@ -237,7 +237,7 @@ def test_vllm_constrained_samples_are_plans(vllm_generator):
 
 def test_transformers_constrained_samples_are_plans():
     from conductor_rl.plan import parse_plan
-    from conductor_rl.sampling import PlanShape
+    from conductor_rl.policy.sampling import PlanShape
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     [group] = TransformersSampler(model, tokenizer).sample(

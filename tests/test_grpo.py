@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conductor_rl.grpo import completion_logprobs, group_advantages, grpo_loss
+from conductor_rl.policy.grpo import completion_logprobs, group_advantages, grpo_loss
 
 
 def reference_advantages(rewards, group_size):

@@ -8,10 +8,10 @@ import ray
 import torch
 
 from conductor_rl.config import LearnerConfig
-from conductor_rl.grpo import group_advantages
-from conductor_rl.learner import RolloutBatch, lr_lambda
+from conductor_rl.policy.grpo import group_advantages
+from conductor_rl.policy.learner import RolloutBatch, lr_lambda
 from conductor_rl.models import load_causal_lm
-from conductor_rl.sampling import TransformersSampler
+from conductor_rl.policy.sampling import TransformersSampler
 
 
 def random_batch(n=8, seed=0):

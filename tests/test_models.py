@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conductor_rl.conductor import Conductor, plan_finished
+from conductor_rl.policy.conductor import Conductor, plan_finished
 from conductor_rl.config import ConductorConfig, WorkerConfig
 from conductor_rl.models import ModelNotAvailableError, load_causal_lm, qwen2_tokenizer, resolve_model
 from conductor_rl.plan import parse_plan

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conductor_rl.conductor import Conductor
+from conductor_rl.policy.conductor import Conductor
 from conductor_rl.config import ConductorConfig, ConfigError, load_config
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan import parse_plan

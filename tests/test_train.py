@@ -433,7 +433,7 @@ class _FakeGenerators:
         self.spread = spread
 
     def sample(self, prompts, n, *_args, **_kwargs):
-        from conductor_rl.sampling import Sample
+        from conductor_rl.policy.sampling import Sample
 
         def plan(worker: int) -> str:   # what follows the response prefix "model_id = ["
             return f'{worker}]\nsubtasks = ["Answer the question."]\naccess_list = [[]]'
@@ -452,7 +452,7 @@ class _FakeLearners:
     """Stands in for the DeepSpeed learner group: no step, a one-file checkpoint."""
 
     def train_step(self, batch):
-        from conductor_rl.learner import StepStats
+        from conductor_rl.policy.learner import StepStats
 
         return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0.0, sum(map(len, batch.completion_ids)), 0.0)
 

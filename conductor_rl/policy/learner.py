@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import torch
 
 from conductor_rl.config import LearnerConfig
-from conductor_rl.grpo import grpo_loss
+from conductor_rl.policy.grpo import grpo_loss
 from conductor_rl.models import cache_dir, load_causal_lm
 
 
@@ -107,7 +107,7 @@ class PolicyLearner:
         import deepspeed
 
         if not torch.distributed.is_initialized():
-            raise RuntimeError("call conductor_rl.learner.init_process_group() before building a PolicyLearner")
+            raise RuntimeError("call conductor_rl.policy.learner.init_process_group() before building a PolicyLearner")
         self.config = config
         self.rank, self.world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
         bf16 = config.precision == "bfloat16" or (

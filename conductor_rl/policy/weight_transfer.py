@@ -32,7 +32,7 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
-from conductor_rl.learner import full_parameters
+from conductor_rl.policy.learner import full_parameters
 
 TRANSPORTS = ("nccl", "ipc", "gloo")
 TIMEOUT = datetime.timedelta(minutes=10)   # a peer that never arrives fails the sync instead of hanging it
@@ -170,7 +170,7 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
 
 class ModelWeights(WeightSource):
     """A learner module's parameters by Hugging Face name, as vLLM's
-    `load_weights` takes them (conductor_rl.learner.full_parameters: tied
+    `load_weights` takes them (conductor_rl.policy.learner.full_parameters: tied
     ones under each name, ZeRO-3 slices gathered while sent)."""
 
     def __init__(self, module: torch.nn.Module) -> None:

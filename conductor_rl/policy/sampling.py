@@ -59,7 +59,7 @@ class VLLMSampler:
                  tensor_parallel_size: int = 1, kv_cache_gb: int = 1, gpu_memory_utilization: float = 0.8,
                  weight_transfer: str | None = None) -> None:
         """`weight_transfer`: "nccl", "ipc" or "gloo" to receive weights by vLLM's weight-transfer API
-        (conductor_rl/weight_transfer.py); None: only `load_weights`."""
+        (conductor_rl/policy/weight_transfer.py); None: only `load_weights`."""
         on_cpu = not torch.cuda.is_available()
         if on_cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb))
@@ -71,7 +71,7 @@ class VLLMSampler:
         if weight_transfer is not None:
             from vllm.config.weight_transfer import WeightTransferConfig
 
-            from conductor_rl.weight_transfer import register_gloo_backend
+            from conductor_rl.policy.weight_transfer import register_gloo_backend
 
             register_gloo_backend()   # this process hosts the engine's worker (in-process engine core)
             transfer["weight_transfer_config"] = WeightTransferConfig(backend=weight_transfer)
