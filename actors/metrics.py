@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ray.util import metrics
 
-from conductor_rl.guarded import CallObserver
-from conductor_rl.providers.base import ProviderError, WorkerResponse
+from conductor_rl.workers.guarded import CallObserver
+from conductor_rl.workers.providers.base import ProviderError, WorkerResponse
 
 LATENCY_BOUNDARIES = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
 

@@ -31,12 +31,12 @@ from typing import Any
 import ray
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.guarded import GuardedProvider
-from conductor_rl.ledger import CostLedger
-from conductor_rl.limits import AsyncRateLimiter, WindowLimits
-from conductor_rl.providers import ProviderError, Secret, WorkerRequest, WorkerResponse, build_provider
-from conductor_rl.providers.keys import read_api_key
-from conductor_rl.retry import RetryPolicy
+from conductor_rl.workers.guarded import GuardedProvider
+from conductor_rl.workers.ledger import CostLedger
+from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits
+from conductor_rl.workers.providers import ProviderError, Secret, WorkerRequest, WorkerResponse, build_provider
+from conductor_rl.workers.providers.keys import read_api_key
+from conductor_rl.workers.retry import RetryPolicy
 from actors.metrics import RayMetricsObserver
 
 NAMESPACE = "conductor-rl"

@@ -37,8 +37,8 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 import ray  # noqa: E402
 
 from conductor_rl.config import WorkerConfig  # noqa: E402
-from conductor_rl.limits import AsyncRateLimiter, WindowLimits  # noqa: E402
-from conductor_rl.providers import WorkerRequest, build_provider  # noqa: E402
+from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits  # noqa: E402
+from conductor_rl.workers.providers import WorkerRequest, build_provider  # noqa: E402
 
 WINDOW_S = 10.0
 LIMIT = 60

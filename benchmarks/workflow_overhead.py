@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from conductor_rl.plan import Plan, Step  # noqa: E402
-from conductor_rl.providers.base import Usage, WorkerRequest, WorkerResponse  # noqa: E402
+from conductor_rl.workers.providers.base import Usage, WorkerRequest, WorkerResponse  # noqa: E402
 from conductor_rl.rollout.workflow import StepLimits, Task, run_plan  # noqa: E402
 
 GOAL_OVERHEAD_MS = 1.0

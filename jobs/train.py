@@ -37,8 +37,8 @@ from conductor_rl.policy.grpo import group_advantages
 from conductor_rl.policy.learner import RolloutBatch
 from conductor_rl.metrics import best_workers, iteration_metrics
 from conductor_rl.plan.constrained import choice_mask
-from conductor_rl.providers import MissingApiKeyError
-from conductor_rl.providers.keys import read_api_key
+from conductor_rl.workers.providers import MissingApiKeyError
+from conductor_rl.workers.providers.keys import read_api_key
 from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, needs_execution, parse_rollout,
                                   ready_to_grade, unfinished)
 from conductor_rl.run_log import RunDirError

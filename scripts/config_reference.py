@@ -48,7 +48,7 @@ NOTES: dict[str, str] = {
     "conductor.dtype": "Torch dtype the Conductor's weights are loaded in ('auto': the checkpoint's own).",
     "conductor.seed": "Seed of the Conductor's sampling; `ask` also passes it to every worker provider.",
     "workers.<i>.name": "Unique name, shown in logs and traces. The Conductor never sees it (only 'Model <i>').",
-    "workers.<i>.provider": "The backend that serves this worker (see `conductor_rl.providers.build_provider`).",
+    "workers.<i>.provider": "The backend that serves this worker (see `conductor_rl.workers.providers.build_provider`).",
     "workers.<i>.model": "The provider's model name; required unless the provider is 'sim'. "
     "For 'local': any name `conductor.model` accepts.",
     "workers.<i>.base_url": "Endpoint of an HTTP provider (an OpenAI-compatible server, a proxy).",
@@ -312,7 +312,7 @@ def leading_comment(path: Path) -> list[str]:
 
 def provider_availability() -> tuple[list[str], list[str]]:
     """(providers `build_provider` makes in this version, those it refuses)."""
-    from conductor_rl.providers import OFFLINE_PROVIDERS, ProviderUnavailableError, build_provider
+    from conductor_rl.workers.providers import OFFLINE_PROVIDERS, ProviderUnavailableError, build_provider
 
     literal, _ = _unwrap_optional(cfg.WorkerConfig.model_fields["provider"].annotation)
     available, missing = [], []
@@ -406,7 +406,7 @@ def intro() -> list[str]:
         "  mistake stops the command at start with a message that names the dotted key (and, for an unknown key,",
         "  the keys allowed there). `conductor-rl config [--config FILE] [key=value ...]` prints the resolved",
         "  configuration as YAML.",
-        f"- Providers that `conductor_rl.providers.build_provider` makes in this version: "
+        f"- Providers that `conductor_rl.workers.providers.build_provider` makes in this version: "
         + ", ".join(f"`{p}`" for p in available)
         + ("; the others (" + ", ".join(f"`{p}`" for p in missing) + ") pass validation but are refused when "
            "a job builds its workers." if missing else "."),

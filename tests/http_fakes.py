@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conductor_rl.config import Price, WorkerConfig
-from conductor_rl.providers import WorkerRequest
+from conductor_rl.workers.providers import WorkerRequest
 from conductor_rl.testing.fake_llm_server import FakeLLMServer
 
 HTTP_PROVIDERS = ["openai", "openai_responses", "anthropic", "google", "openai_compatible"]

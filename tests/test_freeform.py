@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from conductor_rl.graders import FreeformGrader, MathGrader, Verdict, grade
-from conductor_rl.providers.base import Provider, ProviderError, WorkerRequest, WorkerResponse
+from conductor_rl.workers.providers.base import Provider, ProviderError, WorkerRequest, WorkerResponse
 
 
 class FakeJudge:

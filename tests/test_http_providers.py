@@ -10,9 +10,9 @@ import logging
 
 import pytest
 
-from conductor_rl.costs import cost_of
-from conductor_rl.providers import MissingApiKeyError, ProviderError, Usage, build_provider
-from conductor_rl.providers.errors import parse_retry_after
+from conductor_rl.workers.costs import cost_of
+from conductor_rl.workers.providers import MissingApiKeyError, ProviderError, Usage, build_provider
+from conductor_rl.workers.providers.errors import parse_retry_after
 from conductor_rl.testing.fake_llm_server import CACHED_TOKENS, REASONING_TOKENS
 from tests.http_fakes import fresh, server  # noqa: F401 (fixtures)
 from tests.http_fakes import FAKE_KEY, HTTP_PROVIDERS, KEY_ENV, PRICE, request, worker_config
@@ -106,7 +106,7 @@ def test_retry_after_forms():
 
 
 def test_gemini_retry_delay_in_the_error_body():
-    from conductor_rl.providers.google_genai import _retry_delay
+    from conductor_rl.workers.providers.google_genai import _retry_delay
 
     body = {"error": {"code": 429, "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
                                                 "retryDelay": "17s"}]}}

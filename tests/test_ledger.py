@@ -8,13 +8,13 @@ import pickle
 
 import pytest
 
-from conductor_rl.costs import cost_of
-from conductor_rl.guarded import GuardedProvider
-from conductor_rl.ledger import BudgetExceededError, CostLedger
-from conductor_rl.limits import AsyncRateLimiter, WindowLimits
+from conductor_rl.workers.costs import cost_of
+from conductor_rl.workers.guarded import GuardedProvider
+from conductor_rl.workers.ledger import BudgetExceededError, CostLedger
+from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits
 from conductor_rl.plan import parse_plan
-from conductor_rl.providers import ProviderError, Usage, build_provider
-from conductor_rl.retry import RetryPolicy
+from conductor_rl.workers.providers import ProviderError, Usage, build_provider
+from conductor_rl.workers.retry import RetryPolicy
 from conductor_rl.rollout.workflow import Task, run_plan
 from tests.http_fakes import fresh, server  # noqa: F401 (fixtures)
 from tests.http_fakes import HTTP_PROVIDERS, PRICE, request, worker_config

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from conductor_rl.limits import AsyncRateLimiter, WindowLimits, estimate_tokens
-from conductor_rl.providers import ProviderError
-from conductor_rl.retry import RetryPolicy, call_with_retries
+from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits, estimate_tokens
+from conductor_rl.workers.providers import ProviderError
+from conductor_rl.workers.retry import RetryPolicy, call_with_retries
 
 
 class Clock:

@@ -10,7 +10,7 @@ from conductor_rl.policy.conductor import Conductor, plan_finished
 from conductor_rl.config import ConductorConfig, WorkerConfig
 from conductor_rl.models import ModelNotAvailableError, load_causal_lm, qwen2_tokenizer, resolve_model
 from conductor_rl.plan import parse_plan
-from conductor_rl.providers import WorkerRequest, build_provider
+from conductor_rl.workers.providers import WorkerRequest, build_provider
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_conductor_without_stop_runs_to_max_tokens_and_is_marked_truncated(tiny)
 def test_local_worker_generates_with_usage(tiny):
     model, tokenizer = tiny
     config = WorkerConfig(name="local-tiny", provider="local", model="tiny-qwen2", price={"input": 1.0, "output": 2.0})
-    from conductor_rl.providers.local import LocalProvider
+    from conductor_rl.workers.providers.local import LocalProvider
 
     worker = LocalProvider(config, model, tokenizer)
     request = WorkerRequest([{"role": "user", "content": "Say hi"}], max_tokens=6, temperature=0.0)
@@ -110,7 +110,7 @@ def test_local_worker_generates_with_usage(tiny):
 
 
 def test_build_provider_needs_the_key_of_http_providers(monkeypatch):
-    from conductor_rl.providers import MissingApiKeyError, ProviderUnavailableError
+    from conductor_rl.workers.providers import MissingApiKeyError, ProviderUnavailableError
 
     monkeypatch.delenv("CONDUCTOR_TEST_NO_SUCH_KEY", raising=False)
     config = WorkerConfig(name="gpt", provider="openai", model="gpt-5", api_key_env="CONDUCTOR_TEST_NO_SUCH_KEY")

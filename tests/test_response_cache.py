@@ -5,9 +5,9 @@ import asyncio
 import json
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.providers import WorkerRequest, WorkerResponse, cached
-from conductor_rl.providers.base import Usage
-from conductor_rl.response_cache import ResponseCache
+from conductor_rl.workers.providers import WorkerRequest, WorkerResponse, cached
+from conductor_rl.workers.providers.base import Usage
+from conductor_rl.workers.response_cache import ResponseCache
 
 
 class CountingWorker:

@@ -10,9 +10,9 @@ import pytest
 
 from conductor_rl import graders
 from conductor_rl.config import Price, SimSpec, WorkerConfig
-from conductor_rl.costs import cost_of
-from conductor_rl.providers.base import ProviderError, TaskHint, Usage, WorkerRequest, WorkerResponse
-from conductor_rl.providers.sim import CHARS_PER_TOKEN, SimProvider
+from conductor_rl.workers.costs import cost_of
+from conductor_rl.workers.providers.base import ProviderError, TaskHint, Usage, WorkerRequest, WorkerResponse
+from conductor_rl.workers.providers.sim import CHARS_PER_TOKEN, SimProvider
 
 # References shaped like those in conductor_rl/data/samples (math500, gsm8k, mmlu).
 REFERENCES = {

@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
-from conductor_rl.costs import cost_of
-from conductor_rl.ledger import BudgetExceededError
-from conductor_rl.providers import MissingApiKeyError, ProviderError, Usage
-from conductor_rl.retry import RetryPolicy
+from conductor_rl.workers.costs import cost_of
+from conductor_rl.workers.ledger import BudgetExceededError
+from conductor_rl.workers.providers import MissingApiKeyError, ProviderError, Usage
+from conductor_rl.workers.retry import RetryPolicy
 from tests.http_fakes import fresh  # noqa: F401 (fixture, with this module's server)
 from tests.http_fakes import FAKE_KEY, KEY_ENV, PRICE, request, worker_config
 

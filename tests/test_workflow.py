@@ -17,8 +17,8 @@ import pytest
 from conductor_rl import graders
 from conductor_rl.config import Price, SimSpec, WorkerConfig
 from conductor_rl.plan import Plan, PlanError, Step, parse_plan, render_plan
-from conductor_rl.providers.base import Provider, ProviderError, Usage, WorkerRequest, WorkerResponse
-from conductor_rl.providers.sim import SimProvider
+from conductor_rl.workers.providers.base import Provider, ProviderError, Usage, WorkerRequest, WorkerResponse
+from conductor_rl.workers.providers.sim import SimProvider
 from conductor_rl.rollout.workflow import StepLimits, Task, WorkflowResult, run_plan
 
 TASK = Task(id="q-1", question="What is 6 times 7? QUESTION-MARKER", domain="math", reference="42",

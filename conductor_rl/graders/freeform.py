@@ -27,7 +27,7 @@ import re
 from conductor_rl.graders.answers import extract_exact, normalize_text, strip_reasoning
 from conductor_rl.graders.math import MathGrader
 from conductor_rl.graders.verdict import GradeResult, Verdict
-from conductor_rl.providers.base import Provider, WorkerRequest
+from conductor_rl.workers.providers.base import Provider, WorkerRequest
 
 __all__ = ["FreeformGrader", "JUDGE_SYSTEM_PROMPT", "judge_messages"]
 

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from conductor_rl import graders
 from conductor_rl.graders import GradeResult, MathGrader, Verdict
 from conductor_rl.plan import Plan, PlanError, parse_plan
-from conductor_rl.providers.base import Provider
+from conductor_rl.workers.providers.base import Provider
 from conductor_rl.rollout.workflow import StepLimits, Task, WorkflowResult, run_plan
 
 

@@ -21,7 +21,7 @@ from typing import Sequence
 
 from conductor_rl.plan import Plan
 from conductor_rl.plan.prompts import worker_messages
-from conductor_rl.providers.base import Provider, ProviderError, TaskHint, Usage, WorkerRequest
+from conductor_rl.workers.providers.base import Provider, ProviderError, TaskHint, Usage, WorkerRequest
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ mapping around one SDK call. Subclasses build the SDK client and implement
 `_call` (request -> text and usage) and `_map_error` (SDK exception ->
 ProviderError, or None for a bug that should raise as it is).
 
-SDK retries are always off: our retry policy (conductor_rl/retry.py) sees every
+SDK retries are always off: our retry policy (conductor_rl/workers/retry.py) sees every
 attempt, so that the cluster-wide rate limiter counts each one.
 """
 
@@ -14,10 +14,10 @@ import time
 from typing import Any
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.costs import cost_of
-from conductor_rl.providers.base import ProviderError, Usage, WorkerRequest, WorkerResponse
-from conductor_rl.providers.errors import malformed_error
-from conductor_rl.providers.keys import Secret, read_api_key
+from conductor_rl.workers.costs import cost_of
+from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequest, WorkerResponse
+from conductor_rl.workers.providers.errors import malformed_error
+from conductor_rl.workers.providers.keys import Secret, read_api_key
 
 
 class HttpProvider:

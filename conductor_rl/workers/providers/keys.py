@@ -12,7 +12,7 @@ import hashlib
 import os
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.providers.base import MissingApiKeyError
+from conductor_rl.workers.providers.base import MissingApiKeyError
 
 
 class Secret:

@@ -10,7 +10,7 @@ Each *attempt* (not each request) asks the ledger and the limiter first: a
 retry is a new call for the provider's RPM, and no call at all starts once the
 budget is spent. A 429 puts the key into cooldown for everyone. The ledger holds
 each attempt open, at its worst-case cost, until its outcome is known
-(conductor_rl/ledger.py), so a call lost with its process is still counted.
+(conductor_rl/workers/ledger.py), so a call lost with its process is still counted.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import uuid
 from typing import Any
 
 from conductor_rl.config import Price
-from conductor_rl.costs import cost_of
-from conductor_rl.limits import estimate_tokens
-from conductor_rl.providers.base import ProviderError, Usage, WorkerRequest, WorkerResponse
-from conductor_rl.retry import RetryPolicy, call_with_retries
+from conductor_rl.workers.costs import cost_of
+from conductor_rl.workers.limits import estimate_tokens
+from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequest, WorkerResponse
+from conductor_rl.workers.retry import RetryPolicy, call_with_retries
 
 
 class CallObserver:

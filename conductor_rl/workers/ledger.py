@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 
-from conductor_rl.providers.base import ProviderError, Usage
+from conductor_rl.workers.providers.base import ProviderError, Usage
 
 
 class BudgetExceededError(ProviderError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conductor_rl.config import Price
-from conductor_rl.providers.base import Usage
+from conductor_rl.workers.providers.base import Usage
 
 
 def cost_of(usage: Usage, price: Price) -> float:

@@ -22,7 +22,7 @@ import math
 import time
 from typing import Any, Mapping
 
-from conductor_rl.providers.base import ProviderError
+from conductor_rl.workers.providers.base import ProviderError
 
 MAX_MESSAGE_CHARS = 500
 

@@ -20,12 +20,12 @@ from google.genai import types
 from pydantic import ValidationError
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.providers.base import ProviderError, Usage, WorkerRequest
-from conductor_rl.providers.errors import (
+from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequest
+from conductor_rl.workers.providers.errors import (
     connection_error, malformed_error, parse_retry_after, status_error, timeout_error,
 )
-from conductor_rl.providers.http import HttpProvider, count, split_system
-from conductor_rl.providers.keys import Secret
+from conductor_rl.workers.providers.http import HttpProvider, count, split_system
+from conductor_rl.workers.providers.keys import Secret
 
 
 def _transport_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:

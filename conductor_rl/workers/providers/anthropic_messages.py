@@ -16,10 +16,10 @@ from __future__ import annotations
 import anthropic
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.providers.base import ProviderError, Usage, WorkerRequest
-from conductor_rl.providers.errors import map_stainless_error
-from conductor_rl.providers.http import HttpProvider, count, split_system
-from conductor_rl.providers.keys import Secret
+from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequest
+from conductor_rl.workers.providers.errors import map_stainless_error
+from conductor_rl.workers.providers.http import HttpProvider, count, split_system
+from conductor_rl.workers.providers.keys import Secret
 
 MIN_THINKING_BUDGET = 1024
 

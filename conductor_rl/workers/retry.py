@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Awaitable, Callable, TypeVar
 
-from conductor_rl.providers.base import ProviderError
+from conductor_rl.workers.providers.base import ProviderError
 
 T = TypeVar("T")
 

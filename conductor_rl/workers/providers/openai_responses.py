@@ -7,10 +7,10 @@ The chat messages go in as `input` items; system messages become `instructions`.
 
 from __future__ import annotations
 
-from conductor_rl.providers.base import Usage, WorkerRequest
-from conductor_rl.providers.errors import malformed_error
-from conductor_rl.providers.http import count, effort_for_budget, split_system
-from conductor_rl.providers.openai_chat import OpenAIChatProvider
+from conductor_rl.workers.providers.base import Usage, WorkerRequest
+from conductor_rl.workers.providers.errors import malformed_error
+from conductor_rl.workers.providers.http import count, effort_for_budget, split_system
+from conductor_rl.workers.providers.openai_chat import OpenAIChatProvider
 
 
 class OpenAIResponsesProvider(OpenAIChatProvider):

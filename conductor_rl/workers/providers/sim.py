@@ -20,8 +20,8 @@ import re
 import time
 
 from conductor_rl.config import SimSpec, WorkerConfig
-from conductor_rl.costs import cost_of
-from conductor_rl.providers.base import ProviderError, TaskHint, Usage, WorkerRequest, WorkerResponse
+from conductor_rl.workers.costs import cost_of
+from conductor_rl.workers.providers.base import ProviderError, TaskHint, Usage, WorkerRequest, WorkerResponse
 
 CHARS_PER_TOKEN = 4  # rough; only used to make simulated input token counts plausible
 

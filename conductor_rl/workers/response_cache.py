@@ -18,7 +18,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from conductor_rl.providers.base import Provider, Usage, WorkerRequest, WorkerResponse
+from conductor_rl.workers.providers.base import Provider, Usage, WorkerRequest, WorkerResponse
 
 
 class ResponseCache:

@@ -13,10 +13,10 @@ import time
 from typing import Any
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.costs import cost_of
+from conductor_rl.workers.costs import cost_of
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan.prompts import apply_chat_template
-from conductor_rl.providers.base import Usage, WorkerRequest, WorkerResponse
+from conductor_rl.workers.providers.base import Usage, WorkerRequest, WorkerResponse
 
 
 class LocalProvider:

@@ -11,7 +11,7 @@ environment variable in `api_key_env` at build time; a missing one raises
 from __future__ import annotations
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.providers.base import (
+from conductor_rl.workers.providers.base import (
     MissingApiKeyError,
     Provider,
     ProviderError,
@@ -21,7 +21,7 @@ from conductor_rl.providers.base import (
     WorkerRequest,
     WorkerResponse,
 )
-from conductor_rl.providers.keys import Secret
+from conductor_rl.workers.providers.keys import Secret
 
 __all__ = [
     "MissingApiKeyError", "Provider", "ProviderError", "ProviderUnavailableError", "Secret", "TaskHint", "Usage",
@@ -36,27 +36,27 @@ def build_provider(config: WorkerConfig, seed: int = 0, api_key: Secret | None =
     """A provider for `config`. `api_key` overrides the environment (a driver hands
     its key to worker actors on nodes that lack the variable)."""
     if config.provider == "sim":
-        from conductor_rl.providers.sim import SimProvider
+        from conductor_rl.workers.providers.sim import SimProvider
 
         return SimProvider(config, seed=seed)
     if config.provider == "local":
-        from conductor_rl.providers.local import LocalProvider
+        from conductor_rl.workers.providers.local import LocalProvider
 
         return LocalProvider(config, seed=seed)
     if config.provider in ("openai", "openai_compatible"):
-        from conductor_rl.providers.openai_chat import OpenAIChatProvider
+        from conductor_rl.workers.providers.openai_chat import OpenAIChatProvider
 
         return OpenAIChatProvider(config, api_key)
     if config.provider == "openai_responses":
-        from conductor_rl.providers.openai_responses import OpenAIResponsesProvider
+        from conductor_rl.workers.providers.openai_responses import OpenAIResponsesProvider
 
         return OpenAIResponsesProvider(config, api_key)
     if config.provider == "anthropic":
-        from conductor_rl.providers.anthropic_messages import AnthropicMessagesProvider
+        from conductor_rl.workers.providers.anthropic_messages import AnthropicMessagesProvider
 
         return AnthropicMessagesProvider(config, api_key)
     if config.provider == "google":
-        from conductor_rl.providers.google_genai import GoogleGenAIProvider
+        from conductor_rl.workers.providers.google_genai import GoogleGenAIProvider
 
         return GoogleGenAIProvider(config, api_key)
     raise ProviderUnavailableError(
@@ -67,7 +67,7 @@ def build_provider(config: WorkerConfig, seed: int = 0, api_key: Secret | None =
 
 def cached(provider: Provider, config: WorkerConfig, folder: str) -> Provider:
     """`provider` answering from an on-disk cache in `folder` when it can."""
-    from conductor_rl.response_cache import CachedProvider, ResponseCache
+    from conductor_rl.workers.response_cache import CachedProvider, ResponseCache
 
     identity = {"provider": config.provider, "model": config.model, "base_url": config.base_url, "worker": config.name}
     return CachedProvider(provider, ResponseCache(folder), identity)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import openai
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.providers.base import ProviderError, Usage, WorkerRequest
-from conductor_rl.providers.errors import map_stainless_error, malformed_error
-from conductor_rl.providers.http import HttpProvider, count, effort_for_budget
-from conductor_rl.providers.keys import Secret
+from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequest
+from conductor_rl.workers.providers.errors import map_stainless_error, malformed_error
+from conductor_rl.workers.providers.http import HttpProvider, count, effort_for_budget
+from conductor_rl.workers.providers.keys import Secret
 
 
 class OpenAIChatProvider(HttpProvider):
