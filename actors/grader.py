@@ -1,4 +1,4 @@
-"""GraderActor: a Ray shell over `conductor_rl.graders.service.Grader`; GraderPool: N of them.
+"""GraderActor: a Ray shell over `conductor_rl.grading.service.Grader`; GraderPool: N of them.
 
 A GraderActor is a threaded actor (``max_concurrency = grader.concurrency``):
 that many answers are graded at once in it, each in its own sandbox. Ray
@@ -28,8 +28,8 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from conductor_rl.config import GraderConfig
-from conductor_rl.graders.service import Grader, GradeRequest
-from conductor_rl.graders.verdict import GradeResult, Verdict
+from conductor_rl.grading.service import Grader, GradeRequest
+from conductor_rl.grading.verdict import GradeResult, Verdict
 
 __all__ = ["GraderActor", "GraderPool"]
 

@@ -43,10 +43,10 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from conductor_rl.config import GraderConfig, SandboxConfig  # noqa: E402
 from conductor_rl.data import load_humaneval  # noqa: E402
-from conductor_rl.graders import Verdict  # noqa: E402
-from conductor_rl.graders.code import humaneval_program  # noqa: E402
-from conductor_rl.graders.service import GradeRequest  # noqa: E402
-from conductor_rl.sandbox import Sandbox, SandboxError, stray_processes  # noqa: E402
+from conductor_rl.grading import Verdict  # noqa: E402
+from conductor_rl.grading.code import humaneval_program  # noqa: E402
+from conductor_rl.grading.service import GradeRequest  # noqa: E402
+from conductor_rl.grading.sandbox import Sandbox, SandboxError, stray_processes  # noqa: E402
 
 GOAL_RATIO = 0.7
 

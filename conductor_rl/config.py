@@ -397,7 +397,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
 
 
 class SandboxConfig(Strict):
-    """Limits of one sandboxed program run (conductor_rl/sandbox.py)."""
+    """Limits of one sandboxed program run (conductor_rl/grading/sandbox.py)."""
 
     timeout_s: float = Field(10.0, gt=0.0, description="Wall-clock limit of one program run (one test, for per-test runs).")
     memory_mb: int = Field(512, ge=64, description="Address-space limit (RLIMIT_AS) of the program.")

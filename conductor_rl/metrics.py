@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from typing import Sequence
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.graders import Verdict
+from conductor_rl.grading import Verdict
 from conductor_rl.rollout.rollouts import Rollout
 
 

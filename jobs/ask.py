@@ -21,7 +21,7 @@ from typing import Any, Sequence, TextIO
 
 from conductor_rl.config import Config
 from conductor_rl.data import Question, load_dataset
-from conductor_rl.graders import MathGrader
+from conductor_rl.grading import MathGrader
 from conductor_rl.workers.providers import ProviderUnavailableError, build_provider, cached
 from conductor_rl.rollout.rollouts import Rollout, run_rollout
 from conductor_rl.rollout.workflow import Task

@@ -32,7 +32,7 @@ from conductor_rl.checkpoint import CheckpointError, Checkpoints, check_writable
 from conductor_rl.config import Config, ConfigError
 from conductor_rl.data import Question, load_dataset
 from conductor_rl.data.stream import QuestionStream
-from conductor_rl.graders.service import GradeRequest
+from conductor_rl.grading.service import GradeRequest
 from conductor_rl.policy.grpo import group_advantages
 from conductor_rl.policy.learner import RolloutBatch
 from conductor_rl.metrics import best_workers, iteration_metrics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conductor_rl.sandbox import _PROLOGUE_MARK as PROLOGUE_MARK, stray_processes
+from conductor_rl.grading.sandbox import _PROLOGUE_MARK as PROLOGUE_MARK, stray_processes
 
 __all__ = ["PROLOGUE_MARK", "assert_nothing_left"]
 

@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from conductor_rl import graders
 from conductor_rl.data import load_humaneval
-from conductor_rl.graders import Verdict, extract_code, grade, grade_code
-from conductor_rl.graders.code import outputs_match
+from conductor_rl.grading import Verdict, extract_code, grade, grade_code
+from conductor_rl.grading.code import outputs_match
 from conductor_rl.workers.providers.base import WorkerRequest, WorkerResponse
 from conductor_rl.rollout.rollouts import grade_answer, run_rollout
-from conductor_rl.sandbox import Sandbox
+from conductor_rl.grading.sandbox import Sandbox
 from conductor_rl.rollout.workflow import Task
 
 BOX = Sandbox(timeout_s=5)

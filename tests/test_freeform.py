@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from conductor_rl.graders import FreeformGrader, MathGrader, Verdict, grade
+from conductor_rl.grading import FreeformGrader, MathGrader, Verdict, grade
 from conductor_rl.workers.providers.base import Provider, ProviderError, WorkerRequest, WorkerResponse
 
 

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from conductor_rl.config import GraderConfig, SandboxConfig
-from conductor_rl.graders import Verdict
-from conductor_rl.graders.service import Grader, GradeRequest
+from conductor_rl.grading import Verdict
+from conductor_rl.grading.service import Grader, GradeRequest
 
 SLOW_OK = "import time\ntime.sleep({s})\nprint(sum(map(int, input().split())))\n"
 ADD_META = {"tests": [{"input": "2 3\n", "output": "5\n"}]}

@@ -1,4 +1,4 @@
-"""Tests of conductor_rl.graders: verdicts and reward, answer extraction, and the
+"""Tests of conductor_rl.grading: verdicts and reward, answer extraction, and the
 math-verify grader with its real child process (timeouts, kills, threads)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conductor_rl.graders import (
+from conductor_rl.grading import (
     REWARD_CORRECT,
     REWARD_FORMAT,
     REWARD_WRONG,
@@ -34,7 +34,7 @@ from conductor_rl.graders import (
     last_boxed,
     reward,
 )
-from conductor_rl.graders.math import MAX_BOXED_CHARS, TEST_HANG_ENV
+from conductor_rl.grading.math import MAX_BOXED_CHARS, TEST_HANG_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 MATH500 = ROOT.parent / "shared" / "data" / "math500" / "test.jsonl"
@@ -428,7 +428,7 @@ def test_math_child_env_has_no_secrets(monkeypatch):
 _CHILD_OWNER = textwrap.dedent(
     """
     import sys, time
-    from conductor_rl.graders import MathGrader
+    from conductor_rl.grading import MathGrader
     g = MathGrader()
     g.warm_up()
     print(g.child_pid, flush=True)

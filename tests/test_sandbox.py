@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conductor_rl import sandbox as sandbox_module
-from conductor_rl.sandbox import IsolationUnavailableError, Sandbox, SandboxError, run_python
+from conductor_rl.grading.sandbox import IsolationUnavailableError, Sandbox, SandboxError, run_python
 from sandbox_helpers import PROLOGUE_MARK, assert_nothing_left
 
 NO_BWRAP = "/nonexistent/bwrap"
@@ -97,7 +97,7 @@ def test_bwrap_mode_has_a_private_tmp_and_read_only_root():
 
 def test_fallback_warns_once_and_says_so(monkeypatch, caplog):
     monkeypatch.setattr(sandbox_module, "_warned_fallback", False)
-    caplog.set_level(logging.WARNING, logger="conductor_rl.sandbox")
+    caplog.set_level(logging.WARNING, logger="conductor_rl.grading.sandbox")
     box = Sandbox(bwrap_path=NO_BWRAP)
     assert box.run("print(1)").isolation == "rlimits"
     box.run("print(2)")

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conductor_rl.sandbox import Sandbox
+from conductor_rl.grading.sandbox import Sandbox
 from sandbox_helpers import assert_nothing_left
 
 TIMEOUT = 2.0

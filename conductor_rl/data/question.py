@@ -29,7 +29,7 @@ class Question:
     question:    the text shown to the Conductor / workers (MMLU: with lettered choices).
     reference:   the reference answer (math: final answer; mmlu: a letter; code: the full
                  canonical program, prompt included).
-    answer_kind: how to grade: one of `ANSWER_KINDS` (the graders' kinds, see `conductor_rl.graders`).
+    answer_kind: how to grade: one of `ANSWER_KINDS` (the graders' kinds, see `conductor_rl.grading`).
     source:      the dataset it came from (``"gsm8k"``, ``"math500"``, ``"math"``, ...).
     meta:        extras (subject, level, choices, tests, ...); JSON-serialisable.
     """

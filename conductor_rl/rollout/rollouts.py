@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from conductor_rl import graders
-from conductor_rl.graders import GradeResult, MathGrader, Verdict
+from conductor_rl.grading import GradeResult, MathGrader, Verdict
 from conductor_rl.plan import Plan, PlanError, parse_plan
 from conductor_rl.workers.providers.base import Provider
 from conductor_rl.rollout.workflow import StepLimits, Task, WorkflowResult, run_plan

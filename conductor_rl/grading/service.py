@@ -16,16 +16,16 @@ from typing import Any, Sequence
 
 from conductor_rl import graders
 from conductor_rl.config import GraderConfig
-from conductor_rl.graders.math import MathGrader
-from conductor_rl.graders.verdict import GradeResult, Verdict
-from conductor_rl.sandbox import Sandbox
+from conductor_rl.grading.math import MathGrader
+from conductor_rl.grading.verdict import GradeResult, Verdict
+from conductor_rl.grading.sandbox import Sandbox
 
 __all__ = ["GradeRequest", "Grader"]
 
 
 @dataclass(frozen=True)
 class GradeRequest:
-    """One answer to grade: `kind` (see `conductor_rl.graders.KINDS`), the
+    """One answer to grade: `kind` (see `conductor_rl.grading.KINDS`), the
     answer text, the reference, and the question's meta (a code question's tests)."""
 
     kind: str

@@ -17,7 +17,7 @@ What is graded (decided here, see `MathGrader.grade`):
 
 With the input bounded like this, a math-verify timeout is rare and is treated
 as a grader failure: ``ERROR``, which is never scored (see
-`conductor_rl.graders.verdict.reward`).
+`conductor_rl.grading.verdict.reward`).
 
 The child gets the parent's environment minus every variable whose name holds
 KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL, runs in its own session with ``/``
@@ -37,9 +37,9 @@ import threading
 import time
 import weakref
 
-from conductor_rl.graders.answers import last_boxed, strip_reasoning
-from conductor_rl.graders.verdict import GradeResult, Verdict
-from conductor_rl.supervise import kill_session
+from conductor_rl.grading.answers import last_boxed, strip_reasoning
+from conductor_rl.grading.verdict import GradeResult, Verdict
+from conductor_rl.grading.supervise import kill_session
 
 __all__ = [
     "MathGrader",

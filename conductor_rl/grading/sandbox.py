@@ -16,7 +16,7 @@ a fresh interpreter and returns a `SandboxResult`. What contains it:
   else in its pid namespace, so orphaned background children cannot survive.
 * **rlimits** (``prlimit``): address space (`memory_mb`), CPU seconds, file
   size, open files, no core dumps.
-* **a pids cgroup** (`conductor_rl.cgroups`) when writable: caps processes and
+* **a pids cgroup** (`conductor_rl.grading.cgroups`) when writable: caps processes and
   threads (a fork bomb) and lets the whole tree be killed however it forked.
 * **a wall-clock timeout** that kills the process group and the cgroup.
 * **capped output**: stdout and stderr are read as they come; past
@@ -54,8 +54,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conductor_rl.cgroups import PidsCgroup
-from conductor_rl.supervise import supervise
+from conductor_rl.grading.cgroups import PidsCgroup
+from conductor_rl.grading.supervise import supervise
 
 if TYPE_CHECKING:
     from conductor_rl.config import SandboxConfig

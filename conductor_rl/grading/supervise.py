@@ -4,7 +4,7 @@
 stdout and stderr incrementally (never more than `max_output_bytes` of each
 is kept; more kills it), watches a status pipe, and kills it when the wall
 clock runs out. It returns what happened (`Supervised`); deciding what that
-means is the caller's business (`conductor_rl.sandbox`). It never waits on a
+means is the caller's business (`conductor_rl.grading.sandbox`). It never waits on a
 child beyond its deadline, whatever the child does with its descriptors.
 """
 

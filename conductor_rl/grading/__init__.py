@@ -13,7 +13,7 @@ Kinds:
 * ``"numeric"``: GSM8K-style numbers (`grade_numeric`);
 * ``"code_humaneval"``, ``"code_stdio"``, ``"code_call"``, ``"code_unittest"``:
   the answer's program run against the tests in the question's ``meta`` in
-  the sandbox (`grade_code`, `conductor_rl.sandbox`);
+  the sandbox (`grade_code`, `conductor_rl.grading.sandbox`);
 * ``"freeform"``: free-form reference answers as in RLPR (`FreeformGrader`).
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from conductor_rl.graders.answers import (
+from conductor_rl.grading.answers import (
     extract_choice,
     extract_exact,
     extract_number,
@@ -32,11 +32,11 @@ from conductor_rl.graders.answers import (
     normalize_text,
     strip_reasoning,
 )
-from conductor_rl.graders.code import CODE_KINDS, extract_code, grade_code
-from conductor_rl.graders.freeform import FreeformGrader
-from conductor_rl.graders.math import MathGrader, default_math_grader
-from conductor_rl.sandbox import Sandbox
-from conductor_rl.graders.verdict import (
+from conductor_rl.grading.code import CODE_KINDS, extract_code, grade_code
+from conductor_rl.grading.freeform import FreeformGrader
+from conductor_rl.grading.math import MathGrader, default_math_grader
+from conductor_rl.grading.sandbox import Sandbox
+from conductor_rl.grading.verdict import (
     REWARD_CORRECT,
     REWARD_FORMAT,
     REWARD_WRONG,

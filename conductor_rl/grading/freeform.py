@@ -24,9 +24,9 @@ from __future__ import annotations
 import asyncio
 import re
 
-from conductor_rl.graders.answers import extract_exact, normalize_text, strip_reasoning
-from conductor_rl.graders.math import MathGrader
-from conductor_rl.graders.verdict import GradeResult, Verdict
+from conductor_rl.grading.answers import extract_exact, normalize_text, strip_reasoning
+from conductor_rl.grading.math import MathGrader
+from conductor_rl.grading.verdict import GradeResult, Verdict
 from conductor_rl.workers.providers.base import Provider, WorkerRequest
 
 __all__ = ["FreeformGrader", "JUDGE_SYSTEM_PROMPT", "judge_messages"]

@@ -36,9 +36,9 @@ import re
 import secrets
 from typing import Any, Mapping
 
-from conductor_rl.graders.answers import strip_reasoning
-from conductor_rl.graders.verdict import GradeResult, Verdict
-from conductor_rl.sandbox import Sandbox, SandboxError, SandboxResult
+from conductor_rl.grading.answers import strip_reasoning
+from conductor_rl.grading.verdict import GradeResult, Verdict
+from conductor_rl.grading.sandbox import Sandbox, SandboxError, SandboxResult
 
 __all__ = [
     "CODE_KINDS",

@@ -2,7 +2,7 @@
 
 Three graders live here: multiple choice (`grade_choice`), normalised exact match
 (`grade_exact`) and GSM8K-style numbers (`grade_numeric`). Mathematical
-equivalence is in `conductor_rl.graders.math`.
+equivalence is in `conductor_rl.grading.math`.
 
 All of them share a few rules:
 
@@ -11,7 +11,7 @@ All of them share a few rules:
 * A response with no readable answer (empty, garbage, no letter, no number) is
   ``WRONG`` with ``extracted=None``: that is the policy's fault.
 * A bad *reference* (not a letter, no number, ...) is a data or caller error: the
-  functions here raise ``ValueError``, and `conductor_rl.graders.grade` turns
+  functions here raise ``ValueError``, and `conductor_rl.grading.grade` turns
   that into an ``ERROR`` verdict, which is not scored.
 """
 
@@ -22,7 +22,7 @@ import re
 import unicodedata
 from fractions import Fraction
 
-from conductor_rl.graders.verdict import GradeResult, Verdict
+from conductor_rl.grading.verdict import GradeResult, Verdict
 
 __all__ = [
     "strip_reasoning",
