@@ -201,7 +201,7 @@ def build_loop(config: Any, iterations: int, target_steps: float = 0.0,
     returns what was adjusted: the plan-length steer (None: none asked)."""
     from conductor_rl.data import load_dataset
     from conductor_rl.data.stream import QuestionStream
-    from conductor_rl.metrics import best_workers
+    from conductor_rl.run.metrics import best_workers
     from jobs.train import ConductorPrompts, Loop, StopSignal
     from jobs.training_system import build_system, start_ray
 

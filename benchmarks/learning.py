@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from conductor_rl.config import load_config  # noqa: E402
-from conductor_rl.run_log import records  # noqa: E402
+from conductor_rl.run.log import records  # noqa: E402
 
 
 def run_seed(seed: int, overrides: list[str], out: Path) -> dict:

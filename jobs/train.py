@@ -28,20 +28,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from conductor_rl.checkpoint import CheckpointError, Checkpoints, check_writable
+from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable
 from conductor_rl.config import Config, ConfigError
 from conductor_rl.data import Question, load_dataset
 from conductor_rl.data.stream import QuestionStream
 from conductor_rl.grading.service import GradeRequest
 from conductor_rl.policy.grpo import group_advantages
 from conductor_rl.policy.learner import RolloutBatch
-from conductor_rl.metrics import best_workers, iteration_metrics
+from conductor_rl.run.metrics import best_workers, iteration_metrics
 from conductor_rl.plan.constrained import choice_mask
 from conductor_rl.workers.providers import MissingApiKeyError
 from conductor_rl.workers.providers.keys import read_api_key
 from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, needs_execution, parse_rollout,
                                   ready_to_grade, unfinished)
-from conductor_rl.run_log import RunDirError
+from conductor_rl.run.log import RunDirError
 from conductor_rl.rollout.workflow import Task
 from jobs.common import add_config_arguments, config_from_args, log, step_limits
 
@@ -176,9 +176,9 @@ def advantages(rollouts: Sequence[Rollout], prompt_ids: Sequence[list[int]],
 def train(config: Config, resume: bool = False) -> dict:
     """Run (or resume) training; returns a summary. Everything that can be
     checked without the cluster is checked before any actor starts."""
-    from conductor_rl.report import summarize, write_report
-    from conductor_rl.run_log import RunLog, records
-    from conductor_rl.traces import TraceWriter, remove_after
+    from conductor_rl.run.report import summarize, write_report
+    from conductor_rl.run.log import RunLog, records
+    from conductor_rl.run.traces import TraceWriter, remove_after
 
     t = config.train
     out = check_writable(t.output_dir)

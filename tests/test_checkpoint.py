@@ -1,4 +1,4 @@
-"""Training checkpoints (conductor_rl/checkpoint.py): written whole or not at all,
+"""Training checkpoints (conductor_rl/run/checkpoint.py): written whole or not at all,
 the last K kept, partial folders never taken for a checkpoint, and a failed write
 (a full disk) leaves the previous checkpoint as the latest one."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conductor_rl import checkpoint as ckpt
-from conductor_rl.checkpoint import CheckpointError, Checkpoints, check_writable, checkpoint_name
+from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable, checkpoint_name
 
 
 def write_weights(folder: Path) -> None:

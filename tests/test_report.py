@@ -1,4 +1,4 @@
-"""conductor_rl.report: the summary numbers, the plots and report.md."""
+"""conductor_rl.run.report: the summary numbers, the plots and report.md."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from conductor_rl import report
-from conductor_rl.report import ReportError, summarize, write_report
-from conductor_rl.run_log import METRICS_FILE, RunLog
+from conductor_rl.run.report import ReportError, summarize, write_report
+from conductor_rl.run.log import METRICS_FILE, RunLog
 
 PHASES = {"time_generate_s": 3.0, "time_execute_s": 1.0, "time_grade_s": 0.5, "time_learn_s": 20.0, "time_sync_s": 1.5}
 

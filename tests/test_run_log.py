@@ -1,4 +1,4 @@
-"""conductor_rl.run_log: metrics.jsonl and TensorBoard scalars, fresh and resumed runs."""
+"""conductor_rl.run.log: metrics.jsonl and TensorBoard scalars, fresh and resumed runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conductor_rl.run_log import (
+from conductor_rl.run.log import (
     METRICS_FILE,
     MetricsRecordError,
     RunDirError,

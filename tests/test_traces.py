@@ -1,4 +1,4 @@
-"""conductor_rl.traces: one Parquet file of rollout traces per iteration."""
+"""conductor_rl.run.traces: one Parquet file of rollout traces per iteration."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conductor_rl import traces
-from conductor_rl.traces import TraceSchemaError, TraceWriter, read_traces, remove_after, trace_path
+from conductor_rl.run.traces import TraceSchemaError, TraceWriter, read_traces, remove_after, trace_path
 
 
 def step(index: int, worker: str) -> dict:

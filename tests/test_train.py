@@ -39,8 +39,8 @@ import pytest
 from conductor_rl.config import load_config
 from conductor_rl.data.question import Question
 from conductor_rl.data.stream import QuestionStream
-from conductor_rl.run_log import records
-from conductor_rl.traces import read_traces, trace_files
+from conductor_rl.run.log import records
+from conductor_rl.run.traces import read_traces, trace_files
 
 REPO = Path(__file__).resolve().parent.parent
 ITERATIONS = 2
@@ -585,7 +585,7 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
     import jobs.train as jt
     import jobs.training_system as ts
     from conductor_rl.data import load_dataset
-    from conductor_rl.metrics import best_workers
+    from conductor_rl.run.metrics import best_workers
 
     config = make_config(tmp_path / "run", "train.iterations=1", "train.report=false", "train.tensorboard=false")
     light_system.spread = len(config.workers)      # plans for every worker

@@ -1,6 +1,6 @@
 """The final report of a training run: `report.md` plus PNG plots in `report/`.
 
-Everything comes from `metrics.jsonl` (see `conductor_rl.run_log`). Plots are
+Everything comes from `metrics.jsonl` (see `conductor_rl.run.log`). Plots are
 drawn with matplotlib's Agg canvas on `Figure` objects, never through pyplot,
 so making a report changes no global matplotlib state. A plot whose metrics a
 run never logged is left out rather than drawn empty.
@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from conductor_rl.run_log import METRICS_FILE, is_number, records as read_records
+from conductor_rl.run.log import METRICS_FILE, is_number, records as read_records
 
 REPORT_FILE = "report.md"
 PLOTS_DIR = "report"

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from conductor_rl.atomic_files import write_atomically
+from conductor_rl.run.atomic_files import write_atomically
 
 TRACES_DIR = "traces"
 SCHEMA_VERSION = "1"
@@ -170,7 +170,7 @@ def to_table(iteration: int, records: Sequence[Mapping[str, Any]]) -> pa.Table:
             add(f"{key}_json", pa.string(), [_to_json(v) for v in values])
         else:
             add(key, kind, [_cell(v, kind, key) for v in values])
-    schema = pa.schema(fields, metadata={"conductor_rl.traces.version": SCHEMA_VERSION})
+    schema = pa.schema(fields, metadata={"conductor_rl.run.traces.version": SCHEMA_VERSION})
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from conductor_rl.atomic_files import fsync_dir, write_atomically
+from conductor_rl.run.atomic_files import fsync_dir, write_atomically
 
 PREFIX = "ckpt-"
 STATE_FILE = "state.json"

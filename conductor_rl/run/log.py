@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from conductor_rl.atomic_files import fsync_dir, write_atomically
+from conductor_rl.run.atomic_files import fsync_dir, write_atomically
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"

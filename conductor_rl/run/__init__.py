@@ -1,0 +1,3 @@
+"""Stage 6, run records: checkpoints (`checkpoint`, written through
+`atomic_files`), the metrics log (`log`), rollout traces (`traces`), the
+iteration's figures (`metrics`) and the end-of-run report (`report`)."""
