@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conductor_rl import checkpoint as ckpt
+from conductor_rl.run import checkpoint as ckpt
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable, checkpoint_name
 
 

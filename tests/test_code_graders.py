@@ -8,7 +8,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 
-from conductor_rl import graders
+from conductor_rl import grading
 from conductor_rl.data import load_humaneval
 from conductor_rl.grading import Verdict, extract_code, grade, grade_code
 from conductor_rl.grading.code import outputs_match
@@ -231,11 +231,11 @@ def test_sandbox_failure_is_an_error_not_wrong():
     broken = Sandbox(python="/nonexistent/python3")
     r = grade_code("code_stdio", "print(3)", SUM_META, sandbox=broken)
     assert r.verdict is Verdict.ERROR and "sandbox failed" in r.detail
-    assert graders.reward(True, r.verdict) is None
+    assert grading.reward(True, r.verdict) is None
 
 
 def test_code_kinds_are_registered():
-    assert {"code_humaneval", "code_stdio", "code_call", "code_unittest", "freeform"} <= set(graders.KINDS)
+    assert {"code_humaneval", "code_stdio", "code_call", "code_unittest", "freeform"} <= set(grading.KINDS)
 
 
 # ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from conductor_rl import report
+from conductor_rl.run import report
 from conductor_rl.run.report import ReportError, summarize, write_report
 from conductor_rl.run.log import METRICS_FILE, RunLog
 

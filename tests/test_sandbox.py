@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conductor_rl import sandbox as sandbox_module
+from conductor_rl.grading import sandbox as sandbox_module
 from conductor_rl.grading.sandbox import IsolationUnavailableError, Sandbox, SandboxError, run_python
 from sandbox_helpers import PROLOGUE_MARK, assert_nothing_left
 

@@ -1,5 +1,5 @@
 """The simulated worker: declared skill, reproducibility, labelling, latency,
-faults, token usage and cost. Answers are judged by the real graders."""
+faults, token usage and cost. Answers are judged by the real grading."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conductor_rl import graders
+from conductor_rl import grading
 from conductor_rl.config import Price, SimSpec, WorkerConfig
 from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.providers.base import ProviderError, TaskHint, Usage, WorkerRequest, WorkerResponse
@@ -25,7 +25,7 @@ REFERENCES = {
 
 @pytest.fixture(scope="module")
 def math_grader():
-    grader = graders.MathGrader()
+    grader = grading.MathGrader()
     yield grader
     grader.close()
 
@@ -56,7 +56,7 @@ def call_many(provider: SimProvider, reqs: list[WorkerRequest]) -> list[WorkerRe
 
 
 def verdicts(kind: str, responses: list[WorkerResponse], reference: str, math_grader) -> list[str]:
-    return [str(graders.grade(kind, r.text, reference, math=math_grader).verdict) for r in responses]
+    return [str(grading.grade(kind, r.text, reference, math=math_grader).verdict) for r in responses]
 
 
 # --------------------------------------------------------------------------- accuracy
@@ -113,14 +113,14 @@ def test_wrong_answers_are_graded_wrong_and_right_ones_right(kind, math_grader):
         assert verdicts(kind, right, reference, math_grader) == ["correct"] * 25, (reference, right[0].text)
         # A wrong answer is read as an answer (the grader extracted something), just not the reference.
         for r in wrong:
-            extracted = graders.grade(kind, r.text, reference, math=math_grader).extracted
+            extracted = grading.grade(kind, r.text, reference, math=math_grader).extracted
             assert extracted and extracted.strip() != reference, (reference, r.text)
 
 
 def test_wrong_choice_stays_in_range():
     provider = sim(0.0)
     for reference in "ABCD":
-        letters = {graders.extract_choice(r.text) for r in call_many(provider, [request(reference, "choice", key=str(i)) for i in range(60)])}
+        letters = {grading.extract_choice(r.text) for r in call_many(provider, [request(reference, "choice", key=str(i)) for i in range(60)])}
         assert reference not in letters
         assert letters <= set("ABCD") and len(letters) >= 2, letters
 

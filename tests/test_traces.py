@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conductor_rl import traces
+from conductor_rl.run import traces
 from conductor_rl.run.traces import TraceSchemaError, TraceWriter, read_traces, remove_after, trace_path
 
 

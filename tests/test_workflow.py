@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 
-from conductor_rl import graders
+from conductor_rl import grading
 from conductor_rl.config import Price, SimSpec, WorkerConfig
 from conductor_rl.plan import Plan, PlanError, Step, parse_plan, render_plan
 from conductor_rl.workers.providers.base import Provider, ProviderError, Usage, WorkerRequest, WorkerResponse
@@ -374,17 +374,17 @@ def rollout(text: str, task: Task, workers: list[SimProvider], math_grader) -> f
     try:
         plan = parse_plan(text, n_workers=len(workers), max_steps=5)
     except PlanError:
-        return graders.reward(False, None)
+        return grading.reward(False, None)
     result = asyncio.run(run_plan(plan, task, workers, StepLimits(), sample_key="e2e"))
     if result.error:
-        return graders.reward(True, None)
-    verdict = graders.grade(task.answer_kind, result.final_answer, task.reference, math=math_grader).verdict
-    return graders.reward(True, verdict)
+        return grading.reward(True, None)
+    verdict = grading.grade(task.answer_kind, result.final_answer, task.reference, math=math_grader).verdict
+    return grading.reward(True, verdict)
 
 
 @pytest.fixture(scope="module")
 def math_grader():
-    grader = graders.MathGrader()
+    grader = grading.MathGrader()
     yield grader
     grader.close()
 
@@ -402,7 +402,7 @@ def test_parsed_plan_runs_end_to_end(math_grader):
     assert result.error is None and result.simulated
     assert [s.worker for s in result.steps] == ["sim-0", "sim-1", "sim-2"]
     assert result.cost_usd > 0 and result.usage.input_tokens > 0
-    assert graders.grade("math", result.final_answer, MATH_TASK.reference, math=math_grader).verdict is graders.Verdict.CORRECT
+    assert grading.grade("math", result.final_answer, MATH_TASK.reference, math=math_grader).verdict is grading.Verdict.CORRECT
 
 
 @pytest.mark.parametrize("task", [MATH_TASK, NUMERIC_TASK, CHOICE_TASK], ids=lambda t: t.answer_kind)
@@ -435,7 +435,7 @@ def test_failed_worker_reward_is_none_even_when_an_answer_exists(math_grader):
     result = asyncio.run(run_plan(plan, NUMERIC_TASK, workers))
     assert result.steps[1].response is not None and result.error is not None
     assert result.final_answer is None
-    verdict = graders.grade("numeric", result.final_answer, "35").verdict
-    assert verdict is graders.Verdict.ERROR
-    assert graders.reward(True, verdict) is None
+    verdict = grading.grade("numeric", result.final_answer, "35").verdict
+    assert verdict is grading.Verdict.ERROR
+    assert grading.reward(True, verdict) is None
     assert rollout(text, NUMERIC_TASK, workers, math_grader) is None

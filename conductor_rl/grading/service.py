@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from conductor_rl import graders
+from conductor_rl import grading
 from conductor_rl.config import GraderConfig
 from conductor_rl.grading.math import MathGrader
 from conductor_rl.grading.verdict import GradeResult, Verdict
@@ -53,7 +53,7 @@ class Grader:
     def grade(self, request: GradeRequest) -> GradeResult:
         with self._slots:
             try:
-                return graders.grade(
+                return grading.grade(
                     request.kind, request.response, request.reference,
                     math=self.math, n_choices=request.n_choices, meta=request.meta, sandbox=self.sandbox,
                 )

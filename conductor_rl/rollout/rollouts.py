@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from conductor_rl import graders
+from conductor_rl import grading
 from conductor_rl.grading import GradeResult, MathGrader, Verdict
 from conductor_rl.plan import Plan, PlanError, parse_plan
 from conductor_rl.workers.providers.base import Provider
@@ -91,13 +91,13 @@ async def run_rollout(
         rollout.plan = parse_plan(completion, n_workers=len(workers), max_steps=max_steps)
     except PlanError as err:
         rollout.plan_error = err.reason
-        rollout.reward = graders.reward(False, None)
+        rollout.reward = grading.reward(False, None)
         return rollout
     rollout.workflow = await run_plan(rollout.plan, task, workers, limits, sample_key=sample_key)
     if rollout.workflow.error:
         return rollout  # reward stays None: not the policy's fault
     rollout.grade = await asyncio.to_thread(grade_answer, task, rollout.workflow.final_answer or "", math_grader)
-    rollout.reward = graders.reward(True, rollout.grade.verdict)
+    rollout.reward = grading.reward(True, rollout.grade.verdict)
     return rollout
 
 
@@ -105,11 +105,11 @@ def grade_answer(task: Task, answer: str, math_grader: MathGrader | None = None)
     """Grade with the grader the task's answer kind names; a kind without a
     grader yet is an ERROR verdict (dropped), never a silent wrong. Code kinds
     are graded against the tests in `task.meta` and need no reference."""
-    if not task.reference and task.answer_kind not in graders.REFERENCE_FREE_KINDS:
+    if not task.reference and task.answer_kind not in grading.REFERENCE_FREE_KINDS:
         return GradeResult(Verdict.ERROR, None, "no reference answer to grade against")
-    if task.answer_kind not in graders.KINDS:
-        return GradeResult(Verdict.ERROR, None, f"no grader for answer kind {task.answer_kind!r} (have {sorted(graders.KINDS)})")
-    return graders.grade(task.answer_kind, answer, task.reference, math=math_grader, meta=task.meta)
+    if task.answer_kind not in grading.KINDS:
+        return GradeResult(Verdict.ERROR, None, f"no grader for answer kind {task.answer_kind!r} (have {sorted(grading.KINDS)})")
+    return grading.grade(task.answer_kind, answer, task.reference, math=math_grader, meta=task.meta)
 
 
 # The training loop's steps over a whole batch (jobs/train.py): parse every
@@ -121,7 +121,7 @@ def parse_rollout(rollout: Rollout, n_workers: int, max_steps: int) -> Rollout:
         rollout.plan = parse_plan(rollout.completion, n_workers=n_workers, max_steps=max_steps)
     except PlanError as err:
         rollout.plan_error = err.reason
-        rollout.reward = graders.reward(False, None)
+        rollout.reward = grading.reward(False, None)
     return rollout
 
 
@@ -156,4 +156,4 @@ def ready_to_grade(rollouts: Sequence[Rollout]) -> list[Rollout]:
 def apply_grade(rollout: Rollout, result: GradeResult) -> None:
     """ERROR is the grader's failure, not the answer's: no reward (retried or dropped)."""
     rollout.grade = result
-    rollout.reward = None if result.verdict is Verdict.ERROR else graders.reward(True, result.verdict)
+    rollout.reward = None if result.verdict is Verdict.ERROR else grading.reward(True, result.verdict)
