@@ -202,7 +202,8 @@ def build_loop(config: Any, iterations: int, target_steps: float = 0.0,
     from conductor_rl.data import load_dataset
     from conductor_rl.data.stream import QuestionStream
     from conductor_rl.run.metrics import best_workers
-    from jobs.train import ConductorPrompts, Loop, StopSignal
+    from conductor_rl.plan.prompts import ConductorPrompt
+    from jobs.train import Loop, StopSignal
     from jobs.training_system import build_system, start_ray
 
     t = config.train
@@ -216,7 +217,7 @@ def build_loop(config: Any, iterations: int, target_steps: float = 0.0,
         steer = steer_plan_length(config, drawn, target_steps, workdir / "conductor")
         steer["seconds"] = round(time.perf_counter() - started, 2)
         config.conductor.model = str(workdir / "conductor")
-    prompts = ConductorPrompts(config)
+    prompts = ConductorPrompt.from_config(config)
     started = time.perf_counter()
     ray = start_ray(config)
     system = build_system(config, config.conductor.model, 0, total_steps=t.iterations)
@@ -247,14 +248,14 @@ def steer_plan_length(config: Any, questions: Sequence[Any], target_steps: float
     import torch
 
     from conductor_rl.models import load_causal_lm, resolve_model
-    from jobs.train import ConductorPrompts
+    from conductor_rl.plan.prompts import ConductorPrompt
 
     c = config.conductor
     n_workers = len(config.workers)
     if not 1.0 <= target_steps <= c.max_steps:
         raise ValueError(f"target steps {target_steps} must be between 1 and conductor.max_steps={c.max_steps}")
     model, tokenizer = load_causal_lm(c.model, "float32")
-    prompts = ConductorPrompts(config)
+    prompts = ConductorPrompt.from_config(config)
     text = [tokenizer.convert_tokens_to_string([t]) for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))]
     close = [i for i, t in enumerate(text) if t.startswith("]") and "]\nsubtasks = [".startswith(t)]
     more = [i for i, t in enumerate(text) if t and ", ".startswith(t)]

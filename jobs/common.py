@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conductor_rl.config import Config, ConfigError, WorkerConfig, load_config
+from conductor_rl.config import Config, ConfigError, is_override, load_config
 from conductor_rl.rollout.workflow import StepLimits
 
 
@@ -17,15 +17,11 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
-    """Separate `section.key=value` overrides from free positional text: an item
-    is an override when the part before '=' starts with a configuration section."""
+    """Separate `section.key=value` overrides from free positional text (see
+    `conductor_rl.config.is_override`); an unknown section is refused by name later."""
     overrides, rest = [], []
     for item in items:
-        key = item.split("=", 1)[0] if "=" in item else ""
-        if key and " " not in key and key.split(".")[0] in Config.model_fields:
-            overrides.append(item)
-        else:
-            rest.append(item)
+        (overrides if is_override(item) else rest).append(item)
     return overrides, rest
 
 
@@ -44,10 +40,5 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def step_limits(worker: WorkerConfig, config: Config) -> StepLimits:
-    """How one worker's steps are called (its own settings, within the workflow's)."""
-    return StepLimits(
-        max_tokens=worker.max_tokens, temperature=worker.temperature, reasoning_budget=worker.reasoning_budget,
-        timeout_s=min(worker.timeout_s, config.workflow.step_timeout_s),
-        max_context_chars=config.workflow.max_context_chars, show_question=config.workflow.show_question,
-    )
+# jobs/ask.py's name for it, until ask calls the library directly.
+step_limits = StepLimits.for_worker

@@ -30,20 +30,21 @@ from typing import Any, Iterator, Sequence
 
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable
 from conductor_rl.config import Config, ConfigError
-from conductor_rl.data import Question, load_dataset
+from conductor_rl.data import load_dataset
 from conductor_rl.data.stream import QuestionStream
-from conductor_rl.grading.service import GradeRequest
 from conductor_rl.policy.grpo import group_advantages
 from conductor_rl.policy.learner import RolloutBatch
 from conductor_rl.run.metrics import best_workers, iteration_metrics
 from conductor_rl.plan.constrained import choice_mask
 from conductor_rl.workers.providers import MissingApiKeyError
 from conductor_rl.workers.providers.keys import read_api_key
-from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, needs_execution, parse_rollout,
-                                  ready_to_grade, unfinished)
+from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
+from conductor_rl.policy.sampling import sample_seed
+from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, grade_request, needs_execution,
+                                           parse_rollout, ready_to_grade, unfinished)
 from conductor_rl.run.log import RunDirError
-from conductor_rl.rollout.workflow import Task
-from jobs.common import add_config_arguments, config_from_args, log, step_limits
+from conductor_rl.rollout.workflow import StepLimits
+from jobs.common import add_config_arguments, config_from_args, log
 
 
 class StopRun(Exception):
@@ -59,7 +60,7 @@ class Loop:
     config: Config
     system: Any                      # jobs.training_system.TrainingSystem
     stream: QuestionStream
-    prompts: "ConductorPrompts"
+    prompts: ConductorPrompt
     stop: "StopSignal"
     version: int = 0                 # weights version the generators hold
     best: dict[str, str] = field(default_factory=dict)
@@ -73,7 +74,7 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
     try:
         # 1. draw B questions
         questions = loop.stream.take(c.train.questions_per_iteration)
-        tasks = [task_of(q) for q in questions]
+        tasks = [q.to_task() for q in questions]
         prompt_ids = [loop.prompts.ids(q.question) for q in questions]
 
         # 2. sample G plans per question with the current policy
@@ -93,7 +94,7 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
 
         # 4-5. run every plan on the worker pool, grade the final answers;
         #      infrastructure errors are retried, then the rollout is dropped
-        limits = [step_limits(w, c) for w in c.workers]
+        limits = [StepLimits.for_worker(w, c) for w in c.workers]
         for _ in range(c.train.rollout_attempts):
             todo = unfinished(rollouts)
             if not todo:
@@ -198,8 +199,12 @@ def train(config: Config, resume: bool = False) -> dict:
     if state and state["config"]["train"]["iterations"] != t.iterations:
         log(f"warning: resuming with train.iterations={t.iterations}, the run started with "
             f"{state['config']['train']['iterations']}: the learning-rate schedule follows the new length")
-    prompts = ConductorPrompts(config)
-    questions = fitting_questions(questions, prompts, config)
+    prompts = ConductorPrompt.from_config(config)
+    questions, left_out = fitting_questions(questions, prompts, config.generator.max_model_len,
+                                            config.conductor.max_new_tokens)
+    if left_out:
+        log(f"leaving out {left_out} of {left_out + len(questions)} questions whose prompt leaves no room for a "
+            f"plan in generator.max_model_len={config.generator.max_model_len}")
     stream = QuestionStream(questions, seed=t.seed, cursor=state["cursor"] if state else 0,
                             balance_domains=t.balance_domains)
     run_log = RunLog(out, tensorboard=t.tensorboard, resume_after=start - 1 if resume else None)
@@ -283,64 +288,6 @@ def save_checkpoint(checkpoints: Checkpoints, loop: Loop, iteration: int, ledger
 
 
 # ---------------------------------------------------------------- helpers
-
-class ConductorPrompts:
-    """The Conductor's prompt for a question, as the token ids both the
-    generator and the learner see (tokenised once, here)."""
-
-    def __init__(self, config: Config) -> None:
-        from transformers import AutoTokenizer
-
-        from conductor_rl.models import resolve_model
-        from conductor_rl.policy.sampling import PlanShape
-
-        self.config = config
-        self.tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.conductor.model))
-        self.shape = None
-        if config.conductor.constrain_format:
-            self.shape = PlanShape(len(config.workers), config.conductor.max_steps,
-                                   config.conductor.max_subtask_tokens, config.conductor.response_prefix)
-        self._cache: dict[str, list[int]] = {}
-
-    def ids(self, question: str) -> list[int]:
-        from conductor_rl.plan.prompts import apply_chat_template, conductor_messages
-
-        if question not in self._cache:
-            c = self.config.conductor
-            messages = conductor_messages(question, len(self.config.workers), c.max_steps, c.n_examples)
-            text = apply_chat_template(self.tokenizer, messages) + c.response_prefix
-            self._cache[question] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self._cache[question]
-
-
-def fitting_questions(questions: list[Question], prompts: "ConductorPrompts", config: Config) -> list[Question]:
-    """Questions whose prompt leaves room for a whole plan in the generator's context;
-    the others are left out of training (with a count), not sent to crash the engine."""
-    room = config.generator.max_model_len - config.conductor.max_new_tokens
-    kept = [q for q in questions if len(prompts.ids(q.question)) <= room]
-    if len(kept) < len(questions):
-        log(f"leaving out {len(questions) - len(kept)} of {len(questions)} questions whose prompt is longer than "
-            f"{room} tokens (generator.max_model_len - conductor.max_new_tokens)")
-    if not kept:
-        raise ConfigError(f"generator.max_model_len: no question's prompt fits in {config.generator.max_model_len} "
-                          f"tokens with conductor.max_new_tokens={config.conductor.max_new_tokens}; raise it")
-    return kept
-
-
-def task_of(question: Question) -> Task:
-    return Task(id=question.id, question=question.question, domain=question.domain,
-                reference=question.reference, answer_kind=question.answer_kind, meta=dict(question.meta))
-
-
-def grade_request(rollout: Rollout) -> GradeRequest:
-    return GradeRequest(rollout.task.answer_kind, rollout.workflow.final_answer or "", rollout.task.reference,
-                        meta=rollout.task.meta)
-
-
-def sample_seed(seed: int, iteration: int) -> int:
-    """Each iteration samples with its own seed, the same on resume."""
-    return (seed * 1_000_003 + iteration) % (2**31)
-
 
 def check_budget(system: Any) -> None:
     """After a round of rollouts (nothing in flight): count calls lost with a dead

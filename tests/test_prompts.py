@@ -52,3 +52,50 @@ def test_worker_prompt_cuts_long_context_from_the_front():
     answer = "start " + "x" * 50_000 + " the conclusion"
     user = worker_messages("Use it", [(0, "a", answer), (1, "b", "short")], max_context_chars=2_000)[-1]["content"]
     assert len(user) < 2_500 and "the conclusion" in user and "start" not in user and "short" in user
+
+
+def conductor_config(**conductor):
+    from conductor_rl.config import load_config
+
+    return load_config(None, ["conductor.model=tiny-qwen2", *(f"conductor.{k}={v}" for k, v in conductor.items())])
+
+
+def test_one_prompt_builder_gives_the_text_and_its_token_ids():
+    from conductor_rl.plan.prompts import ConductorPrompt
+
+    config = conductor_config(constrain_format="true")
+    prompt = ConductorPrompt.from_config(config)
+    text = prompt.text("What is 2 + 2?")
+    assert "Question: What is 2 + 2?" in text and text.endswith(config.conductor.response_prefix)
+    assert f"a team of {len(config.workers)} models" in text
+    ids = prompt.ids("What is 2 + 2?")
+    assert prompt.tokenizer.decode(ids) == text
+    assert prompt.ids("What is 2 + 2?") is ids                     # tokenised once per question
+    assert prompt.ids("What is 3 + 3?") != ids
+    assert prompt.shape is not None and prompt.shape.n_workers == len(config.workers)
+    assert prompt.shape.prefix == config.conductor.response_prefix
+    assert ConductorPrompt.from_config(conductor_config(constrain_format="false"), prompt.tokenizer).shape is None
+
+
+def test_a_prompt_for_another_pool_names_its_own_workers():
+    from conductor_rl.plan.prompts import ConductorPrompt
+
+    _, tokenizer = load_causal_lm("tiny-qwen2")
+    text = ConductorPrompt(tokenizer, n_workers=2, max_steps=3, n_examples=0).text("Q?")
+    assert text == apply_chat_template(tokenizer, conductor_messages("Q?", 2, 3, 0))
+
+
+def test_questions_whose_prompt_leaves_no_room_for_a_plan_are_left_out_with_a_count():
+    from conductor_rl.config import ConfigError
+    from conductor_rl.data import Question
+    from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
+
+    prompt = ConductorPrompt.from_config(conductor_config(n_examples=0))
+    short = Question("q/short", "math", "What is 1 + 1?", "2", "math", "test")
+    long = Question("q/long", "math", "Add these numbers: " + " + ".join(["17"] * 300), "5100", "math", "test")
+    room = len(prompt.ids(short.question)) + 10
+    kept, left_out = fitting_questions([short, long, short], prompt, max_model_len=room + 64, max_new_tokens=64)
+    assert kept == [short, short] and left_out == 1
+    assert fitting_questions([short], prompt, 10_000, 64) == ([short], 0)
+    with pytest.raises(ConfigError, match="generator.max_model_len"):
+        fitting_questions([long], prompt, max_model_len=room + 64, max_new_tokens=64)

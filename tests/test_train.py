@@ -39,6 +39,7 @@ import pytest
 from conductor_rl.config import load_config
 from conductor_rl.data.question import Question
 from conductor_rl.data.stream import QuestionStream
+from conductor_rl.plan.prompts import ConductorPrompt
 from conductor_rl.run.log import records
 from conductor_rl.run.traces import read_traces, trace_files
 
@@ -635,7 +636,7 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
         monkeypatch.setattr(system.graders, "grade_many", grade_with_a_crash)
 
         questions = load_dataset(config.data.questions, limit=config.data.limit)
-        loop = jt.Loop(config, system, QuestionStream(questions, seed=config.train.seed), jt.ConductorPrompts(config),
+        loop = jt.Loop(config, system, QuestionStream(questions, seed=config.train.seed), ConductorPrompt.from_config(config),
                        jt.StopSignal(), 0, best_workers(config.workers))
         ray.get(system.ledger.start_iteration.remote(0))
         record, rollouts = jt.train_iteration(loop, 0)

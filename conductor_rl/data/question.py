@@ -9,7 +9,10 @@ format of the shipped sample files and of ``load_dataset("jsonl:...")``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from conductor_rl.rollout.workflow import Task
 
 #: Allowed values of `Question.domain`.
 DOMAINS = ("math", "mmlu", "code")
@@ -74,6 +77,13 @@ class Question:
             "source": self.source,
             "meta": dict(self.meta),
         }
+
+    def to_task(self) -> "Task":
+        """The question as the workflow engine and the graders need it."""
+        from conductor_rl.rollout.workflow import Task   # here: a Question is a plain record, light to import
+
+        return Task(id=self.id, question=self.question, domain=self.domain, reference=self.reference,
+                    answer_kind=self.answer_kind, meta=dict(self.meta))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Question":

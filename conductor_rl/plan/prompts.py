@@ -9,7 +9,14 @@ than in-distribution ones.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+from conductor_rl.config import ConfigError
+
+if TYPE_CHECKING:
+    from conductor_rl.config import Config
+    from conductor_rl.data import Question
+    from conductor_rl.policy.sampling import PlanShape
 
 CONDUCTOR_SYSTEM = """You are the Conductor. You coordinate a team of language models to answer a question.
 You do not answer the question yourself: you write a short workflow of at most {max_steps} steps.
@@ -114,3 +121,66 @@ def worker_messages(
 def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     """Render messages with the model's own chat template, ready for generation."""
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+class ConductorPrompt:
+    """The Conductor's prompt for a question, as text and as the token ids the
+    generator and the learner see, both from here. The ids are tokenised once
+    per question: training asks the same questions again and again.
+
+    The text ends with the response prefix (the start of a plan, when the format
+    is constrained), so a completion continues it."""
+
+    def __init__(self, tokenizer: Any, n_workers: int, max_steps: int = 5, n_examples: int = 4,
+                 response_prefix: str = "", shape: "PlanShape | None" = None) -> None:
+        self.tokenizer = tokenizer
+        self.n_workers = n_workers
+        self.max_steps = max_steps
+        self.n_examples = n_examples
+        self.response_prefix = response_prefix
+        self.shape = shape   # the plan format samples must follow (None: free text)
+        self._ids: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_config(cls, config: "Config", tokenizer: Any = None) -> "ConductorPrompt":
+        """The prompt of `config.conductor` for a pool of `config.workers`; loads
+        the Conductor model's tokenizer unless one is given."""
+        c = config.conductor
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            from conductor_rl.models import resolve_model
+
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model(c.model))
+        shape = None
+        if c.constrain_format:
+            from conductor_rl.policy.sampling import PlanShape
+
+            shape = PlanShape(len(config.workers), c.max_steps, c.max_subtask_tokens, c.response_prefix)
+        return cls(tokenizer, len(config.workers), c.max_steps, c.n_examples, c.response_prefix, shape)
+
+    def text(self, question: str) -> str:
+        """The whole prompt, rendered with the model's chat template."""
+        messages = conductor_messages(question, self.n_workers, self.max_steps, self.n_examples)
+        return apply_chat_template(self.tokenizer, messages) + self.response_prefix
+
+    def ids(self, question: str) -> list[int]:
+        """The prompt's token ids (the same list on every call for a question)."""
+        if question not in self._ids:
+            self._ids[question] = self.tokenizer(self.text(question), add_special_tokens=False)["input_ids"]
+        return self._ids[question]
+
+
+def fitting_questions(questions: Sequence["Question"], prompt: ConductorPrompt, max_model_len: int,
+                      max_new_tokens: int) -> tuple[list["Question"], int]:
+    """The questions whose prompt leaves room for a whole plan (`max_new_tokens`)
+    in a context of `max_model_len` tokens, and how many were left out: a longer
+    prompt would crash the generator engine, not just lose its plan. Raises
+    ConfigError when none fits."""
+    room = max_model_len - max_new_tokens
+    kept = [q for q in questions if len(prompt.ids(q.question)) <= room]
+    if not kept:
+        raise ConfigError(
+            f"generator.max_model_len: no question's prompt fits in {max_model_len} tokens with "
+            f"conductor.max_new_tokens={max_new_tokens}; raise generator.max_model_len")
+    return kept, len(questions) - len(kept)

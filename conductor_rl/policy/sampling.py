@@ -125,6 +125,11 @@ def prompt_seed(seed: int, index: int) -> int:
     return (seed * 7919 + index * 1_000_003) % (2**31)
 
 
+def sample_seed(seed: int, iteration: int) -> int:
+    """Each training iteration samples with its own seed, the same on resume."""
+    return (seed * 1_000_003 + iteration) % (2**31)
+
+
 def _vllm_sample(completion: Any) -> Sample:
     # With logprobs=0 vLLM returns, per position, the sampled token's log-prob.
     logprobs = tuple(step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs))

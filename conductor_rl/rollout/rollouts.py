@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from conductor_rl import grading
 from conductor_rl.grading import GradeResult, MathGrader, Verdict
+from conductor_rl.grading.service import GradeRequest
 from conductor_rl.plan import Plan, PlanError, parse_plan
 from conductor_rl.workers.providers.base import Provider
 from conductor_rl.rollout.workflow import StepLimits, Task, WorkflowResult, run_plan
@@ -151,6 +152,12 @@ def ready_to_grade(rollouts: Sequence[Rollout]) -> list[Rollout]:
     """Finished workflows not graded yet, or whose grading failed (graded again)."""
     return [r for r in rollouts if r.workflow is not None and not r.workflow.error
             and (r.grade is None or r.grade.verdict is Verdict.ERROR)]
+
+
+def grade_request(rollout: Rollout) -> GradeRequest:
+    """What a grading service needs to grade a rollout's final answer."""
+    return GradeRequest(rollout.task.answer_kind, rollout.workflow.final_answer or "", rollout.task.reference,
+                        meta=rollout.task.meta)
 
 
 def apply_grade(rollout: Rollout, result: GradeResult) -> None:

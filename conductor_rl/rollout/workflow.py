@@ -17,11 +17,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from conductor_rl.plan import Plan
 from conductor_rl.plan.prompts import worker_messages
 from conductor_rl.workers.providers.base import Provider, ProviderError, TaskHint, Usage, WorkerRequest
+
+if TYPE_CHECKING:
+    from conductor_rl.config import Config, WorkerConfig
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,15 @@ class StepLimits:
     timeout_s: float = 900.0
     max_context_chars: int = 32_000
     show_question: bool = False
+
+    @classmethod
+    def for_worker(cls, worker: "WorkerConfig", config: "Config") -> "StepLimits":
+        """How one worker's steps are called: its own settings, within the workflow's."""
+        return cls(max_tokens=worker.max_tokens, temperature=worker.temperature,
+                   reasoning_budget=worker.reasoning_budget,
+                   timeout_s=min(worker.timeout_s, config.workflow.step_timeout_s),
+                   max_context_chars=config.workflow.max_context_chars,
+                   show_question=config.workflow.show_question)
 
 
 async def run_plan(
