@@ -9,7 +9,6 @@ the real SimProvider for the end-to-end tests.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Callable
 
 import pytest
@@ -25,14 +24,36 @@ TASK = Task(id="q-1", question="What is 6 times 7? QUESTION-MARKER", domain="mat
             answer_kind="numeric")
 
 
+class Gate:
+    """Opens once `n` calls are waiting at it. Calls that only get through together prove they were in
+    flight at the same time, however slow the machine; had they run one after another, the first would
+    wait for ever (the step timeout ends it)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.arrived = n, 0
+        self._open = asyncio.Event()
+
+    async def pass_through(self) -> None:
+        self.arrived += 1
+        if self.arrived >= self.n:
+            self._open.set()
+        await self._open.wait()
+
+
+# A bound on a wait that only a hang reaches, never a slow machine.
+HANG_GUARD = StepLimits(timeout_s=60.0)
+
+
 class FakeWorker:
-    """A worker that answers `ANSWER(<name>#<n>)`, after `delay` seconds, or
-    misbehaves as told. It records every request it receives."""
+    """A worker that answers `ANSWER(<name>#<n>)`, after `delay` seconds (and after its `gate`
+    opens), or misbehaves as told. It records every request it receives."""
 
     def __init__(self, name: str, *, delay: float = 0.0, raises: BaseException | None = None,
                  hang: bool = False, answer: Callable[[WorkerRequest, int], str] | None = None,
-                 usage: Usage = Usage(), cost: float = 0.0, simulated: bool = False) -> None:
+                 usage: Usage = Usage(), cost: float = 0.0, simulated: bool = False,
+                 gate: Gate | None = None) -> None:
         self.name = name
+        self.gate = gate
         self.simulated = simulated
         self.delay = delay
         self.raises = raises
@@ -48,6 +69,8 @@ class FakeWorker:
         self.requests.append(request)
         if self.hang:
             await asyncio.Event().wait()
+        if self.gate is not None:
+            await self.gate.pass_through()
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.raises is not None:
@@ -138,29 +161,26 @@ def test_explicit_access_list():
 
 
 def test_independent_steps_run_in_parallel():
-    workers = [FakeWorker("slow-a", delay=1.0), FakeWorker("slow-b", delay=1.0), FakeWorker("merge")]
+    both = Gate(2)
+    workers = [FakeWorker("half-a", gate=both), FakeWorker("half-b", gate=both), FakeWorker("merge")]
     plan = plan_of((0, "half one", []), (1, "half two", []), (2, "merge", "all"))
-    result = run(plan, workers)
-    assert result.error is None
-    assert result.wall_s < 1.5, f"two independent 1 s steps took {result.wall_s:.2f}s"
+    result = run(plan, workers, HANG_GUARD)
+    assert result.error is None, result.error  # both halves were in flight at once
     a, b, merge = result.steps
     assert merge.started_s >= a.finished_s and merge.started_s >= b.finished_s
-    assert a.started_s < b.finished_s and b.started_s < a.finished_s  # they overlapped
-    assert "ANSWER(slow-a#0)" in user_text(merge) and "ANSWER(slow-b#0)" in user_text(merge)
+    assert "ANSWER(half-a#0)" in user_text(merge) and "ANSWER(half-b#0)" in user_text(merge)
 
 
-def test_diamond_runs_in_critical_path_time():
-    delay = 0.4
-    workers = [FakeWorker(f"w{i}", delay=delay) for i in range(4)]
+def test_diamond_runs_its_branches_together():
+    branches = Gate(2)
+    workers = [FakeWorker("w0"), FakeWorker("w1", gate=branches), FakeWorker("w2", gate=branches), FakeWorker("w3")]
     plan = plan_of((0, "root", []), (1, "left", [0]), (2, "right", [0]), (3, "join", "all"))
-    result = run(plan, workers)
-    assert result.error is None
-    # Critical path: root -> left|right -> join = 3 x 0.4 s; sequential would be 1.6 s.
-    assert 3 * delay - 0.01 <= result.wall_s < 3 * delay + 0.25, result.wall_s
+    result = run(plan, workers, HANG_GUARD)
+    assert result.error is None, result.error  # left and right were in flight at once
     root, left, right, join = result.steps
     assert left.started_s >= root.finished_s and right.started_s >= root.finished_s
-    assert abs(left.started_s - right.started_s) < 0.1
     assert join.started_s >= max(left.finished_s, right.finished_s)
+    assert [len(w.requests) for w in workers] == [1, 1, 1, 1]
 
 
 # --------------------------------------------------------------------------- failures
@@ -208,14 +228,11 @@ def test_arbitrary_exception_is_recorded():
 
 def test_hanging_worker_times_out():
     hanging = FakeWorker("hangs", hang=True)
-    start = time.perf_counter()
     result = run(plan_of((0, "never answers", []), (1, "after", [0])), [hanging, FakeWorker("w1")],
                  StepLimits(timeout_s=0.2))
-    took = time.perf_counter() - start
-    assert took < 1.0, took
     assert result.steps[0].error.startswith("timeout")
     assert "0.2" in result.steps[0].error
-    assert 0.19 <= result.steps[0].finished_s - result.steps[0].started_s < 0.8
+    assert result.steps[0].finished_s - result.steps[0].started_s >= 0.19  # not before its time
     assert result.error.startswith("step 0: timeout")
     assert result.final_answer is None
     assert result.steps[1].error.startswith("skipped")
@@ -341,16 +358,17 @@ def test_empty_question_runs():
 
 
 def test_many_plans_share_one_event_loop():
-    worker = FakeWorker("shared", delay=0.1)
+    first_steps = Gate(200)  # the two independent first steps of every plan, all in flight at once
+    worker = FakeWorker("shared", gate=first_steps)
     plan = plan_of((0, "a", []), (0, "b", []), (0, "c", "all"))
 
     async def go():
-        return await asyncio.gather(*(run_plan(plan, TASK, [worker], sample_key=str(i)) for i in range(100)))
+        return await asyncio.gather(*(run_plan(plan, TASK, [worker], HANG_GUARD, sample_key=str(i))
+                                      for i in range(100)))
 
-    start = time.perf_counter()
     results = asyncio.run(go())
-    assert time.perf_counter() - start < 1.0  # 100 plans with a 0.2 s critical path, concurrently
-    assert all(r.error is None for r in results) and len(worker.requests) == 300
+    assert all(r.error is None for r in results), results[0].error
+    assert len(worker.requests) == 300 and first_steps.arrived == 300
 
 
 # --------------------------------------------------------------------------- end to end: text -> plan -> run -> grade -> reward
