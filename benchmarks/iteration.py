@@ -147,20 +147,15 @@ class MeteredPool:
 
 
 class RoundRecorder:
-    """Wraps `execute_rollouts` as jobs.train calls it: one record per round
-    (a round re-runs the rollouts an infrastructure error left without a reward)."""
+    """The loop's phase observer: one record per "execute" phase, a round (a round
+    re-runs the rollouts an infrastructure error left without a reward)."""
 
-    def __init__(self, original: Any) -> None:
-        self.original = original
+    def __init__(self) -> None:
         self.rounds: list[dict] = []
 
-    async def __call__(self, rollouts: Sequence[Any], *args: Any, **kwargs: Any) -> None:
-        started = time.perf_counter()
-        try:
-            await self.original(rollouts, *args, **kwargs)
-        finally:
-            self.rounds.append({"started": started, "ended": time.perf_counter(),
-                                "rollouts": [r for r in rollouts if r.plan is not None]})
+    def __call__(self, phase: Any) -> None:
+        if phase.name == "execute":
+            self.rounds.append({"started": phase.started, "ended": phase.ended, "rollouts": list(phase.rollouts)})
 
 
 # --------------------------------------------------------------------------- set-up
@@ -331,21 +326,21 @@ def steer_plan_length(config: Any, questions: Sequence[Any], target_steps: float
 
 
 def measure_iteration(loop: Any, iteration: int, ray: Any) -> dict:
-    import jobs.train as train_module
+    from jobs.train import train_iteration
 
     calls: list[tuple[float, float, float]] = []
     in_flight: dict[str, list[int]] = {}
     pools = loop.system.workers
-    recorder = RoundRecorder(train_module.execute_rollouts)
+    recorder = RoundRecorder()
     loop.system.workers = [MeteredPool(p, calls, in_flight) for p in pools]
-    train_module.execute_rollouts = recorder
+    loop.observer = recorder
     try:
         ray.get(loop.system.ledger.start_iteration.remote(iteration))
         started = time.perf_counter()
-        record, rollouts = train_module.train_iteration(loop, iteration)
+        record, rollouts = train_iteration(loop, iteration)
         wall = time.perf_counter() - started
     finally:
-        train_module.execute_rollouts = recorder.original
+        loop.observer = None
         loop.system.workers = pools
     return analyse(record, rollouts, recorder.rounds, calls, {k: v[1] for k, v in in_flight.items()}, wall)
 

@@ -5,10 +5,11 @@
     conductor-rl train --resume train.output_dir=runs/paper   # continue from the last checkpoint
     ray job submit --working-dir . -- python -m jobs.train --config configs/paper.yaml
 
-One iteration (paper §3.1, app. A):
-  draw B questions → sample G plans each → parse → run every plan on the worker
-  pool → grade → group-relative advantages → one GRPO step → sync weights to the
-  generators → log (metrics, TensorBoard, Ray dashboard, Parquet traces) → checkpoint.
+One iteration (paper §3.1, app. A), as `train_iteration` numbers its steps:
+  1 draw B questions → 2 generate G plans each → 3 parse → 4 execute every plan on
+  the worker pool → 5 grade → 6 group-relative advantages → 7 learn (one GRPO
+  step) → 8 sync weights to the generators → 9 log; `train` then logs (metrics,
+  TensorBoard, Ray dashboard, Parquet traces) and checkpoints.
 
 Ctrl-C, SIGTERM (`ray job stop`) and a spent budget stop the run with a
 checkpoint; an iteration interrupted before its learner step is abandoned and
@@ -20,35 +21,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import sys
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable
 from conductor_rl.config import Config, ConfigError
 from conductor_rl.data import load_dataset
 from conductor_rl.data.stream import QuestionStream
-from conductor_rl.policy.grpo import group_advantages
-from conductor_rl.policy.learner import RolloutBatch
-from conductor_rl.run.metrics import best_workers, iteration_metrics
-from conductor_rl.plan.constrained import choice_mask
-from conductor_rl.workers.providers import MissingApiKeyError
-from conductor_rl.workers.providers.keys import read_api_key
 from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
+from conductor_rl.policy.batch import rollout_batch
 from conductor_rl.policy.sampling import sample_seed
 from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, grade_request, needs_execution,
                                            parse_rollout, ready_to_grade, unfinished)
-from conductor_rl.run.log import RunDirError
 from conductor_rl.rollout.workflow import StepLimits
+from conductor_rl.run.checkpoint import CheckpointError, Checkpoints
+from conductor_rl.run.log import RunDirError
+from conductor_rl.run.metrics import best_workers, iteration_metrics
+from conductor_rl.workers.providers import MissingApiKeyError
 from jobs.common import add_config_arguments, config_from_args, log
-
-
-class StopRun(Exception):
-    """The run must stop now (signal or budget); the reason is the message."""
+from jobs.run_control import (Phases, PhaseObserver, StopRun, StopSignal, check_budget, needs_final_checkpoint,
+                              open_run, progress_bar, run_summary)
 
 
 # ---------------------------------------------------------------- one iteration
@@ -61,24 +55,26 @@ class Loop:
     system: Any                      # jobs.training_system.TrainingSystem
     stream: QuestionStream
     prompts: ConductorPrompt
-    stop: "StopSignal"
+    stop: StopSignal
     version: int = 0                 # weights version the generators hold
     best: dict[str, str] = field(default_factory=dict)
+    observer: PhaseObserver | None = None   # hears each phase as it ends (benchmarks/iteration.py)
 
 
 def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
+    """One GRPO iteration; returns its record and its rollouts. A stop before the
+    learner step abandons it (StopRun): the stream goes back to its questions."""
     c, system = loop.config, loop.system
-    phases: dict[str, float] = {}
+    phases = Phases(iteration, loop.observer)
     started = time.perf_counter()
     cursor = loop.stream.cursor
     try:
         # 1. draw B questions
         questions = loop.stream.take(c.train.questions_per_iteration)
-        tasks = [q.to_task() for q in questions]
         prompt_ids = [loop.prompts.ids(q.question) for q in questions]
 
-        # 2. sample G plans per question with the current policy
-        with timed(phases, "generate"):
+        # 2. generate G plans per question with the current policy
+        with phases.timed("generate"):
             groups = system.generators.sample(
                 prompt_ids, c.train.rollouts_per_question,
                 c.conductor.temperature, c.conductor.max_new_tokens, c.conductor.top_p,
@@ -86,90 +82,66 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
 
         # 3. parse each completion into a plan (unparsable: reward 0)
         rollouts = [
-            parse_rollout(Rollout(task, c.conductor.response_prefix + s.text, group=g, sample=i,
+            parse_rollout(Rollout(q.to_task(), c.conductor.response_prefix + s.text, group=g, sample=i,
                                   completion_ids=s.token_ids, logprobs=s.logprobs),
                           len(c.workers), c.conductor.max_steps)
-            for g, (task, samples) in enumerate(zip(tasks, groups)) for i, s in enumerate(samples)
+            for g, (q, samples) in enumerate(zip(questions, groups)) for i, s in enumerate(samples)
         ]
 
-        # 4-5. run every plan on the worker pool, grade the final answers;
-        #      infrastructure errors are retried, then the rollout is dropped
-        limits = [StepLimits.for_worker(w, c) for w in c.workers]
-        for _ in range(c.train.rollout_attempts):
-            todo = unfinished(rollouts)
-            if not todo:
-                break
-            loop.stop.check()
-            with timed(phases, "execute"):
-                asyncio.run(execute_rollouts(needs_execution(todo), system.workers, limits,
-                                             key=f"{c.train.seed}/{iteration}"))
-            check_budget(system)
-            to_grade = ready_to_grade(todo)
-            with timed(phases, "grade"):
-                results = system.graders.grade_many([grade_request(r) for r in to_grade])
-            for rollout, result in zip(to_grade, results):
-                apply_grade(rollout, result)
-        loop.stop.check()
+        # 4-5. execute every plan on the worker pool, grade the final answers
+        execute_and_grade(loop, rollouts, iteration, phases)
     except StopRun:
         loop.stream.cursor = cursor   # this iteration is abandoned and will be redone on resume
         raise
 
     # 6. group-relative advantages over the rollouts that have a reward
-    batch, informative = advantages(rollouts, prompt_ids, c.train.drop_uninformative_groups)
-    if batch is not None and loop.prompts.shape is not None:   # the format's own text is not a choice
-        batch = replace(batch, loss_masks=[choice_mask(loop.prompts.tokenizer, ids, c.conductor.response_prefix,
-                                                       subtasks=c.train.subtask_text_in_loss)
-                                           for ids in batch.completion_ids])
+    batch, informative = rollout_batch(
+        rollouts, prompt_ids, drop_uninformative=c.train.drop_uninformative_groups,
+        format_tokenizer=loop.prompts.tokenizer if loop.prompts.shape is not None else None,
+        response_prefix=c.conductor.response_prefix, subtask_text_in_loss=c.train.subtask_text_in_loss)
 
-    # 7. one GRPO step  8. new weights to every generator engine
+    # 7. learn: one GRPO step  8. sync: the new weights to every generator engine
     learned: dict[str, float] = {}
     if batch is not None:
-        with timed(phases, "learn"):
+        with phases.timed("learn"):
             stats = system.learners.train_step(batch)
-        with timed(phases, "sync"):
+        with phases.timed("sync"):
             loop.version += 1
             system.weight_sync.push(loop.version)
         learned = {"loss": stats.loss, "grad_norm": stats.grad_norm, "clip_fraction": stats.clip_fraction,
                    "ratio_mean": stats.ratio_mean, "kl": stats.kl, "lr": stats.lr, "learner_tokens": stats.tokens}
 
-    # 9. the iteration's record
+    # 9. log: the iteration's record
     record = {"iteration": iteration,
               **iteration_metrics(rollouts, [w.name for w in c.workers], loop.best),
               "groups": len(questions), "informative_groups": informative, **learned,
               "weights_version": loop.version,
-              **{f"time_{k}_s": v for k, v in phases.items()},
+              **{f"time_{k}_s": v for k, v in phases.seconds.items()},
               "time_iteration_s": time.perf_counter() - started}
     return record, rollouts
 
 
-def advantages(rollouts: Sequence[Rollout], prompt_ids: Sequence[list[int]],
-               drop_uninformative: bool) -> tuple[RolloutBatch | None, int]:
-    """A_i = (r_i - mean) / std within each question's group of kept rollouts
-    (`prompt_ids[g]`: group g's prompt). Returns the learner batch (None when
-    no group carries information) and the number of informative groups."""
-    import torch
-
-    by_group: dict[int, list[Rollout]] = {}
-    for r in rollouts:
-        if r.reward is not None:
-            by_group.setdefault(r.group, []).append(r)
-    kept, informative = [], 0
-    for members in by_group.values():
-        if len(members) < 2:
-            continue  # a lone survivor has nothing to be compared with
-        adv = group_advantages(torch.tensor([r.reward for r in members]), len(members))
-        for r, a in zip(members, adv.advantages.tolist()):
-            r.advantage = a
-        if bool(adv.informative.any()):
-            informative += 1
-            kept.extend(members)
-        elif not drop_uninformative:
-            kept.extend(members)
-    kept = [r for r in kept if r.completion_ids]
-    if not informative or not kept:
-        return None, informative
-    return RolloutBatch([list(prompt_ids[r.group]) for r in kept], [list(r.completion_ids) for r in kept],
-                        [list(r.logprobs) for r in kept], [r.advantage for r in kept]), informative
+def execute_and_grade(loop: Loop, rollouts: list[Rollout], iteration: int, phases: Phases) -> None:
+    """Run the parsed plans and grade their answers, in rounds: a round retries
+    what an infrastructure error left without a reward, up to `train.rollout_attempts`;
+    what is still without one is dropped. The budget is checked after each round."""
+    c, system = loop.config, loop.system
+    limits = [StepLimits.for_worker(w, c) for w in c.workers]
+    for _ in range(c.train.rollout_attempts):
+        todo = unfinished(rollouts)
+        if not todo:
+            break
+        loop.stop.check()
+        to_run = needs_execution(todo)
+        with phases.timed("execute", to_run):
+            asyncio.run(execute_rollouts(to_run, system.workers, limits, key=f"{c.train.seed}/{iteration}"))
+        check_budget(system)
+        to_grade = ready_to_grade(todo)
+        with phases.timed("grade", to_grade):
+            results = system.graders.grade_many([grade_request(r) for r in to_grade])
+        for rollout, result in zip(to_grade, results):
+            apply_grade(rollout, result)
+    loop.stop.check()
 
 
 # ---------------------------------------------------------------- the run
@@ -177,35 +149,14 @@ def advantages(rollouts: Sequence[Rollout], prompt_ids: Sequence[list[int]],
 def train(config: Config, resume: bool = False) -> dict:
     """Run (or resume) training; returns a summary. Everything that can be
     checked without the cluster is checked before any actor starts."""
-    from conductor_rl.run.report import summarize, write_report
-    from conductor_rl.run.log import RunLog, records
+    from conductor_rl.run.log import RunLog
     from conductor_rl.run.traces import TraceWriter, remove_after
 
     t = config.train
-    out = check_writable(t.output_dir)
-    checkpoints = Checkpoints(out / "checkpoints", keep=t.keep_checkpoints)
-    state = checkpoints.load_state() if resume else None
-    if not resume and checkpoints.latest() is not None:
-        raise CheckpointError(f"{out} already holds a run: pass --resume to continue it, or a new train.output_dir")
-    if not resume and (out / "metrics.jsonl").exists():
-        # --resume cannot help here (no checkpoint), so the message must not send the user to it.
-        raise CheckpointError(f"{out} holds the log of a run that left no checkpoint to resume from: "
-                              f"set train.output_dir to a new folder, or delete {out} to start over")
-    for worker in config.workers:   # a missing API key fails here, naming its variable, not after the actors start
-        if worker.provider not in ("sim", "local"):
-            read_api_key(worker)
-    questions = load_dataset(config.data.questions, limit=config.data.limit)
+    out, checkpoints, state = open_run(config, resume)
     start = state["iteration"] + 1 if state else 0
-    if state and state["config"]["train"]["iterations"] != t.iterations:
-        log(f"warning: resuming with train.iterations={t.iterations}, the run started with "
-            f"{state['config']['train']['iterations']}: the learning-rate schedule follows the new length")
     prompts = ConductorPrompt.from_config(config)
-    questions, left_out = fitting_questions(questions, prompts, config.generator.max_model_len,
-                                            config.conductor.max_new_tokens)
-    if left_out:
-        log(f"leaving out {left_out} of {left_out + len(questions)} questions whose prompt leaves no room for a "
-            f"plan in generator.max_model_len={config.generator.max_model_len}")
-    stream = QuestionStream(questions, seed=t.seed, cursor=state["cursor"] if state else 0,
+    stream = QuestionStream(training_questions(config, prompts), seed=t.seed, cursor=state["cursor"] if state else 0,
                             balance_domains=t.balance_domains)
     run_log = RunLog(out, tensorboard=t.tensorboard, resume_after=start - 1 if resume else None)
     traces = TraceWriter(out)
@@ -217,6 +168,7 @@ def train(config: Config, resume: bool = False) -> dict:
         log(f"nothing to do: the checkpoint is at iteration {start - 1} of {t.iterations}")
         return {"stopped": "finished", "iterations": start}
 
+    from actors.train_metrics import TrainMetrics
     from jobs.training_system import build_system, start_ray
 
     ray = start_ray(config)
@@ -227,9 +179,6 @@ def train(config: Config, resume: bool = False) -> dict:
         system.learners.load(str(checkpoints.latest()))
         ray.get(system.ledger.restore.remote(state["ledger"]))
         log(f"resumed from {checkpoints.latest()} (iteration {start - 1} done, cursor {stream.cursor})")
-
-    from actors.train_metrics import TrainMetrics
-
     dashboard = TrainMetrics()
     loop = Loop(config, system, stream, prompts, StopSignal(), version, best_workers(config.workers))
     how, done, saved = "finished", start - 1, start - 1   # last finished and last checkpointed iteration
@@ -260,110 +209,30 @@ def train(config: Config, resume: bool = False) -> dict:
                     save_checkpoint(checkpoints, loop, iteration, ledger)
                     saved = iteration
         ledger = ray.get(system.ledger.summary.remote())
-        if done > saved or (how != "finished" and (done >= 0 or ledger["total"]["cost_usd"] > 0)):
-            # A stop: what was spent on an abandoned iteration is in the ledger it saves (also when
-            # it was the first one after a resume: the checkpoint resumed from is written again; or
-            # the run's first: then it is "iteration -1", the starting weights).
+        if needs_final_checkpoint(how, done, saved, ledger["total"]["cost_usd"]):
             save_checkpoint(checkpoints, loop, done, ledger)
     finally:
         run_log.close()
         system.shutdown()
+    return run_summary(config, out, checkpoints, how, done)
 
-    summary = {"stopped": how, "iterations": done + 1, "output_dir": str(out),
-               "checkpoint": str(checkpoints.latest()) if checkpoints.latest() else None}
-    kept = records(out) if (out / "metrics.jsonl").exists() else []
-    if kept:
-        summary.update(summarize(kept))
-        if t.report:
-            summary["report"] = str(write_report(out, title=f"Training report: {config.conductor.model}",
-                                                 extra={"stopped": how, "output_dir": str(out), "seed": t.seed}))
-    log(f"run {how} after iteration {done}; checkpoint: {summary['checkpoint']}")
-    return summary
+
+def training_questions(config: Config, prompts: ConductorPrompt) -> list:
+    """The data set's questions whose prompt leaves room for a plan in the generator's context."""
+    questions = load_dataset(config.data.questions, limit=config.data.limit)
+    kept, left_out = fitting_questions(questions, prompts, config.generator.max_model_len,
+                                       config.conductor.max_new_tokens)
+    if left_out:
+        log(f"leaving out {left_out} of {len(questions)} questions whose prompt is longer than "
+            f"{config.generator.max_model_len - config.conductor.max_new_tokens} tokens "
+            f"(generator.max_model_len - conductor.max_new_tokens)")
+    return kept
 
 
 def save_checkpoint(checkpoints: Checkpoints, loop: Loop, iteration: int, ledger: dict) -> Path:
     state = {"iteration": iteration, "cursor": loop.stream.cursor, "weights_version": loop.version,
              "ledger": ledger, "config": loop.config.model_dump(mode="json"), "saved_at": time.time()}
     return checkpoints.save(iteration, state, lambda folder: loop.system.learners.save(str(folder)))
-
-
-# ---------------------------------------------------------------- helpers
-
-def check_budget(system: Any) -> None:
-    """After a round of rollouts (nothing in flight): count calls lost with a dead
-    replica at their worst-case cost, then stop if the budget is spent."""
-    import ray
-
-    lost = ray.get(system.ledger.settle_open_calls.remote())
-    if lost:
-        log(f"{lost} worker call(s) never returned (their replica died mid-call; the provider may have "
-            f"billed them): counted at their worst-case cost")
-    if ray.get(system.ledger.exhausted.remote()):
-        raise StopRun("budget")
-
-
-@contextmanager
-def timed(phases: dict[str, float], name: str) -> Iterator[None]:
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
-
-
-class StopSignal:
-    """Ctrl-C or SIGTERM asks the run to stop at the next safe point; a second Ctrl-C stops at once."""
-
-    def __init__(self) -> None:
-        self.reason: str | None = None
-
-    def check(self) -> None:
-        if self.reason:
-            raise StopRun(self.reason)
-
-    @property
-    def requested(self) -> bool:
-        return self.reason is not None
-
-    @contextmanager
-    def installed(self) -> Iterator["StopSignal"]:
-        def handle(signum: int, _frame: Any) -> None:
-            if self.reason and signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            self.reason = signal.Signals(signum).name
-            log(f"{self.reason} received: stopping at the next safe point with a checkpoint "
-                f"(Ctrl-C again to stop at once)")
-
-        previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield self
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-
-
-class progress_bar:
-    """A tqdm bar over iterations with the last reward, accuracy and cost."""
-
-    def __init__(self, t: Any, start: int) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=t.iterations, initial=start, desc="train", unit="it", file=sys.stderr,
-                        disable=not t.progress, dynamic_ncols=True)
-
-    def __enter__(self) -> "progress_bar":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.bar.close()
-
-    def update(self, record: dict) -> None:
-        self.bar.set_postfix(reward=f"{record['reward_mean']:.3f}", acc=f"{record['accuracy']:.2f}",
-                             cost=f"${record.get('cost_total_usd', 0.0):.4f}", refresh=False)
-        self.bar.update(1)
-        if self.bar.disable:
-            log(f"iteration {record['iteration']}: reward {record['reward_mean']:.3f} accuracy {record['accuracy']:.2f} "
-                f"({record['time_iteration_s']:.1f}s)")
 
 
 # ---------------------------------------------------------------- command line

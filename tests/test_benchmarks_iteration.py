@@ -60,3 +60,19 @@ def test_a_tiny_iteration_runs_end_to_end() -> None:
     # The phase cannot beat its bound; at this size it is all overhead, so only loosely above it.
     assert figures["critical_path_s"] > 0
     assert 0.99 <= figures["ratio"] < 3.0
+
+
+def test_the_round_recorder_hears_each_execute_phase_of_the_loop() -> None:
+    from jobs.run_control import Phases
+
+    bench = load_benchmark()
+    recorder = bench.RoundRecorder()
+    phases = Phases(iteration=0, observer=recorder)
+    first, retried = ["a", "b", "c"], ["b"]
+    for todo in (first, retried):          # a second round re-runs what an infrastructure error left
+        with phases.timed("execute", todo):
+            pass
+        with phases.timed("grade", todo):
+            pass
+    assert [r["rollouts"] for r in recorder.rounds] == [first, retried]
+    assert all(r["ended"] >= r["started"] for r in recorder.rounds)

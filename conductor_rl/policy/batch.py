@@ -1,0 +1,65 @@
+"""From graded rollouts to the learner's batch (paper §2, app. A): group-relative
+advantages, the rollouts worth a gradient, and which completion tokens the loss sees.
+
+A rollout counts when it has a reward (infrastructure failures have none) and
+is compared within its question's group:
+- a group with a single rewarded rollout is left out: it has nothing to be
+  compared with;
+- a group whose rewards are all equal carries no information (advantages 0):
+  with `drop_uninformative` it is left out of the batch, else it is kept and
+  adds only compute (and, under a KL term, its pull to the reference);
+- a rollout with no completion tokens has nothing to learn from.
+Under the constrained plan format, the format's own text is out of the loss
+(`conductor_rl.plan.constrained.choice_mask`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from conductor_rl.plan.constrained import choice_mask
+from conductor_rl.policy.grpo import group_advantages
+from conductor_rl.policy.learner import RolloutBatch
+from conductor_rl.rollout.rollouts import Rollout
+
+
+def rollout_batch(rollouts: Sequence[Rollout], prompt_ids: Sequence[Sequence[int]], *,
+                  drop_uninformative: bool = True, format_tokenizer: Any = None, response_prefix: str = "",
+                  subtask_text_in_loss: bool = True) -> tuple[RolloutBatch | None, int]:
+    """The learner batch of `rollouts` and the number of informative groups.
+
+    Sets each compared rollout's `advantage`: A_i = (r_i - mean) / std over its
+    group's rewarded rollouts (`rollout.group` g; `prompt_ids[g]` is g's prompt).
+    The batch is None when no group is informative or nothing is left to learn from.
+    `format_tokenizer`: the Conductor's tokenizer when plans were sampled under the
+    constrained format (`response_prefix` ends their prompt); the batch's loss masks
+    then leave out the format's text, and the subtasks' text unless `subtask_text_in_loss`.
+    """
+    by_group: dict[int, list[Rollout]] = {}
+    for r in rollouts:
+        if r.reward is not None:
+            by_group.setdefault(r.group, []).append(r)
+    kept, informative = [], 0
+    for members in by_group.values():
+        if len(members) < 2:
+            continue
+        adv = group_advantages(torch.tensor([r.reward for r in members]), len(members))
+        for r, a in zip(members, adv.advantages.tolist()):
+            r.advantage = a
+        if bool(adv.informative.any()):
+            informative += 1
+            kept.extend(members)
+        elif not drop_uninformative:
+            kept.extend(members)
+    kept = [r for r in kept if r.completion_ids]
+    if not informative or not kept:
+        return None, informative
+    completions = [list(r.completion_ids) for r in kept]
+    masks = None
+    if format_tokenizer is not None:
+        masks = [choice_mask(format_tokenizer, ids, response_prefix, subtasks=subtask_text_in_loss)
+                 for ids in completions]
+    return RolloutBatch([list(prompt_ids[r.group]) for r in kept], completions, [list(r.logprobs) for r in kept],
+                        [r.advantage for r in kept], loss_masks=masks), informative
