@@ -6,11 +6,16 @@ import time
 
 from conductor_rl.grading.sandbox import _PROLOGUE_MARK as PROLOGUE_MARK, stray_processes
 
-__all__ = ["PROLOGUE_MARK", "assert_nothing_left"]
+__all__ = ["HANG_GUARD_S", "PROLOGUE_MARK", "assert_nothing_left"]
 
 
-def assert_nothing_left(*marks: str, grace_s: float = 0.3) -> None:
-    """Nothing a sandboxed program started is still running (allowing `grace_s` for exits in progress)."""
+# A bound on a wait that only a hang reaches, never a slow machine.
+HANG_GUARD_S = 20.0
+
+
+def assert_nothing_left(*marks: str, grace_s: float = 5.0) -> None:
+    """Nothing a sandboxed program started is still running (allowing `grace_s` for exits in progress,
+    which a busy machine slows; what the sandbox failed to kill runs far longer)."""
     deadline = time.monotonic() + grace_s
     while True:
         left = stray_processes(*marks)

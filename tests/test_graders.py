@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MATH500 = ROOT.parent / "shared" / "data" / "math500" / "test.jsonl"
 
 C, W, E = Verdict.CORRECT, Verdict.WRONG, Verdict.ERROR
+HANG_GUARD_S = 30.0  # a bound on a wait that only a hang reaches, never a slow machine
 
 
 def _alive(pid: int) -> bool:
@@ -265,8 +266,8 @@ def test_last_boxed():
     assert last_boxed("\\boxed 5") == "5"
     assert last_boxed("no box") is None
     t0 = time.monotonic()
-    assert last_boxed("\\boxed{" * 200_000) is None  # 1.4 MB of unclosed boxes: linear time
-    assert time.monotonic() - t0 < 2.0
+    assert last_boxed("\\boxed{" * 200_000) is None  # 1.4 MB of unclosed boxes
+    assert time.monotonic() - t0 < HANG_GUARD_S  # a hang guard: quadratic time here would take hours
 
 
 @given(st.text(max_size=300), st.sampled_from(["choice", "exact", "numeric"]))
@@ -382,8 +383,8 @@ def test_math_hang_is_error_then_recovers(monkeypatch):
         res = grader.grade("\\boxed{HANG-NOW}", "3")
         elapsed = time.monotonic() - t0
         assert res.verdict is E and "timed out after 1s" in res.detail
-        assert 1.0 <= elapsed < 2.5
-        assert _wait_dead(first, 2.0), "the hung child must be killed"
+        assert 1.0 <= elapsed < HANG_GUARD_S  # not before its time; the bound is only a hang guard
+        assert _wait_dead(first, HANG_GUARD_S), "the hung child must be killed"
         assert grader.child_pid is None
         assert grader.grade("\\boxed{3}", "3").verdict is C  # a fresh child, lazily
         assert grader.child_pid not in (None, first) and grader.restarts == 1
@@ -485,16 +486,11 @@ def test_math_garbage_is_never_error(mg, response):
     assert res.verdict in (C, W), res
 
 
-def test_math_speed_after_warm_up(mg):
-    pairs = [(good, ref) for ref, good, _ in MATH_PAIRS]
-    for good, ref in pairs:  # warm math-verify's caches for these inputs
-        mg.grade(good, ref)
-    t0 = time.perf_counter()
-    n = 0
-    for i in range(200):
-        # distinct responses, so math-verify's parse cache does not help
+def test_math_grades_reuse_one_warm_child(mg):
+    # What keeps grading fast: one child, warmed once, grades every response (its speed is a benchmark's
+    # business). Distinct responses, so math-verify's parse cache does not answer for the child.
+    mg.warm_up()
+    child, restarts = mg.child_pid, mg.restarts
+    for i in range(50):
         assert mg.grade(f"so the value is \\boxed{{\\frac{{{i}}}{{7}}}}", f"\\frac{{{i}}}{{7}}").verdict is C
-        n += 1
-    per_ms = (time.perf_counter() - t0) / n * 1000
-    print(f"math grade after warm-up: {per_ms:.2f} ms")
-    assert per_ms < 100
+    assert (mg.child_pid, mg.restarts) == (child, restarts)

@@ -140,8 +140,7 @@ class LocalHead:
 
 @pytest.fixture
 def head():
-    if not RAY.is_file():
-        pytest.skip(f"no ray command beside {sys.executable}")
+    assert RAY.is_file(), f"no ray command beside {sys.executable}: run the tests with the project's venv (bash scripts/test.sh)"
     head = LocalHead()
     try:
         head.start()

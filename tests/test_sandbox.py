@@ -10,7 +10,7 @@ import pytest
 
 from conductor_rl.grading import sandbox as sandbox_module
 from conductor_rl.grading.sandbox import IsolationUnavailableError, Sandbox, SandboxError, run_python
-from sandbox_helpers import PROLOGUE_MARK, assert_nothing_left
+from sandbox_helpers import HANG_GUARD_S, PROLOGUE_MARK, assert_nothing_left
 
 NO_BWRAP = "/nonexistent/bwrap"
 
@@ -57,7 +57,7 @@ def test_program_that_ignores_stdin_is_fine(box):
 def test_timeout(box):
     r = box.run("while True:\n    pass\n", timeout_s=0.5)
     assert r.timed_out and r.killed_by == "timeout" and not r.ok
-    assert 0.5 <= r.wall_s < 3
+    assert r.wall_s >= 0.5  # not before its time
     assert_nothing_left()
 
 
@@ -65,7 +65,7 @@ def test_output_is_capped():
     box = Sandbox(max_output_bytes=10_000)
     r = box.run("import sys\nsys.stdout.write('a' * 50_000)\nsys.stdout.flush()\nimport time\ntime.sleep(30)\n")
     assert r.output_truncated and r.killed_by == "output_limit" and len(r.stdout) == 10_000
-    assert r.wall_s < 5
+    assert r.wall_s < HANG_GUARD_S  # killed at the cap, not after the program's 30 s sleep
 
 
 def test_environment_is_scrubbed(monkeypatch, box):
@@ -149,7 +149,7 @@ def test_sandbox_killed_from_outside_is_a_sandbox_error(box):
     import psutil
 
     def kill_the_sandbox() -> None:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + HANG_GUARD_S
         while time.monotonic() < deadline:
             for child in psutil.Process().children():
                 try:
@@ -164,6 +164,6 @@ def test_sandbox_killed_from_outside_is_a_sandbox_error(box):
     killer = threading.Thread(target=kill_the_sandbox)
     killer.start()
     with pytest.raises(SandboxError, match="killed from outside"):
-        box.run("import time\ntime.sleep(3)\n")
+        box.run("import time\ntime.sleep(60)\n", timeout_s=HANG_GUARD_S)  # the killer comes long before
     killer.join()
     assert_nothing_left()

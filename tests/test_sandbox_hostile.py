@@ -16,7 +16,7 @@ import time
 import pytest
 
 from conductor_rl.grading.sandbox import Sandbox
-from sandbox_helpers import assert_nothing_left
+from sandbox_helpers import HANG_GUARD_S, assert_nothing_left
 
 TIMEOUT = 2.0
 
@@ -41,14 +41,14 @@ def test_infinite_loop(box):
     start = time.monotonic()
     r = box.run("while True:\n    pass\n")
     assert r.timed_out and r.killed_by == "timeout"
-    assert time.monotonic() - start < TIMEOUT + 2
+    assert time.monotonic() - start < HANG_GUARD_S
 
 
 def test_fork_bomb(box):
     start = time.monotonic()
     r = box.run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
     assert not r.ok
-    assert time.monotonic() - start < TIMEOUT + 3
+    assert time.monotonic() - start < HANG_GUARD_S
 
 
 def test_memory_bomb(box):
@@ -61,7 +61,7 @@ def test_gigabytes_of_output(box):
     r = box.run("import sys\nchunk = 'x' * 1_000_000\nfor _ in range(5000):\n    sys.stdout.write(chunk)\n")
     assert r.output_truncated and r.killed_by == "output_limit"
     assert len(r.stdout) == box.max_output_bytes
-    assert time.monotonic() - start < TIMEOUT + 2
+    assert time.monotonic() - start < HANG_GUARD_S
 
 
 def test_output_flood_on_stderr(box):
@@ -156,7 +156,7 @@ def test_orphaned_background_children_are_killed(box):
         "print('parent exits')\n"
     )
     assert r.ok and r.stdout == "parent exits\n"
-    assert_nothing_left(f"sleep {mark}", grace_s=0.1)
+    assert_nothing_left(f"sleep {mark}")
 
 
 def test_deep_recursion(box):
@@ -174,7 +174,7 @@ def test_closing_its_output_and_hanging(box):
     start = time.monotonic()
     r = box.run("import os, time\nos.close(1)\nos.close(2)\nos.close(0)\ntime.sleep(60)\n")
     assert r.timed_out
-    assert time.monotonic() - start < TIMEOUT + 2
+    assert time.monotonic() - start < HANG_GUARD_S
 
 
 def test_redirecting_file_descriptors(box):
