@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from conductor_rl.plan import language
 from conductor_rl.plan import (
     MAX_TEXT_CHARS,
     Plan,
@@ -383,24 +384,44 @@ def test_syntax_problems(ids, needle):
 # --------------------------------------------------------------------------- #
 
 
-def _fails_fast(text: str, limit_s: float = 1.0) -> str:
+# A bound on a wait that only a hang reaches, never a slow machine: the inputs below are a few hundred
+# kilobytes at most, where quadratic work (or worse) takes hours.
+HANG_GUARD_S = 30.0
+
+
+def _fails_fast(text: str) -> str:
     start = time.perf_counter()
     reason = reason_of(text)
-    assert time.perf_counter() - start < limit_s
+    assert time.perf_counter() - start < HANG_GUARD_S
     return reason
 
 
-def test_ten_megabyte_completion():
-    reason = _fails_fast("reasoning " * 1_000_000 + PAPER, limit_s=0.1)
+def _calls_to(stage: str, monkeypatch) -> list[tuple]:
+    """The arguments of every call to `stage`, a function of conductor_rl.plan.language (which still
+    runs): what is cheap to refuse must be refused before the costly part."""
+    calls: list[tuple] = []
+    real = getattr(language, stage)
+    monkeypatch.setattr(language, stage, lambda *args: calls.append(args) or real(*args))
+    return calls
+
+
+def test_ten_megabyte_completion(monkeypatch):
+    scans = _calls_to("_find_values", monkeypatch)
+    reason = _fails_fast("reasoning " * 1_000_000 + PAPER)
     assert "too long" in reason and str(MAX_TEXT_CHARS) in reason
+    assert scans == []  # refused by its length, unread
 
 
-def test_million_element_list():
+def test_million_element_list(monkeypatch):
+    scans = _calls_to("_find_values", monkeypatch)
     assert "too" in _fails_fast("model_id = [" + "0, " * 1_000_000 + "]\n" + VALID_TAIL)
+    assert scans == []
 
 
-def test_many_elements_within_the_text_cap():
+def test_many_elements_within_the_text_cap(monkeypatch):
+    literals = _calls_to("_read_literal", monkeypatch)
     assert "too many elements" in _fails_fast("model_id = [" + "0," * 5000 + "0]\n" + VALID_TAIL)
+    assert "model_id" not in [name for _, name in literals]  # refused by the scan, never compiled
 
 
 @pytest.mark.parametrize(
@@ -490,17 +511,6 @@ def test_caller_bugs_are_not_plan_errors():
     assert not isinstance(info.value, PlanError)
     with pytest.raises(TypeError):
         parse_plan(None, 3)  # type: ignore[arg-type]
-
-
-def test_typical_completion_parses_in_well_under_a_millisecond():
-    text = ("I will split the task between a planner and a coder. " * 36)[:1800] + "\n```python\n" + PAPER + "\n```\n"
-    assert 1900 < len(text) < 2300
-    parse_plan(text, 3)
-    runs = 200
-    start = time.perf_counter()
-    for _ in range(runs):
-        parse_plan(text, 3)
-    assert (time.perf_counter() - start) / runs < 1e-3
 
 
 def test_invalid_escapes_are_read_quietly_even_when_warnings_are_errors():
