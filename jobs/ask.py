@@ -7,25 +7,28 @@ runs it, and every step is shown.
 
 With no question, it takes `ask.sample_questions` questions from
 `data.questions` (which have reference answers, so the result is graded).
+
+A thin shell over `conductor_rl.Orchestrator`: the Conductor runs in this
+process, the workers in worker pools on Ray (started here, or joined when
+`cluster.address` / RAY_ADDRESS names one), behind the cluster's rate limiters
+and a cost ledger, as in training.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import sys
 import time
-from typing import Any, Sequence, TextIO
+from typing import Sequence, TextIO
 
 from conductor_rl.config import Config
-from conductor_rl.data import Question, load_dataset
-from conductor_rl.grading import MathGrader
-from conductor_rl.workers.providers import ProviderUnavailableError, build_provider, cached
-from conductor_rl.rollout.rollouts import Rollout, run_rollout
+from conductor_rl.data import load_dataset
 from conductor_rl.rollout.workflow import Task
-from jobs.common import add_config_arguments, config_from_args, log, step_limits
+from conductor_rl.workers.providers import OFFLINE_PROVIDERS, MissingApiKeyError
+from conductor_rl.workers.providers.keys import read_api_key
+from jobs.common import add_config_arguments, config_from_args, log
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how to grade against --reference (default: math)")
     parser.add_argument("--samples", type=int, default=None,
                         help="plans sampled per question; the first that parses is run (default: ask.samples)")
+    parser.add_argument("--budget-usd", type=float, default=None,
+                        help="stop starting worker calls once they cost this much (default: no cap)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     add_config_arguments(parser)
 
@@ -63,56 +68,51 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     samples = args.samples or config.ask.samples
     if samples < 1:
         raise SystemExit("--samples must be at least 1")
+    if args.budget_usd is not None and args.budget_usd < 0:
+        raise SystemExit("--budget-usd must be at least 0")
+    for worker in config.workers:   # a missing API key fails here, naming its variable, before Ray starts
+        if worker.provider not in OFFLINE_PROVIDERS:
+            try:
+                read_api_key(worker)
+            except MissingApiKeyError as err:
+                raise SystemExit(f"error: {err}") from None
 
-    from conductor_rl.policy.conductor import Conductor  # torch import: after the config has been checked
+    import ray
 
+    from conductor_rl.orchestrator import BudgetSpentError, Orchestrator
+    from jobs.training_system import start_ray, start_worker_pools
+
+    started_ray = not ray.is_initialized()
+    log("starting Ray ..." if started_ray else "joining the running Ray cluster ...")
+    start_ray(config)
+    pools = start_worker_pools(config, args.budget_usd, config.train.worker_replicas)
+    stopped = None
     try:
-        workers = [build_provider(w, seed=config.conductor.seed) for w in config.workers]
-        if config.workflow.response_cache:
-            workers = [cached(p, w, config.workflow.response_cache) for p, w in zip(workers, config.workers)]
-    except ProviderUnavailableError as err:
-        raise SystemExit(f"error: {err}") from None
-    log(f"workers: " + ", ".join(f"Model {i} = {w.name} ({w.provider})" for i, w in enumerate(config.workers)))
-    log(f"loading the Conductor ({config.conductor.model}) ...")
-    started = time.perf_counter()
-    conductor = Conductor(config.conductor)
-    log(f"loaded in {time.perf_counter() - started:.1f}s")
-
-    results = []
-    with MathGrader() as math_grader:
-        for n, task in enumerate(tasks, 1):
-            log(f"[{n}/{len(tasks)}] {task.id}: sampling {samples} plan(s), up to {config.conductor.max_new_tokens} tokens ...")
-            results.append(asyncio.run(ask_one(config, conductor, workers, task, samples, math_grader)))
-            if not args.json:
-                print(format_result(results[-1], config), file=out, flush=True)
+        log("workers: " + ", ".join(f"Model {i} = {w.name} ({w.provider})" for i, w in enumerate(config.workers)))
+        log(f"loading the Conductor ({config.conductor.model}) ...")
+        loaded = time.perf_counter()
+        with Orchestrator.from_config(config, workers=pools.pools) as orchestrator:
+            log(f"loaded in {time.perf_counter() - loaded:.1f}s")
+            log(f"answering {len(tasks)} question(s): {samples} plan(s) each, up to "
+                f"{config.conductor.max_new_tokens} tokens ...")
+            try:
+                answers = orchestrator.answer_many(tasks, samples=samples)
+            except BudgetSpentError as err:
+                answers, stopped = err.answers, err
+    finally:
+        pools.shutdown()
+        if started_ray:
+            ray.shutdown()
+    results = [a.to_dict() for a in answers]
     if args.json:
         print(json.dumps({"config": config.model_dump(mode="json"), "results": results}, indent=2), file=out)
+    else:
+        for r in results:
+            print(format_result(r, config), file=out, flush=True)
+    if stopped is not None:
+        log(f"error: {stopped}")
+        return 1
     return 0
-
-
-async def ask_one(config: Config, conductor: Any, workers: list, task: Task, samples: int, math_grader: MathGrader) -> dict:
-    started = time.perf_counter()
-    completions = await asyncio.to_thread(
-        conductor.write_plans, task.question, len(workers), samples, None, config.ask.temperature
-    )
-    sampled_s = time.perf_counter() - started
-    limits = [step_limits(w, config) for w in config.workers]
-    attempts: list[Rollout] = []
-    for i, completion in enumerate(completions):
-        rollout = await run_rollout(completion.text, task, workers, limits, config.conductor.max_steps,
-                                    math_grader, sample_key=f"ask/{i}")
-        attempts.append(rollout)
-        if rollout.plan is not None:
-            break
-    chosen = attempts[-1]
-    record = chosen.to_dict()
-    record["sample_index"] = len(attempts) - 1
-    record["samples"] = len(completions)
-    record["other_plan_errors"] = [a.plan_error for a in attempts[:-1]]
-    record["completion_tokens"] = completions[len(attempts) - 1].completion_tokens
-    record["truncated"] = completions[len(attempts) - 1].truncated
-    record["conductor_s"] = sampled_s
-    return record
 
 
 def choose_tasks(config: Config, questions: list[str], reference: str | None, kind: str) -> list[Task]:
@@ -124,7 +124,7 @@ def choose_tasks(config: Config, questions: list[str], reference: str | None, ki
         picked = [known[q.strip()] for q in config.ask.questions if q.strip() in known] or picked
         if not picked:
             raise SystemExit("no question given and no sample questions configured (ask.sample_questions)")
-        return [task_of(q) for q in picked]
+        return [q.to_task() for q in picked]
     tasks = []
     for i, text in enumerate(questions):
         if not text.strip():
@@ -132,15 +132,10 @@ def choose_tasks(config: Config, questions: list[str], reference: str | None, ki
         if reference is not None:
             tasks.append(Task(id=f"user/{i}", question=text, domain="default", reference=reference, answer_kind=kind))
         elif text.strip() in known:
-            tasks.append(task_of(known[text.strip()]))
+            tasks.append(known[text.strip()].to_task())
         else:
             tasks.append(Task(id=f"user/{i}", question=text))
     return tasks
-
-
-def task_of(question: Question) -> Task:
-    return Task(id=question.id, question=question.question, domain=question.domain,
-                reference=question.reference, answer_kind=question.answer_kind, meta=dict(question.meta))
 
 
 def format_result(r: dict, config: Config) -> str:
@@ -175,6 +170,8 @@ def format_result(r: dict, config: Config) -> str:
     lines.append(f"Final answer: {_short(r['final_answer'] or '', 300)}")
     if r["verdict"]:
         lines.append(f"Verdict: {r['verdict']} (read: {r['extracted_answer']!r})  Reward: {r['reward']}")
+    elif r["grade_detail"]:
+        lines.append(f"Verdict: {r['grade_detail']}")
     lines.append(f"Total cost ${r['cost_usd']:.6f}, workflow wall time {r['wall_s']:.2f}s{sim}")
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """Bring up what training runs on: the Ray cluster, then the generator engines,
 the learner ranks, the worker pool (one WorkerPool per worker, a shared cost
-ledger) and the grader pool, each placed by `cluster.*` resources."""
+ledger) and the grader pool, each placed by `cluster.*` resources. `ask`
+starts the same cluster and worker pools (`start_worker_pools`)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,35 @@ def split_resources(resources: dict[str, float]) -> tuple[float, float, dict[str
 
 
 @dataclass
+class WorkerPools:
+    """One WorkerPool per configured worker (in order), spending against one ledger."""
+
+    pools: list[Any]
+    ledger: Any
+
+    def shutdown(self) -> None:
+        import ray
+
+        for pool in self.pools:
+            for replica in pool.replicas:
+                ray.kill(replica)
+        ray.kill(self.ledger)
+
+
+def start_worker_pools(config: Config, budget_usd: float | None, replicas: int = 1) -> WorkerPools:
+    """The worker pools on the cluster: `replicas` WorkerActors per worker, placed
+    by `cluster.worker`, each behind the cluster's rate limiters and a new ledger
+    capped at `budget_usd` (None: no cap)."""
+    from actors.worker_pool import WorkerPool, get_ledger
+
+    ledger = get_ledger(budget_usd, name=f"ledger-{uuid.uuid4().hex[:12]}")
+    cpus, _, custom = split_resources(config.cluster.worker)
+    pools = [WorkerPool(w, replicas, ledger=ledger, seed=config.conductor.seed, num_cpus=cpus, resources=custom or None)
+             for w in config.workers]
+    return WorkerPools(pools, ledger)
+
+
+@dataclass
 class TrainingSystem:
     generators: Any
     learners: Any
@@ -60,15 +90,10 @@ class TrainingSystem:
     ledger: Any
 
     def shutdown(self) -> None:
-        import ray
-
         for part in (self.generators, self.learners):
             part.shutdown()
-        for pool in self.workers:
-            for replica in pool.replicas:
-                ray.kill(replica)
+        WorkerPools(self.workers, self.ledger).shutdown()
         self.graders.close()
-        ray.kill(self.ledger)
 
 
 def build_system(config: Config, model: str, weights_version: int, total_steps: int) -> TrainingSystem:
@@ -79,7 +104,6 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
     from actors.grader import GraderPool
     from actors.learner import LearnerGroup
     from actors.weight_sync import WeightSync, resolve_weight_sync
-    from actors.worker_pool import WorkerPool, get_ledger
 
     c = config.cluster
     has_gpus = ray.cluster_resources().get("GPU", 0) > 0
@@ -100,11 +124,8 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
     learners = LearnerGroup(model, config.learner, total_steps, resources_per_rank=rank)
     weight_sync = WeightSync(learners, generators, transport, config.generator.tensor_parallel_size)
 
-    ledger = get_ledger(config.train.budget_usd, name=f"ledger-{uuid.uuid4().hex[:12]}")
-    cpus, _, custom = split_resources(c.worker)
-    workers = [WorkerPool(w, config.train.worker_replicas, ledger=ledger, seed=config.conductor.seed,
-                          num_cpus=cpus, resources=custom or None) for w in config.workers]
+    workers = start_worker_pools(config, config.train.budget_usd, config.train.worker_replicas)
     cpus, _, custom = split_resources(c.grader)
     graders = GraderPool(config.grader, num_cpus=cpus, resources=custom or None)
     graders.wait_ready()
-    return TrainingSystem(generators, learners, weight_sync, workers, graders, ledger)
+    return TrainingSystem(generators, learners, weight_sync, workers.pools, graders, workers.ledger)

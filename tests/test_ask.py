@@ -1,5 +1,6 @@
 """`conductor-rl ask` end to end: config → Conductor (tiny Qwen2, offline) →
-plan → simulated workers → grader → reward, as text and as JSON."""
+plan → simulated workers in worker pools on a real local Ray cluster → grader
+→ reward, as text and as JSON."""
 
 import json
 import os
@@ -30,7 +31,8 @@ def write_config(tmp_path, **conductor):
     return path
 
 
-def test_ask_json_runs_the_plan_and_grades_it(tmp_path, capsys):
+@pytest.mark.slow
+def test_ask_json_runs_the_plan_and_grades_it(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
     assert cli.main(["ask", "--config", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -45,7 +47,8 @@ def test_ask_json_runs_the_plan_and_grades_it(tmp_path, capsys):
         assert r["cost_usd"] > 0 and r["steps"][0]["usage"]["output_tokens"] > 0
 
 
-def test_ask_text_output_shows_each_step_and_labels_simulation(tmp_path, capsys):
+@pytest.mark.slow
+def test_ask_text_output_shows_each_step_and_labels_simulation(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
     assert cli.main(["ask", "--config", str(path), "ask.sample_questions=1"]) == 0
     text = capsys.readouterr().out
@@ -53,7 +56,8 @@ def test_ask_text_output_shows_each_step_and_labels_simulation(tmp_path, capsys)
     assert "SIMULATED" in text and "Verdict: correct" in text and "Reward: 1.0" in text
 
 
-def test_ask_a_given_question_with_a_reference(tmp_path, capsys):
+@pytest.mark.slow
+def test_ask_a_given_question_with_a_reference(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
     cli.main(["ask", "What is 17 * 23?", "--reference", "391", "--kind", "numeric", "--config", str(path), "--json"])
     [r] = json.loads(capsys.readouterr().out)["results"]
@@ -61,23 +65,60 @@ def test_ask_a_given_question_with_a_reference(tmp_path, capsys):
     assert r["verdict"] == "correct" and r["extracted_answer"] == "391"
 
 
-def test_ask_unknown_question_without_reference_is_not_scored(tmp_path, capsys):
+@pytest.mark.slow
+def test_ask_unknown_question_without_reference_is_not_scored(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
     cli.main(["ask", "Why is the sky blue?", "--config", str(path), "--json"])
     [r] = json.loads(capsys.readouterr().out)["results"]
-    assert r["verdict"] == "error" and "no reference" in r["grade_detail"] and r["reward"] is None
+    assert r["verdict"] is None and "no reference" in r["grade_detail"] and r["reward"] is None
+    assert r["infrastructure_error"] is None and r["final_answer"]
 
 
-def test_ask_malformed_plan_gets_reward_zero(tmp_path, capsys):
+@pytest.mark.slow
+def test_ask_calls_the_workers_through_the_worker_pools(ray_cluster, tmp_path, capsys, monkeypatch):
+    """The steps' calls went through WorkerPool replicas and their cluster ledger, which ask stops afterwards."""
+    import jobs.training_system as ts
+
+    seen = []
+    shutdown = ts.WorkerPools.shutdown
+
+    def spy(pools):
+        seen.append(([type(p).__name__ for p in pools.pools], ray_cluster.get(pools.ledger.summary.remote())))
+        shutdown(pools)
+
+    monkeypatch.setattr(ts.WorkerPools, "shutdown", spy)
+    path = write_config(tmp_path)
+    assert cli.main(["ask", "--config", str(path), "--json", "workers.0.rpm=1000"]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    [(kinds, ledger)] = seen
+    assert kinds == ["WorkerPool"] * 3
+    assert ledger["total"]["calls"] == sum(len(r["steps"]) for r in results) == 4
+    assert ledger["total"]["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in results))
+
+
+@pytest.mark.slow
+def test_ask_stops_at_its_budget(ray_cluster, tmp_path, capsys):
+    path = write_config(tmp_path)
+    assert cli.main(["ask", "--config", str(path), "--json", "ask.sample_questions=1", "--budget-usd", "1e-6"]) == 1
+    captured = capsys.readouterr()
+    [r] = json.loads(captured.out)["results"]           # what was answered is still printed
+    assert r["steps"][0]["response"] and r["steps"][1]["error"].startswith("budget_exceeded:")
+    assert "stopped by the worker budget" in captured.err and "--budget-usd" in captured.err
+
+
+@pytest.mark.slow
+def test_ask_malformed_plan_gets_reward_zero(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path, response_prefix='model_id = [0, 7]\nsubtasks = ["a", "b"]\naccess_list = [[], []]\n')
     cli.main(["ask", "--config", str(path), "--json", "ask.sample_questions=1"])
     [r] = json.loads(capsys.readouterr().out)["results"]
     assert r["reward"] == 0.0 and "7" in r["plan_error"] and r["steps"] == []
 
 
-def test_ask_failing_worker_is_an_infrastructure_error(tmp_path, capsys):
+@pytest.mark.slow
+def test_ask_failing_worker_is_an_infrastructure_error(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
-    cli.main(["ask", "--config", str(path), "--json", "ask.sample_questions=1", "workers.1.sim.fail_rate=1.0"])
+    cli.main(["ask", "--config", str(path), "--json", "ask.sample_questions=1", "workers.1.sim.fail_rate=1.0",
+              "workers.1.max_retries=0"])
     [r] = json.loads(capsys.readouterr().out)["results"]
     assert r["reward"] is None and "simulated_fault" in r["infrastructure_error"]
 
@@ -111,6 +152,7 @@ def test_split_overrides_keeps_questions_with_equals_signs():
     assert rest == ["x=5, what is x?", "If a=b then?"]
 
 
+@pytest.mark.slow
 def test_console_script_runs_in_a_fresh_process(tmp_path):
     path = write_config(tmp_path)
     script = Path(sys.executable).parent / "conductor-rl"
@@ -120,9 +162,11 @@ def test_console_script_runs_in_a_fresh_process(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["results"][0]["reward"] == 1.0
     assert "loading the Conductor" in done.stderr  # progress goes to stderr, stdout stays JSON
+    assert "starting Ray" in done.stderr           # its own local cluster, as `conductor-rl train` starts one
 
 
-def test_overrides_may_follow_options(tmp_path, capsys):
+@pytest.mark.slow
+def test_overrides_may_follow_options(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
     assert cli.main(["ask", "What is 17 * 23?", "--reference", "391", "--json", "--config", str(path),
                      "ask.sample_questions=1", "conductor.seed=5"]) == 0
@@ -135,7 +179,8 @@ def test_paper_config_without_keys_fails_cleanly(monkeypatch):
         cli.main(["ask", "What is 2 + 2?", "--reference", "4", "--config", str(ROOT / "configs" / "paper.yaml")])
 
 
-def test_ask_with_a_response_cache_pays_once(tmp_path, capsys):
+@pytest.mark.slow
+def test_ask_with_a_response_cache_pays_once(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
     args = ["ask", "--config", str(path), "--json", "ask.sample_questions=1", f"workflow.response_cache={tmp_path / 'cache'}"]
     cli.main(args)

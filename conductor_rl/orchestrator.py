@@ -1,0 +1,345 @@
+"""The public Python API: a Conductor and its workers answering questions.
+
+    from conductor_rl import Orchestrator
+
+    orchestrator = Orchestrator.from_config("configs/local.yaml", conductor="runs/local/checkpoints/ckpt-000019/model")
+    answer = orchestrator.answer("What is 17 * 23?", reference="391", kind="numeric")
+
+`answer` samples the Conductor's plans in this process (transformers), runs the
+first that parses on the workers and grades the final answer when there is a
+reference, as `conductor-rl ask` does (`ask.samples` plans at `ask.temperature`).
+`answer_many` answers several questions at once: plans are written one question
+after another on the one model, and each question's workflow starts as soon as
+its plan is written, so workflows run concurrently with each other and with
+the sampling.
+
+Workers: by default each configured worker is built in this process behind
+`GuardedProvider`, with its own rate limiter, its retries and one `CostLedger`
+shared by all (capped by `budget_usd`), as a worker replica on a Ray cluster
+calls it. On a cluster, pass the worker pools as `workers=`
+(jobs/training_system.py `start_worker_pools`): the library never imports Ray.
+
+Everything runs on one event loop in a thread the Orchestrator owns, so
+providers (HTTP clients, limiters) stay bound to one loop, and `answer` works
+the same from a script, a notebook or a running event loop (`answer_async`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Coroutine, Sequence, TypeVar
+
+from conductor_rl import grading
+from conductor_rl.config import Config, apply_override, load_config, validate_config
+from conductor_rl.data import Question
+from conductor_rl.grading import MathGrader
+from conductor_rl.plan import Plan
+from conductor_rl.rollout.rollouts import Rollout, run_rollout
+from conductor_rl.rollout.workflow import StepLimits, StepTrace, Task
+from conductor_rl.workers.guarded import GuardedProvider
+from conductor_rl.workers.ledger import CostLedger
+from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits
+from conductor_rl.workers.providers import Provider, Usage, build_provider, cached
+from conductor_rl.workers.retry import RetryPolicy
+
+T = TypeVar("T")
+
+RATE_WINDOW_S = 60.0   # providers state their limits per minute
+
+
+@dataclass(frozen=True)
+class AnswerStep:
+    """One step of the plan as it ran."""
+
+    index: int
+    model_id: int                   # the worker's index in the roster ("Model i" in the plan)
+    worker: str                     # the worker's name
+    subtask: str
+    access: tuple[int, ...]         # the earlier steps whose answers it read
+    messages: tuple[dict, ...]      # what the worker was sent
+    response: str | None            # its output (None when the step failed or was skipped)
+    usage: Usage
+    cost_usd: float
+    latency_s: float
+    started_s: float | None         # seconds after the workflow started
+    finished_s: float | None
+    error: str | None               # "kind: message" when the step failed or was skipped
+    simulated: bool
+
+    @classmethod
+    def of(cls, trace: StepTrace) -> AnswerStep:
+        values = {f.name: getattr(trace, f.name) for f in fields(cls)}
+        return cls(**{**values, "access": tuple(trace.access), "messages": tuple(dict(m) for m in trace.messages)})
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A question answered: the plan, each step, the totals and, when graded, the verdict."""
+
+    question_id: str
+    question: str
+    domain: str
+    reference: str
+    answer_kind: str
+    final_answer: str | None        # the last step's answer (None after a plan or infrastructure error)
+    completion: str                 # the Conductor's raw completion whose plan ran (prefix included)
+    plan: Plan | None
+    plan_error: str | None          # why the completion did not parse (reward 0)
+    steps: tuple[AnswerStep, ...]
+    usage: Usage                    # tokens of all steps together
+    cost_usd: float
+    wall_s: float                   # the workflow's latency (its critical path)
+    simulated: bool                 # some worker was simulated: not a real model's answer
+    verdict: str | None             # correct | wrong | error (the grader failed); None: not graded
+    extracted_answer: str | None
+    grade_detail: str | None
+    reward: float | None            # 1 correct, 0.5 wrong, 0 unparsable plan, None: not scored
+    infrastructure_error: str | None
+    completion_tokens: int
+    truncated: bool                 # the completion was cut off at conductor.max_new_tokens
+    conductor_s: float              # time the Conductor took to write the sampled plans
+    sample_index: int               # which of the sampled plans ran (the first that parsed)
+    samples: int
+    other_plan_errors: tuple[str | None, ...]   # why the earlier samples did not run
+
+    @property
+    def graded(self) -> bool:
+        return self.verdict in ("correct", "wrong")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record (`conductor-rl ask --json` prints these)."""
+        record = asdict(self)
+        record["plan"] = None if self.plan is None else [
+            {"model_id": s.model_id, "subtask": s.subtask, "access": s.access} for s in self.plan.steps
+        ]
+        return record
+
+    @classmethod
+    def of(cls, attempts: Sequence[Rollout], completions: Sequence[Any], conductor_s: float) -> Answer:
+        """The answer from the rollouts of one question's samples (the last one ran)."""
+        chosen, wf, grade = attempts[-1], attempts[-1].workflow, attempts[-1].grade
+        task, completion = chosen.task, completions[len(attempts) - 1]
+        infrastructure_error, grade_detail = chosen.infrastructure_error, None if grade is None else grade.detail
+        if not task.reference and task.answer_kind not in grading.REFERENCE_FREE_KINDS:
+            # Nothing to grade against: not graded, rather than a grader's failure.
+            grade, grade_detail = None, "not graded: no reference answer"
+            infrastructure_error = None if wf is None else wf.error
+        return cls(
+            question_id=task.id, question=task.question, domain=task.domain, reference=task.reference,
+            answer_kind=task.answer_kind, final_answer=None if wf is None else wf.final_answer,
+            completion=chosen.completion, plan=chosen.plan, plan_error=chosen.plan_error,
+            steps=() if wf is None else tuple(AnswerStep.of(s) for s in wf.steps),
+            usage=Usage() if wf is None else wf.usage, cost_usd=0.0 if wf is None else wf.cost_usd,
+            wall_s=0.0 if wf is None else wf.wall_s, simulated=bool(wf and wf.simulated),
+            verdict=None if grade is None else grade.verdict.value,
+            extracted_answer=None if grade is None else grade.extracted,
+            grade_detail=grade_detail,
+            reward=chosen.reward, infrastructure_error=infrastructure_error,
+            completion_tokens=completion.completion_tokens, truncated=completion.truncated,
+            conductor_s=conductor_s, sample_index=len(attempts) - 1, samples=len(completions),
+            other_plan_errors=tuple(a.plan_error for a in attempts[:-1]),
+        )
+
+
+class BudgetSpentError(RuntimeError):
+    """The worker budget refused a call, so some workflows stopped before their
+    end; the answers (those stopped have an `infrastructure_error`) are in `answers`."""
+
+    def __init__(self, answers: list[Answer]) -> None:
+        stopped = [a for a in answers if _stopped_by_budget(a)]
+        super().__init__(
+            f"{len(stopped)} of {len(answers)} question(s) stopped by the worker budget "
+            f"({stopped[0].infrastructure_error}). Pass a larger budget_usd to Orchestrator.from_config "
+            f"(conductor-rl ask: --budget-usd), or None for no cap; the answers are in this error's `answers`")
+        self.answers = answers
+
+
+def _stopped_by_budget(answer: Answer) -> bool:
+    return any(s.error and s.error.startswith("budget_exceeded:") for s in answer.steps)
+
+
+class Orchestrator:
+    """A Conductor and its workers: `answer(question) -> Answer`.
+
+    Build one with `from_config`; the constructor takes the parts ready-made
+    (`conductor`: anything with `write_plans(question, n_workers, n, seed,
+    temperature)`, as `conductor_rl.policy.conductor.Conductor`; `workers`: one
+    provider per configured worker, in the configuration's order). Close it
+    (or use it in a `with` block) to stop its thread and the grader's process.
+    """
+
+    def __init__(self, config: Config, conductor: Any, workers: Sequence[Provider], *,
+                 ledger: CostLedger | None = None, owns_workers: bool = False) -> None:
+        if len(workers) != len(config.workers):
+            raise ValueError(f"{len(workers)} worker(s) given for the {len(config.workers)} configured "
+                             f"({[w.name for w in config.workers]}): pass one per configured worker, in order")
+        self.config = config
+        self.conductor = conductor
+        self.workers = list(workers)
+        self.ledger = ledger            # the in-process ledger (None when the workers bring their own)
+        self.limits = [StepLimits.for_worker(w, config) for w in config.workers]
+        self._owns_workers = owns_workers
+        self._grader = MathGrader()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="orchestrator-loop", daemon=True)
+        self._thread.start()
+        self._sampling = asyncio.Lock()    # used on its loop only
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, config: str | Path | Config | None = None, conductor: str | None = None,
+                    overrides: Sequence[str] = (), *, workers: Sequence[Provider] | None = None,
+                    budget_usd: float | None = None) -> Orchestrator:
+        """Load the configuration (a YAML path, a `Config`, or None for the
+        embedded configs/local.yaml) with `key.sub=value` overrides, and the
+        Conductor (`conductor`: a model folder such as a checkpoint's `model/`,
+        or a model name; default `conductor.model`). Without `workers`, the
+        configured workers are built in this process, their spend capped at
+        `budget_usd` (None: no cap). Raises ConfigError naming a bad key."""
+        config = resolve_config(config, [*overrides, *([f"conductor.model={conductor}"] if conductor else [])])
+        ledger = None
+        owns_workers = workers is None
+        if workers is None:
+            workers, ledger = in_process_workers(config, budget_usd)
+        elif budget_usd is not None:
+            raise ValueError("budget_usd caps in-process workers; given workers spend against their own ledger "
+                             "(on Ray: start_worker_pools(config, budget_usd=...))")
+        if config.workflow.response_cache:
+            workers = [cached(p, w, config.workflow.response_cache) for p, w in zip(workers, config.workers)]
+        from conductor_rl.policy.conductor import Conductor   # torch: only once an Orchestrator is made
+
+        return cls(config, Conductor(config.conductor), workers, ledger=ledger, owns_workers=owns_workers)
+
+    def answer(self, question: str | Question | Task, *, reference: str | None = None, kind: str = "math",
+               samples: int | None = None) -> Answer:
+        """Answer one question. A str is graded when `reference` is given (`kind`:
+        how, e.g. math, numeric, choice, exact); a `Question` carries its own.
+        Raises BudgetSpentError when the budget stopped its workflow."""
+        [answer] = self.answer_many([as_task(question, reference, kind)], samples=samples)
+        return answer
+
+    def answer_many(self, questions: Sequence[str | Question | Task], *, samples: int | None = None) -> list[Answer]:
+        """Answer several questions concurrently, in their order. Raises
+        BudgetSpentError (holding every answer) when the budget stopped any."""
+        return self._run(self._answer_all(questions, samples))
+
+    async def answer_async(self, question: str | Question | Task, *, reference: str | None = None,
+                           kind: str = "math", samples: int | None = None) -> Answer:
+        """`answer` for callers inside an event loop."""
+        [answer] = await self.answer_many_async([as_task(question, reference, kind)], samples=samples)
+        return answer
+
+    async def answer_many_async(self, questions: Sequence[str | Question | Task], *,
+                                samples: int | None = None) -> list[Answer]:
+        """`answer_many` for callers inside an event loop (the work runs on the Orchestrator's)."""
+        return await asyncio.wrap_future(self._submit(self._answer_all(questions, samples)))
+
+    async def _answer_all(self, questions: Sequence[str | Question | Task], samples: int | None) -> list[Answer]:
+        tasks = [as_task(q, None, "math", index=i) for i, q in enumerate(questions)]
+        samples = self.config.ask.samples if samples is None else samples
+        if samples < 1:
+            raise ValueError(f"samples must be at least 1, got {samples}")
+        answers = list(await asyncio.gather(*(self._answer(task, samples) for task in tasks)))
+        if any(_stopped_by_budget(a) for a in answers):
+            raise BudgetSpentError(answers)
+        return answers
+
+    async def _answer(self, task: Task, samples: int) -> Answer:
+        async with self._sampling:   # one model: one question's plans at a time, in the order asked
+            started = time.perf_counter()
+            completions = await asyncio.to_thread(self.conductor.write_plans, task.question, len(self.workers),
+                                                  samples, None, self.temperature)
+            conductor_s = time.perf_counter() - started
+        attempts: list[Rollout] = []
+        for i, completion in enumerate(completions):
+            rollout = await run_rollout(completion.text, task, self.workers, self.limits,
+                                        self.config.conductor.max_steps, self._grader, sample_key=f"answer/{i}")
+            attempts.append(rollout)
+            if rollout.plan is not None:
+                break
+        return Answer.of(attempts, completions, conductor_s)
+
+    @property
+    def temperature(self) -> float:
+        """The Conductor's sampling temperature here: `ask.temperature`, else `conductor.temperature`."""
+        t = self.config.ask.temperature
+        return self.config.conductor.temperature if t is None else t
+
+    def _submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self._closed:
+            coroutine.close()
+            raise RuntimeError("this Orchestrator is closed; make a new one with Orchestrator.from_config")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return self._submit(coroutine).result()
+
+    def close(self) -> None:
+        """Close the workers it built, the grader's process and its event loop thread."""
+        if self._closed:
+            return
+        if self._owns_workers:
+            self._run(_close_all(self.workers))
+        self._closed = True
+        self._grader.close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> Orchestrator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _close_all(workers: Sequence[Provider]) -> None:
+    await asyncio.gather(*(w.aclose() for w in workers))
+
+
+def as_task(question: str | Question | Task, reference: str | None, kind: str, index: int = 0) -> Task:
+    """The question as the workflow engine needs it; a str is graded only with a `reference`."""
+    if isinstance(question, Task):
+        return question
+    if isinstance(question, Question):
+        if reference is not None:
+            raise ValueError(f"question {question.id!r} carries its own reference; pass reference= only with a str")
+        return question.to_task()
+    if not isinstance(question, str):
+        raise TypeError(f"a question is a str, a conductor_rl.data.Question or a Task, got {type(question).__name__}")
+    if not question.strip():
+        raise ValueError("the question is empty: ask something, e.g. orchestrator.answer(\"What is 17 * 23?\")")
+    if reference is None:
+        return Task(id=f"user/{index}", question=question)
+    return Task(id=f"user/{index}", question=question, domain="default", reference=reference, answer_kind=kind)
+
+
+def resolve_config(config: str | Path | Config | None, overrides: Sequence[str] = ()) -> Config:
+    """A `Config` from a path (None: the embedded default) or a `Config`, with overrides applied."""
+    if not isinstance(config, Config):
+        return load_config(config, list(overrides))
+    raw = config.model_dump(mode="json")
+    for item in overrides:
+        raw = apply_override(raw, item)
+    return validate_config(raw)
+
+
+def in_process_workers(config: Config, budget_usd: float | None = None) -> tuple[list[GuardedProvider], CostLedger]:
+    """Each configured worker behind its rate limiter, retries and one shared
+    ledger, as a worker replica on the cluster calls it (actors/worker_pool.py)."""
+    ledger = CostLedger(budget_usd)
+    workers = []
+    for w in config.workers:
+        limiter = None
+        if w.rpm is not None or w.tpm is not None:
+            # Headroom as on the cluster (2 % of the window): jitter between a grant and the provider's clock.
+            limiter = AsyncRateLimiter(WindowLimits(w.rpm, w.tpm, RATE_WINDOW_S, headroom_s=0.02 * RATE_WINDOW_S))
+        workers.append(GuardedProvider(build_provider(w, seed=config.conductor.seed), provider_kind=w.provider,
+                                       limiter=limiter, ledger=ledger, policy=RetryPolicy(max_retries=w.max_retries),
+                                       check_budget=budget_usd is not None, price=w.price))
+    return workers, ledger

@@ -1,0 +1,197 @@
+"""`conductor_rl.Orchestrator` in this process: a tiny Qwen2 Conductor, the
+embedded default's simulated workers behind the in-process limiter and ledger,
+the README's example, concurrency of `answer_many`, and the budget."""
+
+import asyncio
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conductor_rl import Answer, BudgetSpentError, Orchestrator
+from conductor_rl.config import validate_config
+from conductor_rl.data import load_dataset
+from conductor_rl.workers.providers import build_provider
+
+ROOT = Path(__file__).resolve().parent.parent
+# Steps in sequence: step 1 reads step 0's answer.
+PLAN = 'model_id = [0, 1]\nsubtasks = ["Solve the question", "Check the answer and state it"]\naccess_list = [[], "all"]\n'
+
+
+def sim_config():
+    """configs/local.yaml with a tiny Conductor whose plan is fixed by its prefix, and sure, instant workers."""
+    raw = yaml.safe_load((ROOT / "configs" / "local.yaml").read_text())
+    raw["conductor"].update({"model": "tiny-qwen2", "max_new_tokens": 16, "response_prefix": PLAN,
+                             "stop_after_plan": True, "constrain_format": False})
+    for worker in raw["workers"]:
+        worker["sim"].update({"latency_s": 0.0, "accuracy": {"default": 1.0}})
+    return validate_config(raw)
+
+
+@pytest.fixture(scope="module")
+def orchestrator():
+    with Orchestrator.from_config(sim_config()) as o:
+        yield o
+
+
+def test_answer_runs_the_plan_on_the_workers(orchestrator):
+    answer = orchestrator.answer("What is 17 * 23?", reference="391", kind="numeric")
+    assert answer.plan_error is None and [s.model_id for s in answer.plan.steps] == [0, 1]
+    assert [s.worker for s in answer.steps] == ["sim-math-expert", "sim-knowledge-expert"]
+    assert answer.steps[1].access == (0,) and "Step 0 answer" in answer.steps[1].messages[-1]["content"]
+    assert all(s.cost_usd > 0 and s.usage.output_tokens > 0 and s.simulated for s in answer.steps)
+    assert answer.cost_usd == pytest.approx(sum(s.cost_usd for s in answer.steps))
+    assert answer.usage.total == sum(s.usage.total for s in answer.steps)
+    assert answer.final_answer == answer.steps[-1].response and answer.completion.startswith(PLAN)
+    assert answer.verdict == "correct" and answer.reward == 1.0 and answer.graded
+    assert orchestrator.ledger.totals().calls >= 2    # the in-process ledger saw the calls
+
+
+def test_a_question_with_a_reference_is_graded_and_a_bare_one_is_not(orchestrator):
+    [question] = load_dataset("samples:gsm8k", limit=1)
+    graded = orchestrator.answer(question)
+    assert graded.question_id == question.id and graded.reference == question.reference
+    assert graded.verdict == "correct" and graded.reward == 1.0
+    bare = orchestrator.answer("Why is the sky blue?")
+    assert not bare.graded and bare.reward is None and "no reference" in bare.grade_detail
+    assert bare.final_answer                                   # it still ran and answered
+
+
+def test_answer_is_frozen_and_serialises_to_json(orchestrator):
+    answer = orchestrator.answer("What is 2 + 2?", reference="4", kind="numeric")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        answer.final_answer = "5"
+    record = json.loads(json.dumps(answer.to_dict()))
+    assert record["plan"][1] == {"model_id": 1, "subtask": "Check the answer and state it", "access": "all"}
+    assert record["steps"][0]["worker"] == "sim-math-expert" and record["steps"][0]["usage"]["output_tokens"] > 0
+    assert record["verdict"] == "correct" and record["cost_usd"] == answer.cost_usd
+
+
+def test_the_rate_limiter_applies_in_process():
+    with Orchestrator.from_config(sim_config(), overrides=["workers.0.rpm=1000"]) as o:
+        o.answer("What is 2 + 2?", reference="4", kind="numeric")
+        calls, tokens = o.workers[0].limiter.limits.in_window()
+        assert calls == 1 and tokens > 0
+        assert o.workers[1].limiter is None                      # no limits configured for it
+
+
+def test_a_tiny_budget_stops_with_a_clear_error():
+    with Orchestrator.from_config(sim_config(), budget_usd=1e-6) as o:
+        with pytest.raises(BudgetSpentError, match=r"stopped by the worker budget.*budget_usd") as caught:
+            o.answer("What is 17 * 23?", reference="391", kind="numeric")
+        [answer] = caught.value.answers
+        assert answer.steps[0].response and answer.steps[1].error.startswith("budget_exceeded:")
+        assert answer.reward is None                             # not the policy's fault: not scored
+        assert o.ledger.totals().calls == 1 and o.ledger.exhausted
+
+
+class Overlap:
+    """Shared by gate providers: a call waits until `needed` calls are in flight
+    at once, so the calls finish only if answers' workflows really overlap."""
+
+    def __init__(self, needed: int) -> None:
+        self.needed, self.in_flight, self.most = needed, 0, 0
+        self.reached: asyncio.Event | None = None
+
+
+class Gate:
+    def __init__(self, provider, overlap: Overlap) -> None:
+        self.provider, self.overlap = provider, overlap
+        self.name, self.simulated = provider.name, provider.simulated
+
+    async def complete(self, request):
+        o = self.overlap
+        o.reached = o.reached or asyncio.Event()
+        o.in_flight += 1
+        o.most = max(o.most, o.in_flight)
+        try:
+            if o.in_flight >= o.needed:
+                o.reached.set()
+            await asyncio.wait_for(o.reached.wait(), timeout=120)   # sequential answers would never get here
+            return await self.provider.complete(request)
+        finally:
+            o.in_flight -= 1
+
+    async def aclose(self):
+        await self.provider.aclose()
+
+
+def test_answer_many_runs_workflows_concurrently():
+    config = sim_config()
+    overlap = Overlap(needed=3)
+    workers = [Gate(build_provider(w), overlap) for w in config.workers]
+    questions = ["What is 2 + 2?", "What is 3 * 5?", "What is 10 - 7?"]
+    with Orchestrator.from_config(config, workers=workers) as o:
+        answers = o.answer_many(questions)
+        assert overlap.most == 3                                 # the three first steps were in flight together
+        assert [a.question for a in answers] == questions        # in the order asked
+        assert [a.question_id for a in answers] == ["user/0", "user/1", "user/2"]
+        assert [(a.infrastructure_error, len(a.steps)) for a in answers] == [(None, 2)] * 3
+
+
+def test_answer_async_from_a_running_loop(orchestrator):
+    async def ask():
+        return await orchestrator.answer_async("What is 6 * 7?", reference="42", kind="numeric")
+
+    assert asyncio.run(ask()).verdict == "correct"
+
+
+def test_misuse_fails_with_the_fix(orchestrator):
+    [question] = load_dataset("samples:gsm8k", limit=1)
+    with pytest.raises(ValueError, match="carries its own reference"):
+        orchestrator.answer(question, reference="1")
+    with pytest.raises(ValueError, match="empty"):
+        orchestrator.answer("  ")
+    with pytest.raises(ValueError, match="one per configured worker"):
+        Orchestrator(sim_config(), orchestrator.conductor, orchestrator.workers[:1])
+    with pytest.raises(ValueError, match="own ledger"):
+        Orchestrator.from_config(sim_config(), workers=orchestrator.workers, budget_usd=1.0)
+    closed = Orchestrator(sim_config(), orchestrator.conductor, orchestrator.workers)
+    closed.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        closed.answer("What is 2 + 2?")
+
+
+def test_importing_the_package_stays_light():
+    code = "import sys, conductor_rl; conductor_rl.Orchestrator; print(sorted({'torch', 'ray'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+def readme_example() -> str:
+    """The python block of the README's "Python API" section."""
+    section = re.search(r"^## Python API\n(.*?)(?=^## )", (ROOT / "README.md").read_text(), re.S | re.M)
+    assert section, "README.md has no '## Python API' section"
+    [code] = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
+    return code
+
+
+def test_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    """Run where a user runs it after `conductor-rl train`: the embedded config, and a
+    checkpoint's model folder (here the tiny Qwen2, at the path the default run leaves)."""
+    from conductor_rl.models import resolve_model
+
+    code = readme_example()
+    assert len(code.strip().splitlines()) <= 6     # the import, a blank line, five lines
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    model = tmp_path / "runs" / "local" / "checkpoints" / "ckpt-000019" / "model"
+    model.parent.mkdir(parents=True)
+    model.symlink_to(resolve_model("tiny-qwen2"))
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    try:
+        exec(compile(code, "README.md", "exec"), scope)
+    finally:
+        for value in scope.values():
+            if isinstance(value, Orchestrator):
+                value.close()
+    answer = next(v for v in scope.values() if isinstance(v, Answer))
+    assert answer.plan_error is None and answer.steps and answer.cost_usd > 0   # constrained: the plan parses
+    assert answer.verdict in ("correct", "wrong")
+    assert "sim-" in capsys.readouterr().out
