@@ -192,7 +192,7 @@ class Orchestrator:
         self._closed = False
 
     @classmethod
-    def from_config(cls, config: str | Path | Config | None = None, conductor: str | None = None,
+    def from_config(cls, config: str | Path | Config | None = None, conductor: str | Path | None = None,
                     overrides: Sequence[str] = (), *, workers: Sequence[Provider] | None = None,
                     budget_usd: float | None = None) -> Orchestrator:
         """Load the configuration (a YAML path, a `Config`, or None for the
@@ -201,7 +201,10 @@ class Orchestrator:
         or a model name; default `conductor.model`). Without `workers`, the
         configured workers are built in this process, their spend capped at
         `budget_usd` (None: no cap). Raises ConfigError naming a bad key."""
-        config = resolve_config(config, [*overrides, *([f"conductor.model={conductor}"] if conductor else [])])
+        config = resolve_config(config, overrides)
+        if conductor is not None:   # set as is: a path is not YAML to parse
+            model = config.conductor.model_copy(update={"model": str(conductor)})
+            config = config.model_copy(update={"conductor": model})
         ledger = None
         owns_workers = workers is None
         if workers is None:
