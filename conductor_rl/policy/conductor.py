@@ -11,7 +11,9 @@ from typing import Any
 
 from conductor_rl.config import ConductorConfig
 from conductor_rl.models import load_causal_lm
+from conductor_rl.plan.constrained import PlanFormat
 from conductor_rl.plan.prompts import apply_chat_template, conductor_messages
+from conductor_rl.policy.generate import PlanConstraint, generate
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,7 @@ class Completion:
     token_ids: tuple[int, ...]  # the sampled tokens (prefix excluded)
     prompt_tokens: int
     completion_tokens: int
-    truncated: bool          # stopped by max_new_tokens rather than end-of-sequence or a finished plan
+    truncated: bool          # cut off by max_new_tokens (not by end-of-sequence, nor by stop_after_plan)
 
 
 _ACCESS_LINE = re.compile(r"^[ \t]*access_list[ \t]*=(.*)$", re.MULTILINE)
@@ -52,7 +54,7 @@ class Conductor:
         if model is None or tokenizer is None:
             model, tokenizer = load_causal_lm(config.model, config.dtype)
         self.model, self.tokenizer = model, tokenizer
-        self._format: Any = None  # PlanFormat token tables, built on first constrained call
+        self._format: PlanFormat | None = None  # token tables, built on the first constrained call
 
     def prompt(self, question: str, n_workers: int) -> str:
         """The full prompt text, ending with the response prefix."""
@@ -62,59 +64,17 @@ class Conductor:
     def write_plans(
         self, question: str, n_workers: int, n: int = 1, seed: int | None = None, temperature: float | None = None
     ) -> list[Completion]:
-        """Sample `n` plan completions for one question."""
-        import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
-
-        temperature = self.config.temperature if temperature is None else temperature
-        prompt = self.prompt(question, n_workers)
-        inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
-        prompt_len = inputs["input_ids"].shape[1]
-        prefix, tokenizer = self.config.response_prefix, self.tokenizer
-
-        class PlanDone(StoppingCriteria):
-            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                texts = tokenizer.batch_decode(input_ids[:, prompt_len:], skip_special_tokens=True)
-                return torch.tensor([plan_finished(prefix + t) for t in texts], device=input_ids.device)
-
-        stopping = StoppingCriteriaList([PlanDone()]) if self.config.stop_after_plan else None
-        sampling = temperature > 0
-        processors = self._format_processors(prompt_len, n_workers, temperature) if self.config.constrain_format else None
-        torch.manual_seed(self.config.seed if seed is None else seed)
-        with torch.no_grad():
-            out = self.model.generate(
-                **inputs,
-                do_sample=sampling,
-                # Constrained: the format mask must act before temperature and top-p,
-                # so those are applied by our own processor list instead of generate's.
-                temperature=1.0 if processors or not sampling else temperature,
-                top_p=1.0 if processors or not sampling else self.config.top_p,
-                top_k=0 if sampling else None,
-                logits_processor=processors,
-                max_new_tokens=self.config.max_new_tokens,
-                num_return_sequences=n,
-                stopping_criteria=stopping,
-                pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
-            )
-        eos = self.tokenizer.eos_token_id
-        pad = self.tokenizer.pad_token_id
-        completions = []
-        for row in out[:, prompt_len:]:
-            ids = row.tolist()
-            ended = eos in ids
-            if ended:
-                ids = ids[: ids.index(eos)]
-            while ids and pad is not None and ids[-1] == pad:  # rows that stopped early are padded
-                ids.pop()
-            text = prefix + self.tokenizer.decode(ids, skip_special_tokens=True)
-            finished = ended or plan_finished(text)
-            completions.append(Completion(text, tuple(ids), prompt_len, len(ids), truncated=not finished))
-        return completions
-
-    def _format_processors(self, prompt_len: int, n_workers: int, temperature: float) -> Any:
-        from conductor_rl.plan.constrained import PlanFormat, format_processors
-
-        if self._format is None:
-            self._format = PlanFormat(self.tokenizer, self.config.max_subtask_tokens)
-        return format_processors(self._format, prompt_len, n_workers, self.config.max_steps, temperature,
-                                 self.config.top_p, self.config.response_prefix)
+        """Sample `n` plan completions for one question (seeded: `seed`, else the configured seed)."""
+        c = self.config
+        prompt_ids = self.tokenizer(self.prompt(question, n_workers), add_special_tokens=False).input_ids
+        constraint = None
+        if c.constrain_format:
+            if self._format is None:
+                self._format = PlanFormat(self.tokenizer, c.max_subtask_tokens)
+            constraint = PlanConstraint(self._format, n_workers, c.max_steps, c.response_prefix)
+        stop = (lambda text: plan_finished(c.response_prefix + text)) if c.stop_after_plan else None
+        [group] = generate(self.model, self.tokenizer, [prompt_ids], max_new_tokens=c.max_new_tokens, n=n,
+                           temperature=c.temperature if temperature is None else temperature, top_p=c.top_p,
+                           seed=c.seed if seed is None else seed, constraint=constraint, stop=stop)
+        return [Completion(c.response_prefix + g.text, g.token_ids, len(prompt_ids), len(g.token_ids), g.truncated)
+                for g in group]

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence, Union
+from typing import Any, Iterable
 
 import torch
 
-from conductor_rl.plan.constrained import PlanFormat, format_processors, plan_regex
+from conductor_rl.plan.constrained import PlanFormat, plan_regex
+from conductor_rl.policy.generate import Generation, PlanConstraint, Prompt, generate, prompt_seed
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,6 @@ class Sample:
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]      # one per token in token_ids
     finish_reason: str               # "stop" (end of sequence) or "length"
-
-
-Prompt = Union[str, Sequence[int]]
 
 
 class StaleWeightsError(RuntimeError):
@@ -121,10 +119,6 @@ class VLLMSampler:
         self.weights_version = version
 
 
-def prompt_seed(seed: int, index: int) -> int:
-    return (seed * 7919 + index * 1_000_003) % (2**31)
-
-
 def sample_seed(seed: int, iteration: int) -> int:
     """Each training iteration samples with its own seed, the same on resume."""
     return (seed * 1_000_003 + iteration) % (2**31)
@@ -137,54 +131,34 @@ def _vllm_sample(completion: Any) -> Sample:
                   "length" if completion.finish_reason == "length" else "stop")
 
 
+def _transformers_sample(generation: Generation) -> Sample:
+    if generation.eos_id is None:
+        return Sample(generation.text, generation.token_ids, generation.logprobs,
+                      "length" if generation.truncated else "stop")
+    return Sample(generation.text, generation.token_ids + (generation.eos_id,),
+                  generation.logprobs + (generation.eos_logprob,), "stop")
+
+
 class TransformersSampler:
-    """The same interface on a transformers model (slower; no vLLM needed)."""
+    """The same interface on a transformers model (slower; no vLLM needed), through
+    `conductor_rl.policy.generate`. As from vLLM, a completion that ended with the
+    end-of-sequence token keeps it, with its log-prob: the learner trains on it."""
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.weights_version = 0
         self._format: PlanFormat | None = None
 
-    @torch.no_grad()
     def sample(self, prompts: list[Prompt], n: int, temperature: float, max_tokens: int,
                top_p: float = 1.0, seed: int | None = None, shape: PlanShape | None = None) -> list[list[Sample]]:
-        if seed is not None:
-            torch.manual_seed(seed)
-        eos = self.tokenizer.eos_token_id
-        results = []
-        for prompt in prompts:
-            if isinstance(prompt, str):
-                inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
-            else:
-                ids = torch.tensor([list(prompt)], dtype=torch.long)
-                inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-            sampling = temperature > 0
-            processors = None
-            if shape is not None:
-                if self._format is None or self._format.max_subtask_tokens != shape.max_subtask_tokens:
-                    self._format = PlanFormat(self.tokenizer, shape.max_subtask_tokens)
-                processors = format_processors(self._format, inputs["input_ids"].shape[1], shape.n_workers,
-                                               shape.max_steps, temperature, top_p, shape.prefix)
-                temperature, top_p = (1.0, 1.0) if sampling else (temperature, top_p)
-            out = self.model.generate(
-                **inputs, do_sample=sampling, temperature=temperature if sampling else None,
-                top_p=top_p if sampling else None, top_k=0 if sampling else None, max_new_tokens=max_tokens,
-                logits_processor=processors,
-                num_return_sequences=n, output_logits=True, return_dict_in_generate=True,
-                pad_token_id=self.tokenizer.pad_token_id or eos,
-            )
-            prompt_len = inputs["input_ids"].shape[1]
-            logits = torch.stack(out.logits, dim=1).float()           # [n, new, V], unprocessed
-            logps = torch.log_softmax(logits, dim=-1)
-            rows = []
-            for r, row in enumerate(out.sequences[:, prompt_len:].tolist()):
-                stop = row.index(eos) + 1 if eos in row else len(row)   # keep the eos token, as vLLM does
-                ids = row[:stop]
-                lp = logps[r, torch.arange(len(ids)), torch.tensor(ids)].tolist()
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                rows.append(Sample(text, tuple(ids), tuple(lp), "stop" if eos in row else "length"))
-            results.append(rows)
-        return results
+        constraint = None
+        if shape is not None:
+            if self._format is None or self._format.max_subtask_tokens != shape.max_subtask_tokens:
+                self._format = PlanFormat(self.tokenizer, shape.max_subtask_tokens)
+            constraint = PlanConstraint(self._format, shape.n_workers, shape.max_steps, shape.prefix)
+        groups = generate(self.model, self.tokenizer, prompts, max_new_tokens=max_tokens, n=n,
+                          temperature=temperature, top_p=top_p, seed=seed, constraint=constraint)
+        return [[_transformers_sample(g) for g in group] for group in groups]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         state = dict(named_tensors)

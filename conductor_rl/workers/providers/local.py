@@ -42,27 +42,14 @@ class LocalProvider:
         )
 
     def _generate(self, request: WorkerRequest) -> tuple[str, Usage]:
-        import torch
+        from conductor_rl.policy.generate import generate  # torch: only where a local worker is built
 
-        prompt = apply_chat_template(self.tokenizer, request.messages)
-        inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
-        sampling = request.temperature > 0
-        with self._lock, torch.no_grad():
-            torch.manual_seed(self.seed)
-            out = self.model.generate(
-                **inputs,
-                do_sample=sampling,
-                temperature=request.temperature if sampling else None,
-                top_k=0 if sampling else None,
-                max_new_tokens=request.max_tokens,
-                pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
-            )
-        new = out[0, inputs["input_ids"].shape[1]:].tolist()
-        eos = self.tokenizer.eos_token_id
-        if eos in new:
-            new = new[: new.index(eos)]
-        text = self.tokenizer.decode(new, skip_special_tokens=True)
-        return text, Usage(input_tokens=int(inputs["input_ids"].shape[1]), output_tokens=len(new))
+        prompt_ids = self.tokenizer(apply_chat_template(self.tokenizer, request.messages),
+                                    add_special_tokens=False).input_ids
+        with self._lock:
+            [[completion]] = generate(self.model, self.tokenizer, [prompt_ids], max_new_tokens=request.max_tokens,
+                                      temperature=request.temperature, seed=self.seed)
+        return completion.text, Usage(input_tokens=len(prompt_ids), output_tokens=len(completion.token_ids))
 
     async def aclose(self) -> None:
         return None
