@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-TRANSFERS = ("nccl", "ipc", "gloo")   # through vLLM's weight-transfer API
+from conductor_rl.config import WEIGHT_TRANSFER_TRANSPORTS
 
 
 def resolve_weight_sync(setting: str, backend: str, has_gpus: bool) -> str:
@@ -73,14 +73,15 @@ class WeightSync:
 
     def __init__(self, learners: Any, generators: Any, transport: str, tensor_parallel_size: int = 1) -> None:
         self.learners, self.generators, self.transport = learners, generators, transport
-        if transport in TRANSFERS:
+        if transport in WEIGHT_TRANSFER_TRANSPORTS:
             address, port = learners.rendezvous()
             world_size = 1 + len(generators.actors) * tensor_parallel_size
             client = EnginesClient(generators.actors, tensor_parallel_size)
             ray.get([a.init_weight_transfer.remote(transport, address, port, world_size, client)
                      for a in learners.actors])
         elif transport != "object_store":
-            raise ValueError(f"generator.weight_sync must be object_store or one of {TRANSFERS}, got {transport!r}")
+            raise ValueError(f"generator.weight_sync must be object_store or one of {WEIGHT_TRANSFER_TRANSPORTS}, "
+                             f"got {transport!r}")
 
     def push(self, version: int) -> None:
         """Every engine holds the learner's current weights as `version` when this returns."""

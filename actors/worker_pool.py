@@ -34,7 +34,8 @@ from conductor_rl.config import WorkerConfig
 from conductor_rl.workers.guarded import GuardedProvider
 from conductor_rl.workers.ledger import CostLedger
 from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits
-from conductor_rl.workers.providers import ProviderError, Secret, WorkerRequest, WorkerResponse, build_provider
+from conductor_rl.workers.providers import (OFFLINE_PROVIDERS, ProviderError, Secret, WorkerRequest, WorkerResponse,
+                                          build_provider)
 from conductor_rl.workers.providers.keys import read_api_key
 from conductor_rl.workers.retry import RetryPolicy
 from actors.metrics import RayMetricsObserver
@@ -217,7 +218,7 @@ class WorkerPool:
         self.name = config.name
         self.config = config
         self.simulated = config.provider == "sim"
-        key = read_api_key(config) if config.provider not in ("sim", "local") else None  # fails here, naming the variable
+        key = read_api_key(config) if config.provider not in OFFLINE_PROVIDERS else None  # fails here, naming the variable
         limited = config.rpm is not None or config.tpm is not None
         self.limiter = (get_rate_limiter(config, key or Secret(config.name), window_s, headroom_s, limiter_scope)
                         if limited else None)

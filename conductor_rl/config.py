@@ -9,11 +9,27 @@ instead of being silently ignored. `load_config` turns pydantic's errors into a
 from __future__ import annotations
 
 import copy
+import re
+import types
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from conductor_rl.plan.constrained import PLAN_START
+
+#: Worker providers that need no network and no key: simulated workers and local transformers models.
+OfflineProvider = Literal["sim", "local"]
+#: Worker providers that call a vendor's HTTP API with a key.
+HttpProvider = Literal["openai", "openai_compatible", "openai_responses", "anthropic", "google"]
+OFFLINE_PROVIDERS: tuple[str, ...] = get_args(OfflineProvider)
+HTTP_PROVIDERS: tuple[str, ...] = get_args(HttpProvider)
+
+#: Transports of vLLM's weight-transfer API (conductor_rl/policy/weight_transfer.py);
+#: `generator.weight_sync` also offers auto and object_store.
+WeightTransferTransport = Literal["nccl", "ipc", "gloo"]
+WEIGHT_TRANSFER_TRANSPORTS: tuple[str, ...] = get_args(WeightTransferTransport)
 
 
 class ConfigError(ValueError):
@@ -22,6 +38,33 @@ class ConfigError(ValueError):
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads true as 1 for a number; `lr: true` is a mistake, not a learning rate of 1.
+        if info.field_name and _bool_for_a_number(cls.model_fields[info.field_name].annotation, value):
+            raise ValueError("expected a number, not true/false")
+        return value
+
+
+def _bool_for_a_number(annotation: Any, value: Any) -> bool:
+    """Whether `value` holds a bool where `annotation` wants a number (int, float, a
+    Literal of ints), directly or inside an optional, a dict's values, a list or a tuple."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if isinstance(value, bool):
+        if annotation in (int, float):
+            return True
+        if origin is Literal:
+            return all(type(arg) is int for arg in args)
+        if origin in (Union, types.UnionType):
+            return bool not in args and any(_bool_for_a_number(arg, value) for arg in args)
+        return False
+    if origin is dict and isinstance(value, dict):
+        return any(_bool_for_a_number(args[1], item) for item in value.values())
+    if origin in (list, tuple) and isinstance(value, (list, tuple)):
+        return any(_bool_for_a_number(arg, item) for arg in args if arg is not Ellipsis for item in value)
+    return False
 
 
 class ConductorConfig(Strict):
@@ -56,10 +99,10 @@ class ConductorConfig(Strict):
 
     @model_validator(mode="after")
     def _prefix_fits_the_format(self) -> "ConductorConfig":
-        if self.constrain_format and not "model_id = [".startswith(self.response_prefix):
+        if self.constrain_format and not PLAN_START.startswith(self.response_prefix):
             raise ValueError(
                 f"response_prefix {self.response_prefix!r} conflicts with constrain_format: "
-                "use '' or a start of 'model_id = ['"
+                f"use '' or a start of {PLAN_START!r}"
             )
         return self
 
@@ -97,7 +140,7 @@ class WorkerConfig(Strict):
     """One worker of the pool. The Conductor sees it only as 'Model <index>'."""
 
     name: str
-    provider: Literal["sim", "local", "openai", "openai_responses", "anthropic", "google", "openai_compatible"]
+    provider: Literal[OfflineProvider, HttpProvider]
     model: str = ""
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="Name of the environment variable holding the key.")
@@ -165,7 +208,7 @@ class GeneratorConfig(Strict):
         "learner to 1e-3), the model's own dtype on a GPU. bfloat16 on an AVX512-BF16 CPU samples constrained plans about 1.3x faster.")
     require_fresh_weights: bool = Field(
         True, description="Refuse to sample with weights older than the learner's last step (on-policy GRPO).")
-    weight_sync: Literal["auto", "object_store", "nccl", "ipc", "gloo"] = Field(
+    weight_sync: Literal["auto", "object_store", WeightTransferTransport] = Field(
         "auto", description="How the learner's weights reach the engines after each step. object_store: through "
         "Ray's object store into vLLM's reload_weights (any backend, any hardware). nccl / gloo: vLLM's "
         "weight-transfer API, the learner broadcasting to every vLLM worker (nccl needs GPUs, one per process). "
@@ -302,12 +345,28 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     Raises ConfigError naming the offending key."""
     raw = _read_yaml(Path(path) if path else CONFIG_DIR / DEFAULT_CONFIG)
     for item in overrides:
-        top = item.partition("=")[0].strip().split(".")[0]
+        key, sep, _ = item.partition("=")
+        top = key.strip().split(".")[0]
+        if sep and top and top not in Config.model_fields:
+            raise ConfigError(f"unknown configuration section {top!r} in override {item}; "
+                              f"sections are: {', '.join(Config.model_fields)}")
         if top in Config.model_fields and top not in raw:
             # Override on top of the defaults: `workers.0.temperature=0.5` works when the file omits workers.
             raw[top] = Config().model_dump(mode="json")[top]
         raw = apply_override(raw, item)
     return validate_config(raw)
+
+
+_DOTTED_KEY = re.compile(r"[a-z_]+(?:\.[\w-]+)+")
+
+
+def is_override(item: str) -> bool:
+    """Whether a command-line item is a `section.key=value` override rather than
+    free text (a question for `ask`): the part before the first '=' is a section's
+    name (`workers=[...]`) or a dotted key without spaces (`learner.lr=1e-5`; an
+    unknown section there is then an error naming it, never a question)."""
+    key, sep, _ = item.partition("=")
+    return bool(sep) and (key in Config.model_fields or _DOTTED_KEY.fullmatch(key) is not None)
 
 
 def validate_config(raw: dict[str, Any]) -> Config:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conductor_rl.config import Config, ConfigError, load_config
+from conductor_rl.config import Config, ConfigError, is_override, load_config
 from conductor_rl.rollout.workflow import StepLimits
 
 
@@ -17,15 +17,11 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
-    """Separate `section.key=value` overrides from free positional text: an item
-    is an override when the part before '=' starts with a configuration section."""
+    """Separate `section.key=value` overrides from free positional text (see
+    `conductor_rl.config.is_override`); an unknown section is refused by name later."""
     overrides, rest = [], []
     for item in items:
-        key = item.split("=", 1)[0] if "=" in item else ""
-        if key and " " not in key and key.split(".")[0] in Config.model_fields:
-            overrides.append(item)
-        else:
-            rest.append(item)
+        (overrides if is_override(item) else rest).append(item)
     return overrides, rest
 
 

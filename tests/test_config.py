@@ -13,8 +13,9 @@ from conductor_rl.config import (
     DEFAULT_CONFIG,
     Config,
     ConfigError,
-    WorkflowConfig,
+    OFFLINE_PROVIDERS,
     apply_override,
+    is_override,
     load_config,
     validate_config,
 )
@@ -88,25 +89,26 @@ def test_config_round_trips_through_yaml(write):
 SHIPPED = sorted(CONFIG_DIR.glob("*.yaml"))
 
 
-@pytest.mark.parametrize("path", SHIPPED or [pytest.param(None, marks=pytest.mark.skip("no configs/*.yaml yet"))],
-                         ids=lambda p: p.name if p else "none")
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_shipped_configs_load(path):
     config = load_config(path)
     assert config.workers
     assert len({w.name for w in config.workers}) == len(config.workers)
 
 
-@pytest.mark.skipif(not (CONFIG_DIR / DEFAULT_CONFIG).is_file(), reason="configs/local.yaml not written yet")
+def test_shipped_configs_are_there():
+    assert {p.name for p in SHIPPED} >= {DEFAULT_CONFIG, "paper.yaml"}
+
+
 def test_embedded_default_is_local_yaml():
     config = load_config()
     assert config == load_config(CONFIG_DIR / DEFAULT_CONFIG)
     # The embedded configuration must run offline.
-    assert all(w.provider in ("sim", "local") for w in config.workers), [w.provider for w in config.workers]
+    assert all(w.provider in OFFLINE_PROVIDERS for w in config.workers), [w.provider for w in config.workers]
     overridden = load_config(None, ["conductor.temperature=0.5"])
     assert overridden.conductor.temperature == 0.5
 
 
-@pytest.mark.skipif(not (CONFIG_DIR / "paper.yaml").is_file(), reason="configs/paper.yaml not written yet")
 def test_paper_yaml_has_the_paper_setting():
     config = load_config(CONFIG_DIR / "paper.yaml")
     c = config.conductor
@@ -176,7 +178,6 @@ def test_later_override_wins(write):
     assert config.conductor.seed == 2
 
 
-@pytest.mark.skipif("show_question" not in WorkflowConfig.model_fields, reason="no workflow.show_question yet")
 def test_bool_override(write):
     config = load_config(write(two_workers()), ["workflow.show_question=true"])
     assert config.workflow.show_question is True
@@ -226,6 +227,31 @@ def test_bad_type():
     assert "workers" in message
     message = error_of(validate_config, {"conductor": 5})
     assert "conductor" in message
+
+
+@pytest.mark.parametrize("key, value", [
+    ("learner.lr", "true"),                   # a float
+    ("conductor.top_p", "false"),
+    ("ask.temperature", "true"),              # an optional float
+    ("conductor.max_steps", "true"),          # an int
+    ("learner.zero_stage", "true"),           # a Literal of ints
+    ("learner.betas", "[true, 0.999]"),       # inside a tuple
+    ("cluster.worker", "{CPU: true}"),        # a dict's value
+    ("workers.0.sim.accuracy", "{math: true}"),
+])
+def test_a_bool_for_a_number_is_refused(write, key, value):
+    # pydantic alone would read true as 1.0: `lr: true` would train with a learning rate of 1.
+    message = error_of(load_config, write(two_workers()), [f"{key}={value}"])
+    assert f"{key}: " in message and "not true/false" in message
+    section, name = key.split(".", 1)
+    if "." not in name and section != "workers":
+        message = error_of(load_config, write({**two_workers(), section: {name: yaml.safe_load(value)}}))
+        assert f"{key}: " in message and "not true/false" in message  # the same from the YAML file
+
+
+def test_bools_and_numbers_still_load(write):
+    config = load_config(write(two_workers()), ["workflow.show_question=false", "learner.lr=1", "ask.temperature=0"])
+    assert config.workflow.show_question is False and config.learner.lr == 1.0 and config.ask.temperature == 0.0
 
 
 def test_bad_type_via_override(write):
@@ -311,6 +337,31 @@ def test_all_problems_are_reported_at_once():
 def test_malformed_override(write, override):
     message = error_of(load_config, write(two_workers()), [override])
     assert "key.sub=value" in message and override.strip() in message
+
+
+def test_unknown_section_in_an_override_is_named(write):
+    message = error_of(load_config, write(two_workers()), ["nonsense.key=1"])
+    assert message.startswith("unknown configuration section 'nonsense' in override nonsense.key=1; sections are: ")
+    assert "conductor" in message and "learner" in message
+
+
+def test_is_override_rule():
+    for item in ("conductor.seed=3", "workers.0.temperature=0.5", "workers=[]", "nonsense.key=1",
+                 "conductor.response_prefix=model_id = [", "cluster.worker.CPU=1"):
+        assert is_override(item), item
+    for item in ("x=5, what is x?", "If a=b then?", "What is 2+2?", "a.b = c", "Conductor.seed=3", "nonsense=1", ""):
+        assert not is_override(item), item
+
+
+@pytest.mark.parametrize("command", ["train", "ask"])
+def test_command_line_names_an_unknown_section(command):
+    from jobs import cli
+    from jobs.common import split_overrides
+
+    assert split_overrides(["nonsense.key=1", "What is 2+2?"]) == (["nonsense.key=1"], ["What is 2+2?"])
+    with pytest.raises(SystemExit) as info:   # before any run starts: the configuration is read first
+        cli.main([command, "nonsense.key=1"])
+    assert "unknown configuration section 'nonsense' in override nonsense.key=1" in str(info.value)
 
 
 def test_override_value_not_yaml(write):

@@ -188,9 +188,8 @@ def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400, pre
     regex-guided decoding (vLLM's structured outputs). One alternative per
     plan length keeps the three lists equally long. `prefix`: text already in
     the prompt (a start of 'model_id = ['), which the completion continues."""
-    head = "model_id = ["
-    if not head.startswith(prefix):
-        raise PlanFormatError(f"prefix {prefix!r} must be a start of {head!r}")
+    if not PLAN_START.startswith(prefix):
+        raise PlanFormatError(f"prefix {prefix!r} must be a start of {PLAN_START!r}")
     if not 1 <= n_workers <= 10:
         raise PlanFormatError(f"plan_regex supports 1 to 10 workers (one-digit ids), got {n_workers}")
     worker = f"[0-{n_workers - 1}]"
@@ -203,7 +202,7 @@ def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400, pre
         accesses = "\\[\\]" + (", " + access) * (k - 1)
         return f"{ids}\\]\\nsubtasks = \\[{subtasks}\\]\\naccess_list = \\[{accesses}\\]\\n"
 
-    return head[len(prefix):].replace("[", "\\[") + "(" + "|".join(plan(k) for k in range(1, max_steps + 1)) + ")"
+    return PLAN_START[len(prefix):].replace("[", "\\[") + "(" + "|".join(plan(k) for k in range(1, max_steps + 1)) + ")"
 
 
 def format_processors(fmt: PlanFormat, prompt_len: int, n_workers: int, max_steps: int,

@@ -10,7 +10,7 @@ environment variable in `api_key_env` at build time; a missing one raises
 
 from __future__ import annotations
 
-from conductor_rl.config import WorkerConfig
+from conductor_rl.config import HTTP_PROVIDERS, OFFLINE_PROVIDERS, WorkerConfig
 from conductor_rl.workers.providers.base import (
     MissingApiKeyError,
     Provider,
@@ -25,11 +25,9 @@ from conductor_rl.workers.providers.keys import Secret
 
 __all__ = [
     "MissingApiKeyError", "Provider", "ProviderError", "ProviderUnavailableError", "Secret", "TaskHint", "Usage",
-    "WorkerRequest", "WorkerResponse", "build_provider", "cached",
+    "WorkerRequest", "WorkerResponse", "build_provider", "cached", "HTTP_PROVIDERS", "OFFLINE_PROVIDERS",
 ]
 
-OFFLINE_PROVIDERS = ("sim", "local")
-HTTP_PROVIDERS = ("openai", "openai_compatible", "openai_responses", "anthropic", "google")
 
 
 def build_provider(config: WorkerConfig, seed: int = 0, api_key: Secret | None = None) -> Provider:
