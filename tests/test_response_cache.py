@@ -3,6 +3,9 @@ response, entries survive restarts and bad files, and `ask` can use it."""
 
 import asyncio
 import json
+import os
+
+import pytest
 
 from conductor_rl.config import WorkerConfig
 from conductor_rl.workers.providers import WorkerRequest, WorkerResponse, cached
@@ -56,13 +59,34 @@ def test_key_follows_messages_sampling_and_model(tmp_path):
 def test_entries_survive_a_restart_and_bad_files_are_misses(tmp_path):
     asyncio.run(cached(CountingWorker(), CONFIG, str(tmp_path)).complete(request()))
     files = list(tmp_path.rglob("*.json"))
-    assert len(files) == 1 and not list(tmp_path.rglob(".tmp-*"))
+    assert len(files) == 1 and not list(tmp_path.rglob("*.tmp"))
     fresh = CountingWorker()
     assert asyncio.run(cached(fresh, CONFIG, str(tmp_path)).complete(request())).text == "answer 1"
     assert fresh.calls == 0
     files[0].write_text("{not json")
     assert asyncio.run(cached(fresh, CONFIG, str(tmp_path)).complete(request())).text == "answer 1"
     assert fresh.calls == 1 and json.loads(files[0].read_text())["text"] == "answer 1"   # rewritten
+
+
+def test_an_entry_is_fsynced_before_it_replaces_the_old_one(tmp_path, monkeypatch):
+    cache = ResponseCache(tmp_path)
+    key = cache.key({"model": "m"}, request())
+    cache.put(key, WorkerResponse(text="première réponse ✓", usage=Usage(input_tokens=1, output_tokens=2)))
+    assert cache.get(key).text == "première réponse ✓"
+    synced = []
+    real_fsync = os.fsync
+
+    def failing_fsync(fd):
+        synced.append(fd)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="No space left"):
+        cache.put(key, WorkerResponse(text="second", usage=Usage()))
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert synced, "the entry was renamed into place without an fsync"
+    assert cache.get(key).text == "première réponse ✓"   # the old entry is whole
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [f"{key}.json"]   # no temporary file left
 
 
 def test_cache_holds_no_secrets(tmp_path, monkeypatch):

@@ -4,9 +4,12 @@ debugging (off in training, where fresh samples are the point).
 The key is a digest of what determines a response: provider, model, endpoint,
 messages and sampling parameters (and, for simulated workers, the task hint).
 API keys are never part of a request, so they never reach the cache. A hit is
-returned with cost 0 (no money was spent) and its original token usage. Files
-are written atomically, so a crash never leaves a half-written entry; an
-unreadable entry counts as a miss.
+returned with cost 0 (no money was spent) and its original token usage.
+
+One small file per entry, written through `write_atomically` (temporary file,
+fsync, rename, fsync of the folder): a crash never leaves a half-written entry,
+an entry that `put` returned from survives a power loss, and adding an entry
+costs the same however large the cache is. An unreadable entry counts as a miss.
 """
 
 from __future__ import annotations
@@ -14,10 +17,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from conductor_rl.run.atomic_files import fsync_dir, write_atomically
 from conductor_rl.workers.providers.base import Provider, Usage, WorkerRequest, WorkerResponse
 
 
@@ -41,7 +43,7 @@ class ResponseCache:
 
     def get(self, key: str) -> WorkerResponse | None:
         try:
-            data = json.loads(self._path(key).read_text())
+            data = json.loads(self._path(key).read_text(encoding="utf-8"))
             response = WorkerResponse(text=data["text"], usage=Usage(**data["usage"]), latency_s=0.0,
                                       cost_usd=0.0, simulated=bool(data["simulated"]))
         except (OSError, ValueError, KeyError, TypeError):
@@ -52,17 +54,12 @@ class ResponseCache:
 
     def put(self, key: str, response: WorkerResponse) -> None:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fsync_dir(self.folder)   # the new shard folder's own entry must survive too
         record = {"text": response.text, "usage": dataclasses.asdict(response.usage), "simulated": response.simulated,
                   "cost_usd_when_made": response.cost_usd}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(record, f, ensure_ascii=False)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, lambda out: json.dump(record, out, ensure_ascii=False))
 
     def _path(self, key: str) -> Path:
         return self.folder / key[:2] / f"{key}.json"
