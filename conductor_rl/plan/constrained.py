@@ -205,22 +205,6 @@ def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400, pre
     return PLAN_START[len(prefix):].replace("[", "\\[") + "(" + "|".join(plan(k) for k in range(1, max_steps + 1)) + ")"
 
 
-def format_processors(fmt: PlanFormat, prompt_len: int, n_workers: int, max_steps: int,
-                      temperature: float, top_p: float = 1.0, prefix: str = "") -> Any:
-    """transformers processors for constrained sampling: the format mask first,
-    then temperature and top-p (generate() would apply its own before a custom
-    processor, and top-p could then remove every allowed token). Call
-    generate() with temperature=1.0, top_p=1.0 alongside these."""
-    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
-
-    processors = LogitsProcessorList([fmt.processor(prompt_len, n_workers, max_steps, prefix)])
-    if temperature > 0 and temperature != 1.0:
-        processors.append(TemperatureLogitsWarper(temperature))
-    if temperature > 0 and top_p < 1.0:
-        processors.append(TopPLogitsWarper(top_p))
-    return processors
-
-
 def choice_mask(tokenizer: Any, completion_ids: list[int], prefix: str = "", subtasks: bool = True) -> list[int]:
     """1 for each completion token that carries one of the Conductor's choices
     under the constrained format, 0 for the format's own text.
