@@ -2,8 +2,8 @@
 actor process, for tests and benchmarks of the worker pool.
 
 In the test process the server's thread shares the GIL with the driver's
-event loop; under load its arrival timestamps lagged by up to ~0.1 s, enough
-to see overruns that never happened. In its own process it times arrivals as a
+event loop; under load its arrival timestamps lag, enough to see overruns
+that never happened. In its own process it times arrivals as a
 real provider would.
 """
 

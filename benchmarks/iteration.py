@@ -14,12 +14,12 @@ simulated (provider `sim`) with latencies like real API models:
 
 each x `--latency-scale` (default 1.0) with +/- `--jitter` (default 30 %,
 uniform; the sim seeds each draw by rollout, so a run is reproducible). Each
-WorkerActor takes `--worker-concurrency` calls at once (default 1024: at this
-shape ~200 calls per worker are in flight at peak; the project default of 64
-queues them in the actor, see the report's `call_overhead_s`).
+WorkerActor takes `--worker-concurrency` calls at once (default 1024: above the
+report's `calls_in_flight_peak_per_worker` at this shape; the project default of
+64 queues them in the actor, see the report's `call_overhead_s`).
 
 One adjustment, reported in the JSON: plan length. The random tiny-qwen2
-writes plans of ~1.4 steps; the paper's average ~3. `steer_plan_length` saves a
+writes plans much shorter than the paper's (about 3 steps on average). `steer_plan_length` saves a
 copy whose "," logit after each worker id is raised so plans average
 `--target-steps` (default 3; 0: off).
 
@@ -37,8 +37,8 @@ beyond the worker's own latency (Ray round trip, actor queueing); and how late
 steps start after the steps they read have finished (the driver's event loop).
 
 By default the first iteration is the measured one (`--warmup N` runs and
-reports N before it); the whole run takes about 4 minutes on 2 busy CPU cores,
-most of it the generator (~60 s) and the learner (~85 s) on one core each.
+reports N before it); the report gives each phase's time (`phases_s`) and the
+system's start (`system_start_s`).
 
     python benchmarks/iteration.py [--json] [--latency-scale S] [--questions B] [--rollouts G]
                                    [--max-steps K] [--target-steps T] [--worker-concurrency C] [--warmup N]
@@ -229,8 +229,8 @@ def steer_plan_length(config: Any, questions: Sequence[Any], target_steps: float
     """Save into `folder` a copy of the Conductor whose plans average about
     `target_steps` steps (at most conductor.max_steps), for `questions`' prompts.
 
-    The random tiny-qwen2 closes `model_id = [...]` after its first id three times
-    in four, so its plans average ~1.4 steps where the paper's average ~3. Under
+    The random tiny-qwen2 mostly closes `model_id = [...]` after its first id, so
+    its plans are much shorter than the paper's (about 3 steps on average). Under
     the format constraint its only say in a plan's length is, after each worker
     id, "," (one more step) against "]" (done). This adds to the "," token's
     (tied) embedding row a multiple c of the mean final hidden state at those

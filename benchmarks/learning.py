@@ -6,7 +6,7 @@ each worker's accuracy per domain, so the best worker is known).
 
 Goals (issue #6): reward +0.15 or more; best-worker share >= 0.8.
 
-    .venv/bin/python benchmarks/learning.py --json              # two seeds, ~10 min each on 2 cores
+    .venv/bin/python benchmarks/learning.py --json              # two seeds
     .venv/bin/python benchmarks/learning.py --seeds 0 train.iterations=6
 """
 

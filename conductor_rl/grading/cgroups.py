@@ -6,8 +6,8 @@ forked, double-forked or changed session, so that the tree can be killed as a
 whole. The sandbox puts each untrusted program into its own cgroup (one
 directory under `PIDS_ROOT_V1`), caps it with ``pids.max``, and kills what is left
 when the program ends. Directories are reused (`PidsCgroup.acquire` /
-`PidsCgroup.release`): the first process to enter a fresh cgroup pays ~15 ms in
-the kernel, which would be a third of a sandboxed run. They are removed at
+`PidsCgroup.release`): the first process to enter a fresh cgroup pays for its
+setup in the kernel, a large share of a short sandboxed run. They are removed at
 interpreter exit, and leftovers of dead processes when the next process starts.
 
 Only the cgroup v1 layout is supported (a ``pids`` hierarchy mounted writable

@@ -1,11 +1,11 @@
 """Plan-format constrained decoding: the model may only write a well-formed plan.
 
-A 135M Conductor almost never holds the three-list format by itself (measured:
-0 of 6 greedy plans on the sample questions parse), so nothing it does earns
-more than reward 0 and GRPO has no signal. With `conductor.constrain_format`,
-every sampled token is checked against a small state machine over the plan's
-shape; the model still chooses everything that matters: how many steps, which
-worker does each, what each subtask says, and what each step may read.
+A 135M Conductor almost never holds the three-list format by itself, so nothing
+it does earns more than reward 0 and GRPO has no signal. With
+`conductor.constrain_format`, every sampled token is checked against a small
+state machine over the plan's shape; the model still chooses everything that
+matters: how many steps, which worker does each, what each subtask says, and
+what each step may read.
 
     model_id = [<id>, <id>, ...]            ids < n_workers, at most max_steps
     subtasks = ["<text>", "<text>", ...]     exactly one per id; no quote, backslash or newline inside

@@ -65,10 +65,9 @@ __all__ = [
     "render_plan",
 ]
 
-# Bounds on untrusted input. A Conductor completion is ~1k tokens (a few KB);
-# these leave ample room (a 60k-token reasoning trace fits) while keeping the
-# adversarial worst case (the scan is linear, ~0.3 us per bracket, quote or
-# comma) under ~0.1 s and a typical parse under 0.1 ms.
+# Bounds on untrusted input. A Conductor completion is a few KB; these leave
+# ample room (a 60k-token reasoning trace fits) while bounding the adversarial
+# worst case: the scan is linear in brackets, quotes and commas.
 MAX_TEXT_CHARS = 250_000  # whole completion
 MAX_VALUE_CHARS = 100_000  # one assignment's value (five long subtasks fit)
 MAX_DEPTH = 16  # bracket nesting; a valid plan needs 2

@@ -9,12 +9,12 @@ jitter between our grant and the provider's arrival time (network, actor hops)
 cannot make two windows overlap at the provider.
 
 With `pace` (the default) grants are also spaced at least `window_s / rpm`
-apart. Measured with 4 replicas on 2 cores: a burst of a whole window's grants
-at once reaches the server spread over up to a second (new connections, busy
-event loops), while the grants one window later arrive at once, so the
-provider saw two windows' worth in one of its own and returned 429s. Evenly
-spaced grants arrive evenly; the cost is that the first window ramps up
-instead of bursting.
+apart. A burst of a whole window's grants at once reaches the server spread
+out (new connections, busy event loops), while the grants one window later
+arrive at once, so the provider can see two windows' worth in one of its own
+and return 429s (benchmarks/worker_pool.py runs 4 replicas against a limited
+server). Evenly spaced grants arrive evenly; the cost is that the first window
+ramps up instead of bursting.
 
 Tokens are reserved before the call (an estimate: prompt characters / 4 plus
 `max_tokens`, which is also how OpenAI counts a request against its TPM) and
@@ -111,7 +111,7 @@ class WindowLimits:
         """Record a call starting now; returns its id for `settle`."""
         grant = Grant(next(self._ids), self.clock(), tokens)
         # Slots follow a schedule, so a waiter woken a little late does not push every
-        # later slot back (on a busy node that drift cost ~10 % of the rate); after an
+        # later slot back (on a busy node that drift would lower the rate); after an
         # idle spell the schedule restarts from now.
         late = grant.at - self._next_slot
         self._next_slot = (self._next_slot if late < self.interval_s else grant.at) + self.interval_s
