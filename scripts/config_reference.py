@@ -94,6 +94,8 @@ MISTAKES: list[tuple[list[str], str]] = [
     (["conductor.temperature=-1"], "a value out of range"),
     (["conductor.dtype=fp16"], "a value that is not one of the choices"),
     (["conductor.model=yes"], "YAML reads `yes` as a boolean"),
+    (["learner.lr=true"], "true/false where a number is wanted (never read as 1 or 0)"),
+    (["nonsense.key=1"], "a section that does not exist"),
     (["workers.3.temperature=0.5"], "a list index that does not exist (the default file has 3 workers)"),
 ]
 
@@ -389,8 +391,9 @@ def intro() -> list[str]:
         f"- The top-level sections are {sections}. A key that a file leaves out takes the default listed below;",
         "  the defaults are the paper's setting (arXiv 2512.04388), the shipped files change some of them.",
         "- Overrides come after the file, as `key.sub=value`: either bare arguments (`conductor-rl ask",
-        "  conductor.temperature=0.7`; an argument counts as an override when the part before `=` has no space and",
-        "  starts with a section name) or `--set key.sub=value`. Bare overrides go with the positional arguments,",
+        "  conductor.temperature=0.7`; an argument counts as an override when the part before the first `=` is a",
+        "  dotted key without spaces, or a section's name; a dotted key of an unknown section is an error that names",
+        "  it, never a question for `ask`) or `--set key.sub=value`. Bare overrides go with the positional arguments,",
         "  before any option such as `--reference`; after an option, use `--set`. Overrides apply in order, bare",
         "  ones first, then `--set` ones; the last one for a key wins.",
         "- List entries are addressed by index: `workers.0.temperature=0.5`. The index must exist; to change the",
