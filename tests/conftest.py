@@ -1,4 +1,9 @@
-"""Shared test set-up: everything runs offline; one local Ray cluster per session."""
+"""Shared test set-up: everything runs offline; one local Ray cluster and one copy of each
+offline model per session; tests that need Ray are marked slow.
+
+`-m "not slow"` leaves out whatever loads a real model, starts Ray or vLLM, runs a
+training job in a subprocess or otherwise takes more than a couple of seconds:
+`bash scripts/test.sh -m "not slow"` is the quick subset for iteration."""
 
 import os
 
@@ -11,6 +16,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
+# Fixtures that make a test slow: a Ray cluster takes seconds to start (its actors more), and a
+# real model seconds to load and to generate with on a CPU.
+SLOW_FIXTURES = {"ray_cluster", "tiny_qwen2", "smollm2"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses a slow fixture, directly or through another fixture, is marked slow."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A real local Ray cluster (on 127.0.0.1), started once for the whole test session.
@@ -20,3 +37,20 @@ def ray_cluster():
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2():
+    """(model, tokenizer) of the random tiny-qwen2, loaded once. Read only: a test that changes
+    weights loads its own copy with `load_causal_lm`."""
+    from conductor_rl.models import load_causal_lm
+
+    return load_causal_lm("tiny-qwen2")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """(model, tokenizer) of SmolLM2-135M, loaded once. Read only, as `tiny_qwen2`."""
+    from conductor_rl.models import load_causal_lm
+
+    return load_causal_lm("smollm2-135m")

@@ -120,6 +120,7 @@ def test_stale_weights_are_refused(vllm_generator):
             raise err.as_instanceof_cause()
 
 
+@pytest.mark.slow  # loads and samples a real model
 def test_transformers_sampler_logprobs_match_a_forward_pass():
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     sampler = TransformersSampler(model, tokenizer)
@@ -235,6 +236,7 @@ def test_vllm_constrained_samples_are_plans(vllm_generator):
     assert len(lengths) > 1
 
 
+@pytest.mark.slow  # loads and samples a real model
 def test_transformers_constrained_samples_are_plans():
     from conductor_rl.plan import parse_plan
     from conductor_rl.policy.sampling import PlanShape

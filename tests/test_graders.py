@@ -374,6 +374,7 @@ def test_math_long_responses_are_bounded(mg):
     assert res.verdict is W
 
 
+@pytest.mark.slow
 def test_math_hang_is_error_then_recovers(monkeypatch):
     monkeypatch.setenv(TEST_HANG_ENV, "HANG-NOW")
     with MathGrader(timeout_s=1.0) as grader:
@@ -440,6 +441,7 @@ _CHILD_OWNER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
 def test_no_child_outlives_its_parent(how):
     owner = subprocess.Popen(
@@ -467,6 +469,7 @@ def test_math_threads_concurrently(mg):
     assert results == [j[2] for j in jobs]
 
 
+@pytest.mark.slow
 def test_math_threads_during_timeout(monkeypatch):
     """A timeout in one thread does not corrupt the answers other threads get."""
     monkeypatch.setenv(TEST_HANG_ENV, "HANG-NOW")

@@ -5,19 +5,13 @@ import torch
 
 from conductor_rl.policy.conductor import Conductor
 from conductor_rl.config import ConductorConfig, ConfigError, load_config
-from conductor_rl.models import load_causal_lm
 from conductor_rl.plan import parse_plan
 from conductor_rl.plan.constrained import PlanFormat, PlanFormatError
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return load_causal_lm("tiny-qwen2")
-
-
 @pytest.mark.parametrize("n_workers, max_steps, prefix", [(3, 5, "model_id = ["), (1, 1, ""), (2, 3, "model_"), (12, 4, "")])
-def test_random_model_always_writes_a_parsable_plan(tiny, n_workers, max_steps, prefix):
-    model, tokenizer = tiny
+def test_random_model_always_writes_a_parsable_plan(tiny_qwen2, n_workers, max_steps, prefix):
+    model, tokenizer = tiny_qwen2
     config = ConductorConfig(model="tiny-qwen2", temperature=1.0, max_new_tokens=400, max_steps=max_steps,
                              constrain_format=True, max_subtask_tokens=12, response_prefix=prefix, n_examples=0)
     conductor = Conductor(config, model, tokenizer)
@@ -34,8 +28,8 @@ def test_random_model_always_writes_a_parsable_plan(tiny, n_workers, max_steps, 
         assert len(step_counts) > 1  # the model, not the constraint, chooses the plan's length
 
 
-def test_subtasks_are_cut_at_the_configured_length(tiny):
-    model, tokenizer = tiny
+def test_subtasks_are_cut_at_the_configured_length(tiny_qwen2):
+    model, tokenizer = tiny_qwen2
     config = ConductorConfig(model="tiny-qwen2", max_new_tokens=400, constrain_format=True, max_subtask_tokens=5, n_examples=0)
     for c in Conductor(config, model, tokenizer).write_plans("q", n_workers=2, n=4, seed=0):
         plan = parse_plan(c.text, 2)
@@ -54,8 +48,8 @@ def test_subtasks_are_cut_at_the_configured_length(tiny):
         assert len(runs) == len(plan.steps) and all(1 <= r <= 5 for r in runs)
 
 
-def test_greedy_constrained_is_deterministic_and_temperature_changes_samples(tiny):
-    model, tokenizer = tiny
+def test_greedy_constrained_is_deterministic_and_temperature_changes_samples(tiny_qwen2):
+    model, tokenizer = tiny_qwen2
     config = ConductorConfig(model="tiny-qwen2", max_new_tokens=300, constrain_format=True, max_subtask_tokens=8, n_examples=0)
     conductor = Conductor(config, model, tokenizer)
     greedy = [conductor.write_plans("q", 3, n=1, seed=s, temperature=0)[0].text for s in (0, 1)]
@@ -64,8 +58,8 @@ def test_greedy_constrained_is_deterministic_and_temperature_changes_samples(tin
     assert len(sampled) > 1
 
 
-def test_mask_allows_only_valid_ids_then_forces_the_next_list(tiny):
-    _, tokenizer = tiny
+def test_mask_allows_only_valid_ids_then_forces_the_next_list(tiny_qwen2):
+    _, tokenizer = tiny_qwen2
     fmt = PlanFormat(tokenizer, max_subtask_tokens=4)
     proc = fmt.processor(prompt_len=1, n_workers=2, max_steps=2, prefix="model_id = [")
     ids = torch.zeros((1, 1), dtype=torch.long)
@@ -78,8 +72,8 @@ def test_mask_allows_only_valid_ids_then_forces_the_next_list(tiny):
     assert allowed == {fmt.close, fmt.comma}                # "11" is no id of 2 workers
 
 
-def test_prefix_that_is_not_the_plan_start_is_rejected(tiny):
-    _, tokenizer = tiny
+def test_prefix_that_is_not_the_plan_start_is_rejected(tiny_qwen2):
+    _, tokenizer = tiny_qwen2
     with pytest.raises(PlanFormatError, match="response prefix"):
         PlanFormat(tokenizer).processor(1, 2, 2, prefix="Let me think")
 
@@ -89,9 +83,8 @@ def test_config_rejects_conflicting_prefix():
         load_config(None, ["conductor.constrain_format=true", "conductor.response_prefix=Let me think"])
 
 
-@pytest.mark.slow
-def test_smollm2_constrained_plans_parse():
-    model, tokenizer = load_causal_lm("smollm2-135m")
+def test_smollm2_constrained_plans_parse(smollm2):
+    model, tokenizer = smollm2
     config = ConductorConfig(model="smollm2-135m", max_new_tokens=200, constrain_format=True,
                              max_subtask_tokens=24, response_prefix="model_id = [", n_examples=1)
     completions = Conductor(config, model, tokenizer).write_plans("What is 17 * 23?", n_workers=3, n=2, seed=0)
@@ -117,10 +110,10 @@ def test_plan_regex_accepts_exactly_well_formed_plans():
         plan_regex(11, 2)
 
 
-def test_choice_mask_keeps_the_conductors_choices_and_drops_the_formats_text():
+def test_choice_mask_keeps_the_conductors_choices_and_drops_the_formats_text(smollm2):
     from conductor_rl.plan.constrained import choice_mask
 
-    _, tokenizer = load_causal_lm("smollm2-135m")
+    _, tokenizer = smollm2
     completion = '0, 2]\nsubtasks = ["Solve it", "Give the answer"]\naccess_list = [[], "all"]\n'
     ids = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id]
     mask = choice_mask(tokenizer, ids, "model_id = [")
@@ -134,10 +127,10 @@ def test_choice_mask_keeps_the_conductors_choices_and_drops_the_formats_text():
     assert choice_mask(tokenizer, ids[:12], "model_id = [") == [1] * 12
 
 
-def test_choice_mask_covers_every_sampled_worker_id(tiny):
+def test_choice_mask_covers_every_sampled_worker_id(tiny_qwen2):
     from conductor_rl.plan.constrained import choice_mask
 
-    model, tokenizer = tiny
+    model, tokenizer = tiny_qwen2
     fmt = PlanFormat(tokenizer, max_subtask_tokens=5)
     prompt = tokenizer("Plan:", return_tensors="pt").input_ids
     torch.manual_seed(0)

@@ -20,6 +20,9 @@ from sandbox_helpers import HANG_GUARD_S, assert_nothing_left
 
 TIMEOUT = 2.0
 
+# Each case runs a program until the sandbox stops it (often at its timeout), twice.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(params=["bwrap", "rlimits"])
 def box(request) -> Sandbox:
