@@ -7,7 +7,6 @@ import argparse
 import sys
 
 from conductor_rl.config import Config, ConfigError, is_override, load_config
-from conductor_rl.rollout.workflow import StepLimits
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +37,3 @@ def config_from_args(args: argparse.Namespace, positional: str | None = None) ->
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-# jobs/ask.py's name for it, until ask calls the library directly.
-step_limits = StepLimits.for_worker
