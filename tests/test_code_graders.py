@@ -66,6 +66,7 @@ def _humaneval():
     return load_humaneval()
 
 
+@pytest.mark.slow
 def test_all_humaneval_canonical_solutions_pass_and_broken_ones_fail():
     questions = _humaneval()
     assert len(questions) == 164

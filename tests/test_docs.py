@@ -29,6 +29,7 @@ def named_modules(text: str) -> set[str]:
     return set(DOTTED_RE.findall(text))
 
 
+@pytest.mark.slow
 def test_configuration_reference_is_current() -> None:
     result = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "config_reference.py"), "--check"],
@@ -37,6 +38,7 @@ def test_configuration_reference_is_current() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_check_fails_on_a_stale_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     sys.path.insert(0, str(REPO / "scripts"))
     try:

@@ -15,6 +15,7 @@ from conductor_rl.plan.constrained import PlanFormat
 from conductor_rl.policy.generate import PlanConstraint, generate
 from tests.logprob_reference import completion_logprobs
 
+pytestmark = pytest.mark.slow  # samples a real model
 PROMPTS = ["<|im_start|>user\nWrite a plan.<|im_end|>\n<|im_start|>assistant\n", "Hi", "one two three four five"]
 
 

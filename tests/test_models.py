@@ -18,6 +18,7 @@ def tiny():
     return load_causal_lm("tiny-qwen2")
 
 
+@pytest.mark.slow
 def test_qwen2_tokenizer_matches_the_real_vocabulary():
     tok = qwen2_tokenizer()
     # Ids of the real Qwen2.5 tokenizer: "Hello" 9707, " world" 1879, digits one by one.
@@ -28,6 +29,7 @@ def test_qwen2_tokenizer_matches_the_real_vocabulary():
     assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nhi<|im_end|>" in text
 
 
+@pytest.mark.slow
 def test_tiny_qwen2_folder_is_a_plain_hf_checkpoint(tiny):
     model, tokenizer = tiny
     folder = resolve_model("tiny-qwen2")
@@ -65,6 +67,7 @@ def test_plan_finished(text, done):
     assert plan_finished(text) is done
 
 
+@pytest.mark.slow
 def test_conductor_samples_and_stops_after_a_prefilled_plan(tiny):
     model, tokenizer = tiny
     plan = 'model_id = [1, 0]\nsubtasks = ["Solve it", "Check it"]\naccess_list = [[], "all"]\n'
@@ -78,6 +81,7 @@ def test_conductor_samples_and_stops_after_a_prefilled_plan(tiny):
         assert parse_plan(c.text, 2).visible(1) == [0]
 
 
+@pytest.mark.slow
 def test_conductor_without_stop_runs_to_max_tokens_and_is_marked_truncated(tiny):
     model, tokenizer = tiny
     config = ConductorConfig(model="tiny-qwen2", max_new_tokens=8, temperature=1.0)
@@ -91,6 +95,7 @@ def test_conductor_without_stop_runs_to_max_tokens_and_is_marked_truncated(tiny)
     assert [x.text for x in again] == [x.text for x in c]  # seeded
 
 
+@pytest.mark.slow
 def test_local_worker_generates_with_usage(tiny):
     model, tokenizer = tiny
     config = WorkerConfig(name="local-tiny", provider="local", model="tiny-qwen2", price={"input": 1.0, "output": 2.0})
@@ -120,6 +125,7 @@ def test_build_provider_needs_the_key_of_http_providers(monkeypatch):
         build_provider(WorkerConfig.model_construct(name="x", provider="unknown-provider", model="m"))
 
 
+@pytest.mark.slow
 def test_first_use_builds_into_an_empty_cache(tmp_path, monkeypatch):
     """A fresh machine has no converted models: the first resolve builds one
     atomically (no staging folder left behind), the second reuses it."""

@@ -19,6 +19,7 @@ from conductor_rl.data import load_dataset
 from conductor_rl.workers.providers import build_provider
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # a Conductor model is loaded and sampled
 # Steps in sequence: step 1 reads step 0's answer.
 PLAN = 'model_id = [0, 1]\nsubtasks = ["Solve the question", "Check the answer and state it"]\naccess_list = [[], "all"]\n'
 

@@ -32,6 +32,7 @@ def test_conductor_prompt_lists_workers_by_ordinal_only(n_workers, max_steps, n_
     assert messages[-1]["content"].endswith("Question: What is 2 + 2?")
 
 
+@pytest.mark.slow
 def test_conductor_prompt_goes_through_the_chat_template():
     _, tokenizer = load_causal_lm("tiny-qwen2")
     text = apply_chat_template(tokenizer, conductor_messages("Q?", 2))
@@ -60,6 +61,7 @@ def conductor_config(**conductor):
     return load_config(None, ["conductor.model=tiny-qwen2", *(f"conductor.{k}={v}" for k, v in conductor.items())])
 
 
+@pytest.mark.slow
 def test_one_prompt_builder_gives_the_text_and_its_token_ids():
     from conductor_rl.plan.prompts import ConductorPrompt
 
@@ -77,6 +79,7 @@ def test_one_prompt_builder_gives_the_text_and_its_token_ids():
     assert ConductorPrompt.from_config(conductor_config(constrain_format="false"), prompt.tokenizer).shape is None
 
 
+@pytest.mark.slow
 def test_a_prompt_for_another_pool_names_its_own_workers():
     from conductor_rl.plan.prompts import ConductorPrompt
 
@@ -85,6 +88,7 @@ def test_a_prompt_for_another_pool_names_its_own_workers():
     assert text == apply_chat_template(tokenizer, conductor_messages("Q?", 2, 3, 0))
 
 
+@pytest.mark.slow
 def test_questions_whose_prompt_leaves_no_room_for_a_plan_are_left_out_with_a_count():
     from conductor_rl.config import ConfigError
     from conductor_rl.data import Question

@@ -74,6 +74,7 @@ def test_summarize_one_iteration_and_missing_keys():
         summarize([{"reward_mean": 1.0}])
 
 
+@pytest.mark.slow
 def test_report_has_tables_and_plots(tmp_path):
     log_run(tmp_path, [metrics(i) for i in range(6)])
     rcparams = dict(matplotlib.rcParams)
@@ -135,6 +136,7 @@ def test_missing_or_empty_metrics_raise_report_error(tmp_path):
     assert not (tmp_path / "report.md").exists()
 
 
+@pytest.mark.slow
 def test_report_of_one_full_iteration_draws_every_plot_without_warnings(tmp_path):
     log_run(tmp_path, [metrics(0)])
     with warnings.catch_warnings():

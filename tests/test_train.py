@@ -179,6 +179,7 @@ def run_main(argv: list[str]) -> SystemExit:
     return exit_info.value
 
 
+@pytest.mark.slow
 def test_invalid_config_exits_nonzero_at_once_naming_the_key(tmp_path):
     out = tmp_path / "run"
     started = time.monotonic()
@@ -321,6 +322,7 @@ def resumed_run(sigterm_run, ray_cluster):
     return SimpleNamespace(out=sigterm_run.out, summary=summary, resumed_from=before)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_at_a_safe_point_with_exit_0_and_a_complete_checkpoint(sigterm_run):
     run = sigterm_run
     assert run.returncode == 0, run.stderr[-4000:]
