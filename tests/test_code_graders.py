@@ -7,6 +7,7 @@ import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 
 from conductor_rl import grading
 from conductor_rl.data import load_humaneval
