@@ -2,6 +2,7 @@
 micro-batch equivalence, checkpoints, and a toy reward that rises."""
 
 import random
+from dataclasses import replace
 
 import pytest
 import ray
@@ -158,6 +159,39 @@ def test_shared_prompt_gives_the_gradient_of_whole_sequences(ray_cluster):
             whole.shutdown()   # the module's other groups stay up; the session cluster has 8 CPUs
     finally:
         shared.shutdown()
+
+
+def test_log_probs_only_where_the_loss_needs_them_give_the_full_softmax_loss(ray_cluster):
+    """The learner computes the output layer only at positions in the loss mask: its
+    loss is the one of every position's full softmax, masked, on both the shared-prompt
+    path and the whole-sequence one (gradient checkpointing)."""
+    from actors.learner import LearnerGroup
+    from conductor_rl.policy.grpo import grpo_loss
+
+    batch = grouped_batch(seed=5)
+    rng = random.Random(5)
+    masks = [[int(rng.random() < 0.3) for _ in c] for c in batch.completion_ids]
+    masks[0] = [0] * len(masks[0])   # a row wholly out of the loss
+    batch = replace(batch, loss_masks=masks)
+    model, _ = load_causal_lm("tiny-qwen2", "float32")
+    expected = 0.0
+    normalizer = sum(map(sum, masks))
+    with torch.no_grad():
+        for i in range(len(masks)):
+            ids = torch.tensor([batch.prompt_ids[i] + batch.completion_ids[i]])
+            logits = model(input_ids=ids).logits[0, len(batch.prompt_ids[i]) - 1: -1]
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(batch.prompt_ids[i]):, None])[:, 0]
+            expected += float(grpo_loss(logp[None], torch.tensor([batch.old_logprobs[i]]), torch.tensor([batch.advantages[i]]),
+                                        torch.tensor([masks[i]], dtype=torch.float32), normalizer=normalizer)[0])
+    for checkpointing in (False, True):
+        group = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=3,
+                                                         gradient_checkpointing=checkpointing), total_steps=10)
+        try:
+            stats = group.train_step(batch)
+            assert stats.tokens == normalizer
+            assert stats.loss == pytest.approx(expected, abs=1e-5)
+        finally:
+            group.shutdown()
 
 
 def test_checkpoint_is_a_plain_hf_folder_and_restores_the_optimizer(groups, tmp_path):

@@ -25,6 +25,7 @@ import torch
 
 from conductor_rl.config import LearnerConfig
 from conductor_rl.policy.grpo import grpo_loss
+from conductor_rl.policy.precision import bf16_is_fast
 from conductor_rl.models import cache_dir, load_causal_lm
 
 
@@ -37,7 +38,7 @@ class RolloutBatch:
     old_logprobs: list[list[float]]   # the sampler's, one per completion token
     advantages: list[float]
     # 1 where a completion token is in the loss; None: every token. The trainer leaves
-    # out text a constrained format dictates (conductor_rl/plan_format.choice_mask).
+    # out text a constrained format dictates (conductor_rl/plan/constrained.py choice_mask).
     loss_masks: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
@@ -69,13 +70,21 @@ class StepStats:
 
 def init_process_group(backend: str | None = None) -> None:
     """Join the torch.distributed group described by the environment."""
-    import deepspeed
-
     if torch.distributed.is_initialized():
         return
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    # DeepSpeed compiles a C++ op on first use (~1 min); keep it with our other caches.
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:   # we know there is no GPU: DeepSpeed need not guess, and warn that it guessed
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+
+    backend = backend or ("nccl" if on_gpu else "gloo")
+    # Any C++ op DeepSpeed compiles on first use is kept with our other caches.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
+    if not on_gpu:
+        # DeepSpeed's CPU backend compiles its shared-memory all-reduce when the group
+        # starts (a C++ compiler and minutes on a small machine, on a user's first run);
+        # only inference uses it, training reduces through torch.distributed (gloo).
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend=backend)
 
 
@@ -110,10 +119,9 @@ class PolicyLearner:
             raise RuntimeError("call conductor_rl.policy.learner.init_process_group() before building a PolicyLearner")
         self.config = config
         self.rank, self.world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        bf16 = config.precision == "bfloat16" or (
-            config.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        bf16 = config.precision == "bfloat16" or (config.precision == "auto" and bf16_is_fast())
         # On a CPU, bf16 is autocast around the forward pass (fp32 weights and optimizer):
-        # 1.7x faster on CPUs with AVX512-BF16, and DeepSpeed's own bf16 mode needs a GPU.
+        # faster only on CPUs that compute in bf16, and DeepSpeed's own bf16 mode needs a GPU.
         self.cpu_autocast = bf16 and not torch.cuda.is_available()
         bf16 = bf16 and not self.cpu_autocast
         model, self.tokenizer = load_causal_lm(model_name, "float32")
@@ -160,7 +168,7 @@ class PolicyLearner:
             self.engine.set_gradient_accumulation_boundary(m == n_micro - 1)
             loss, stats, tokens = self._micro_loss(batch, chunk, normalizer)
             self.engine.backward(loss, scale_wrt_gas=False)
-            totals["loss"] += float(loss)
+            totals["loss"] += float(loss.detach())
             totals["tokens"] += tokens
             for key, value in (("clip", stats.clip_fraction), ("ratio", stats.ratio_mean), ("kl", stats.kl)):
                 totals[key] += value * tokens
@@ -181,34 +189,45 @@ class PolicyLearner:
         else:
             weight = 1.0
         width = max(1, max(len(batch.completion_ids[i]) for i in chunk))
-        mask = torch.zeros((len(chunk), width))
+        in_loss = torch.zeros((len(chunk), width))
         old = torch.zeros((len(chunk), width))
         for r, i in enumerate(chunk):
             n = len(batch.completion_ids[i])
-            mask[r, :n] = weight * torch.tensor(batch.loss_mask(i), dtype=torch.float32)
+            in_loss[r, :n] = torch.tensor(batch.loss_mask(i), dtype=torch.float32)
             old[r, :n] = torch.tensor(batch.old_logprobs[i], dtype=torch.float32)
-        mask, old = mask.to(self.device), old.to(self.device)
+        in_loss, old = in_loss.to(self.device), old.to(self.device)
+        mask = weight * in_loss
+        # Only tokens in the loss need a log-prob; the first is always computed, so the
+        # loss has a gradient path even when weighted 0.
+        needed = in_loss > 0
+        needed[:, 0] = True
         advantages = torch.tensor([batch.advantages[i] for i in chunk], device=self.device)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
-            logprobs = self._completion_logprobs(self.engine, batch, chunk, width)
+            # Elsewhere the old log-prob stands in: ratio 1, no gradient, and no 0 * inf.
+            logprobs = torch.where(needed, self._completion_logprobs(self.engine, batch, chunk, needed), old)
             ref = None
             if self.reference is not None:
                 with torch.no_grad():
-                    ref = self._completion_logprobs(self.reference, batch, chunk, width)
+                    ref = torch.where(needed, self._completion_logprobs(self.reference, batch, chunk, needed), old)
         loss, stats = grpo_loss(logprobs, old, advantages, mask, clip_low=c.clip_low, clip_high=c.clip_high,
                                 kl_beta=c.kl_beta, ref_logprobs=ref, aggregation=c.aggregation,
                                 normalizer=normalizer)
         return loss, stats, int(mask.sum())
 
-    def _completion_logprobs(self, model: Any, batch: RolloutBatch, chunk: list[int], width: int) -> torch.Tensor:
-        """[len(chunk), width] log-probs of each row's completion tokens (0 past its end).
+    def _completion_logprobs(self, model: Any, batch: RolloutBatch, chunk: list[int],
+                             needed: torch.Tensor) -> torch.Tensor:
+        """[len(chunk), width] log-probs of each row's completion tokens where `needed`
+        ([len(chunk), width] bool) says so, 0 elsewhere.
 
         GRPO's G completions of a question share one prompt, usually much longer
         than a plan. Rows with the same prompt run it once, and its key/value
         cache is repeated for each of them (exact: the gradient flows back through
         the shared prompt once, summed). Gradient checkpointing turns the cache
-        off in transformers, so there every row runs its whole sequence.
+        off in transformers, so there every row runs its whole sequence. The
+        output layer and softmax over the vocabulary run only at positions some
+        row of the group needs (with the format's text out of the loss, most are not).
         """
+        width = needed.shape[1]
         out = torch.zeros((len(chunk), width), device=self.device)
         by_prompt: dict[tuple[int, ...], list[int]] = {}
         for r, i in enumerate(chunk):
@@ -223,20 +242,24 @@ class PolicyLearner:
                 ids[k, : len(comp)] = torch.tensor(comp, dtype=torch.long)
                 attention[k, len(prompt): len(prompt) + len(comp)] = 1
             ids, attention = ids.to(self.device), attention.to(self.device)
+            rows = torch.tensor(members, device=self.device)
+            positions = needed[rows].any(dim=0).nonzero().squeeze(1)   # completion positions, 0 among them
             prompt_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
             if self.config.gradient_checkpointing:
                 full = torch.cat([prompt_ids.expand(len(members), -1), ids], dim=1)
-                logits = model(input_ids=full, attention_mask=attention).logits[:, len(prompt) - 1: -1]
+                logits = model(input_ids=full, attention_mask=attention, logits_to_keep=positions + len(prompt) - 1).logits
             else:
                 head = model(input_ids=prompt_ids, use_cache=True, logits_to_keep=1)
                 cache = head.past_key_values
                 cache.batch_repeat_interleave(len(members))
                 logits = head.logits.expand(len(members), -1, -1)
-                if width > 1:  # the last token's own prediction is not needed
-                    tail = model(input_ids=ids[:, :-1], attention_mask=attention[:, :-1], past_key_values=cache)
+                later = positions[1:]
+                if len(later):   # token j is predicted at tail position j - 1; the last token's own prediction is not needed
+                    tail = model(input_ids=ids[:, : int(later[-1])], attention_mask=attention[:, : len(prompt) + int(later[-1])],
+                                 past_key_values=cache, logits_to_keep=later - 1)
                     logits = torch.cat([logits, tail.logits], dim=1)
-            logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-            out[members] = logps
+            targets = ids[:, positions].unsqueeze(-1)
+            out[rows.unsqueeze(1), positions.unsqueeze(0)] = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets).squeeze(-1)
         return out
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
