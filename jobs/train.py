@@ -242,6 +242,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run in train.output_dir from its last checkpoint")
     parser.add_argument("--json", action="store_true", help="print the run's summary as JSON on the last line")
     add_config_arguments(parser)
+    parser.add_argument("--dashboard", dest="overrides", action="append_const", const="cluster.dashboard=true",
+                        help="start the local Ray cluster with its dashboard and print its address")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

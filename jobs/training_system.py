@@ -30,8 +30,11 @@ def start_ray(config: Config) -> Any:
         wanted = local_cpu_demand(config)
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private cluster in this process needs no token
         # address="local": a new cluster, even if `ray start` left one running on this machine.
-        ray.init(address="local", num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, wanted),
-                 include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+        context = ray.init(address="local", num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, wanted),
+                           include_dashboard=config.cluster.dashboard, dashboard_host="127.0.0.1",
+                           log_to_driver=False, _node_ip_address="127.0.0.1")
+        if config.cluster.dashboard:
+            log(f"Ray dashboard: http://{context.dashboard_url}")
     return ray
 
 
