@@ -51,6 +51,7 @@ def test_smollm2_converts_once_to_a_safetensors_folder():
         [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
 
 
+@pytest.mark.slow
 def test_unknown_model_fails_with_advice():
     with pytest.raises(ModelNotAvailableError, match="tiny-qwen2"):
         load_causal_lm("no-such-org/no-such-model-xyz")

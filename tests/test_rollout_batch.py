@@ -68,6 +68,7 @@ def test_empty_completions_have_nothing_to_learn_from():
     assert rollout_batch(only_empty, PROMPTS) == (None, 1)
 
 
+@pytest.mark.slow
 def test_the_formats_own_text_is_out_of_the_loss_and_subtask_text_as_asked():
     from transformers import AutoTokenizer
 
