@@ -1,5 +1,5 @@
-"""Shared test set-up: everything runs offline; one local Ray cluster and one copy of each
-offline model per session; tests that need Ray are marked slow.
+"""Shared test set-up: everything runs offline; one local Ray cluster, one math grader and one
+copy of each offline model per session; tests that need Ray or a model are marked slow.
 
 `-m "not slow"` leaves out whatever loads a real model, starts Ray or vLLM, runs a
 training job in a subprocess or otherwise takes more than a couple of seconds:
@@ -37,6 +37,16 @@ def ray_cluster():
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def math_grader():
+    """One math-verify grader (and its child process) for the session. A test that kills or
+    hangs the child makes its own."""
+    from conductor_rl.grading import MathGrader
+
+    with MathGrader() as grader:
+        yield grader
 
 
 @pytest.fixture(scope="session")

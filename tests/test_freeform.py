@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
-from conductor_rl.grading import FreeformGrader, MathGrader, Verdict, grade
+from conductor_rl.grading import FreeformGrader, Verdict, grade
 from conductor_rl.workers.providers.base import Provider, ProviderError, WorkerRequest, WorkerResponse
 
 
@@ -30,12 +29,6 @@ class FakeJudge:
 
     async def aclose(self) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def math_grader():
-    with MathGrader() as g:
-        yield g
 
 
 def test_fake_judge_implements_the_worker_interface():

@@ -24,13 +24,6 @@ REFERENCES = {
 }
 
 
-@pytest.fixture(scope="module")
-def math_grader():
-    grader = grading.MathGrader()
-    yield grader
-    grader.close()
-
-
 def sim(accuracy: float | dict[str, float] = 0.5, *, name: str = "sim-a", seed: int = 0,
         price: Price | None = None, **spec: object) -> SimProvider:
     acc = accuracy if isinstance(accuracy, dict) else {"default": accuracy}

@@ -400,13 +400,6 @@ def rollout(text: str, task: Task, workers: list[SimProvider], math_grader) -> f
     return grading.reward(True, verdict)
 
 
-@pytest.fixture(scope="module")
-def math_grader():
-    grader = grading.MathGrader()
-    yield grader
-    grader.close()
-
-
 MATH_TASK = Task(id="e2e/math", question="What is 14/3?", domain="math", reference="\\frac{14}{3}", answer_kind="math")
 NUMERIC_TASK = Task(id="e2e/gsm", question="How many?", domain="math", reference="35", answer_kind="numeric")
 CHOICE_TASK = Task(id="e2e/mmlu", question="Pick one. A. x B. y C. z D. w", domain="mmlu", reference="C",
