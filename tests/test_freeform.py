@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-
 from conductor_rl.grading import FreeformGrader, Verdict, grade
 from conductor_rl.workers.providers.base import Provider, ProviderError, WorkerRequest, WorkerResponse
 
