@@ -98,7 +98,8 @@ def test_a_replica_that_dies_mid_call_is_reported(ray_cluster, server):
 
     async def go():
         call = asyncio.ensure_future(pool.complete(request()))
-        await asyncio.sleep(0.8)
+        while (await asyncio.to_thread(lambda: server.stats.requests)) < 1:  # mid-call: the server has it
+            await asyncio.sleep(0.05)
         ray_cluster.kill(pool.replicas[0])
         return await asyncio.gather(call, return_exceptions=True)
 
@@ -109,7 +110,7 @@ def test_a_replica_that_dies_mid_call_is_reported(ray_cluster, server):
 def test_budget_stop_through_the_pool_keeps_every_finished_call(ray_cluster, server):
     from actors.worker_pool import get_ledger
 
-    server.reset(latency_s=1.5)  # long enough that all eight are admitted before the first one finishes
+    server.reset(latency_s=4.0)  # long enough that all eight are admitted before the first one finishes
     one_call = cost_of(Usage(input_tokens=20, output_tokens=8, cached_tokens=2), PRICE)
     ledger = get_ledger(budget_usd=2.5 * one_call, name=unique("budget"))
     pool, _ = make_pool(server, provider="openai_responses", replicas=2, ledger=ledger)
