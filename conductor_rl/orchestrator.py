@@ -8,10 +8,14 @@
 `answer` samples the Conductor's plans in this process (transformers), runs the
 first that parses on the workers and grades the final answer when there is a
 reference, as `conductor-rl ask` does (`ask.samples` plans at `ask.temperature`).
-`answer_many` answers several questions at once: plans are written one question
-after another on the one model, and each question's workflow starts as soon as
-its plan is written, so workflows run concurrently with each other and with
-the sampling.
+`answer_many` answers several questions at once: the Conductor samples the plans
+of all of them in one batch (`Conductor.write_plans_many`; chunks of
+`plan_batch` questions when there are many), then every workflow of the batch
+runs concurrently; a later chunk is sampled while the earlier chunks' workflows
+run. Question i of a chunk draws with its own seed (`prompt_seed(seed, i)`, as
+policy/generate.py does), the chunk's seed being `conductor.seed` plus the
+chunk's number, so `answer(q)` samples what the first question of
+`answer_many` samples.
 
 Workers: by default each configured worker is built in this process behind
 `GuardedProvider`, with its own rate limiter, its retries and one `CostLedger`
@@ -35,7 +39,7 @@ from pathlib import Path
 from typing import Any, Coroutine, Sequence, TypeVar
 
 from conductor_rl import grading
-from conductor_rl.config import Config, apply_override, load_config, validate_config
+from conductor_rl.config import Config, load_config
 from conductor_rl.data import Question
 from conductor_rl.grading import MathGrader
 from conductor_rl.plan import Plan
@@ -102,7 +106,7 @@ class Answer:
     infrastructure_error: str | None
     completion_tokens: int
     truncated: bool                 # the completion was cut off at conductor.max_new_tokens
-    conductor_s: float              # time the Conductor took to write the sampled plans
+    conductor_s: float              # time the Conductor took to write the plans of this question's batch
     sample_index: int               # which of the sampled plans ran (the first that parsed)
     samples: int
     other_plan_errors: tuple[str | None, ...]   # why the earlier samples did not run
@@ -167,11 +171,16 @@ class Orchestrator:
     """A Conductor and its workers: `answer(question) -> Answer`.
 
     Build one with `from_config`; the constructor takes the parts ready-made
-    (`conductor`: anything with `write_plans(question, n_workers, n, seed,
+    (`conductor`: anything with `write_plans_many(questions, n_workers, n, seed,
     temperature)`, as `conductor_rl.policy.conductor.Conductor`; `workers`: one
     provider per configured worker, in the configuration's order). Close it
     (or use it in a `with` block) to stop its thread and the grader's process.
     """
+
+    # Questions whose plans are sampled in one generation: its key/value cache grows with
+    # questions x samples x prompt length, and a chunk's workflows start only once all its
+    # plans are written, so a bounded chunk bounds memory and gets the first workflows going.
+    plan_batch: int = 16
 
     def __init__(self, config: Config, conductor: Any, workers: Sequence[Provider], *,
                  ledger: CostLedger | None = None, owns_workers: bool = False) -> None:
@@ -201,7 +210,7 @@ class Orchestrator:
         or a model name; default `conductor.model`). Without `workers`, the
         configured workers are built in this process, their spend capped at
         `budget_usd` (None: no cap). Raises ConfigError naming a bad key."""
-        config = resolve_config(config, overrides)
+        config = load_config(config, list(overrides))
         if conductor is not None:   # set as is: a path is not YAML to parse
             model = config.conductor.model_copy(update={"model": str(conductor)})
             config = config.model_copy(update={"conductor": model})
@@ -247,17 +256,25 @@ class Orchestrator:
         samples = self.config.ask.samples if samples is None else samples
         if samples < 1:
             raise ValueError(f"samples must be at least 1, got {samples}")
-        answers = list(await asyncio.gather(*(self._answer(task, samples) for task in tasks)))
+        chunks = [tasks[i:i + self.plan_batch] for i in range(0, len(tasks), self.plan_batch)]
+        answered = await asyncio.gather(*(self._answer_chunk(chunk, k, samples) for k, chunk in enumerate(chunks)))
+        answers = [answer for chunk in answered for answer in chunk]
         if any(_stopped_by_budget(a) for a in answers):
             raise BudgetSpentError(answers)
         return answers
 
-    async def _answer(self, task: Task, samples: int) -> Answer:
-        async with self._sampling:   # one model: one question's plans at a time, in the order asked
+    async def _answer_chunk(self, tasks: Sequence[Task], number: int, samples: int) -> list[Answer]:
+        """Sample the plans of `tasks` in one batch, then run their workflows concurrently."""
+        async with self._sampling:   # one model: one chunk's plans at a time, in the order asked
             started = time.perf_counter()
-            completions = await asyncio.to_thread(self.conductor.write_plans, task.question, len(self.workers),
-                                                  samples, None, self.temperature)
+            plans = await asyncio.to_thread(self.conductor.write_plans_many, [t.question for t in tasks],
+                                            len(self.workers), samples, self.config.conductor.seed + number,
+                                            self.temperature)
             conductor_s = time.perf_counter() - started
+        return list(await asyncio.gather(*(self._run_plans(t, p, conductor_s) for t, p in zip(tasks, plans))))
+
+    async def _run_plans(self, task: Task, completions: Sequence[Any], conductor_s: float) -> Answer:
+        """Run the first of a question's sampled plans that parses (else the last, with its plan error)."""
         attempts: list[Rollout] = []
         for i, completion in enumerate(completions):
             rollout = await run_rollout(completion.text, task, self.workers, self.limits,
@@ -320,16 +337,6 @@ def as_task(question: str | Question | Task, reference: str | None, kind: str, i
     if reference is None:
         return Task(id=f"user/{index}", question=question)
     return Task(id=f"user/{index}", question=question, domain="default", reference=reference, answer_kind=kind)
-
-
-def resolve_config(config: str | Path | Config | None, overrides: Sequence[str] = ()) -> Config:
-    """A `Config` from a path (None: the embedded default) or a `Config`, with overrides applied."""
-    if not isinstance(config, Config):
-        return load_config(config, list(overrides))
-    raw = config.model_dump(mode="json")
-    for item in overrides:
-        raw = apply_override(raw, item)
-    return validate_config(raw)
 
 
 def in_process_workers(config: Config, budget_usd: float | None = None) -> tuple[list[GuardedProvider], CostLedger]:

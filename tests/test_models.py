@@ -10,6 +10,7 @@ from conductor_rl.policy.conductor import Conductor, plan_finished
 from conductor_rl.config import ConductorConfig, WorkerConfig
 from conductor_rl.models import ModelNotAvailableError, load_causal_lm, qwen2_tokenizer, resolve_model
 from conductor_rl.plan import parse_plan
+from conductor_rl.policy.generate import prompt_seed
 from conductor_rl.workers.providers import WorkerRequest, build_provider
 
 
@@ -94,6 +95,30 @@ def test_conductor_without_stop_runs_to_max_tokens_and_is_marked_truncated(tiny)
     assert any(x.truncated for x in c)
     again = conductor.write_plans("What is 2 + 2?", n_workers=3, n=2, seed=0)
     assert [x.text for x in again] == [x.text for x in c]  # seeded
+
+
+def seed_alone(per_prompt_seed: int) -> int:
+    """The seed of a one-question call whose question draws with `per_prompt_seed`
+    (prompt 0 of a call seeded s draws with s * 7919 mod 2**31, policy/generate.py)."""
+    seed = per_prompt_seed * pow(7919, -1, 2**31) % 2**31
+    assert prompt_seed(seed, 0) == per_prompt_seed
+    return seed
+
+
+@pytest.mark.slow
+def test_write_plans_many_samples_each_question_as_the_one_question_path_with_its_seed(tiny):
+    """One generation over questions of different lengths (left padding): question i
+    draws with prompt i's seed and samples exactly what it samples alone with that seed."""
+    model, tokenizer = tiny
+    conductor = Conductor(ConductorConfig(model="tiny-qwen2", max_new_tokens=8, temperature=1.0), model, tokenizer)
+    questions = ["What is 2 + 2?", "Name the largest planet of the solar system and its mass.", "Why?"]
+    batched = conductor.write_plans_many(questions, n_workers=3, n=2, seed=5)
+    assert [len(plans) for plans in batched] == [2, 2, 2]
+    for i, (question, plans) in enumerate(zip(questions, batched)):
+        assert conductor.write_plans(question, 3, n=2, seed=seed_alone(prompt_seed(5, i))) == plans
+    assert batched[0] == conductor.write_plans(questions[0], 3, n=2, seed=5)   # question 0: the same seed
+    assert conductor.write_plans_many(questions, 3, n=2, seed=5) == batched     # seeded: it repeats
+    assert conductor.write_plans_many([], 3, n=2, seed=5) == []
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """`conductor_rl.Orchestrator` in this process: a tiny Qwen2 Conductor, the
 embedded default's simulated workers behind the in-process limiter and ledger,
-the README's example, concurrency of `answer_many`, and the budget."""
+the README's example, `answer_many` (plans sampled in one batch, workflows
+concurrent), configuration overrides, and the budget."""
 
 import asyncio
 import dataclasses
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from conductor_rl import Answer, BudgetSpentError, Orchestrator
-from conductor_rl.config import validate_config
+from conductor_rl.config import ConfigError, load_config, validate_config
 from conductor_rl.data import load_dataset
 from conductor_rl.workers.providers import build_provider
 
@@ -122,17 +123,53 @@ class Gate:
         await self.provider.aclose()
 
 
-def test_answer_many_runs_workflows_concurrently():
+class CountingConductor:
+    """The Conductor, recording the questions and the seed of each call."""
+
+    def __init__(self, conductor) -> None:
+        self.conductor, self.calls = conductor, []
+
+    def write_plans_many(self, questions, n_workers, n, seed, temperature):
+        self.calls.append((list(questions), seed))
+        return self.conductor.write_plans_many(questions, n_workers, n, seed, temperature)
+
+
+def test_answer_many_samples_all_plans_in_one_call_and_runs_workflows_concurrently():
     config = sim_config()
     overlap = Overlap(needed=3)
     workers = [Gate(build_provider(w), overlap) for w in config.workers]
     questions = ["What is 2 + 2?", "What is 3 * 5?", "What is 10 - 7?"]
     with Orchestrator.from_config(config, workers=workers) as o:
+        o.conductor = counting = CountingConductor(o.conductor)
         answers = o.answer_many(questions)
+        assert counting.calls == [(questions, config.conductor.seed)]   # one batch for the three
         assert overlap.most == 3                                 # the three first steps were in flight together
         assert [a.question for a in answers] == questions        # in the order asked
         assert [a.question_id for a in answers] == ["user/0", "user/1", "user/2"]
         assert [(a.infrastructure_error, len(a.steps)) for a in answers] == [(None, 2)] * 3
+
+
+def test_many_questions_are_sampled_in_chunks_of_plan_batch_each_with_its_seed(orchestrator, monkeypatch):
+    counting = CountingConductor(orchestrator.conductor)
+    monkeypatch.setattr(orchestrator, "conductor", counting)
+    monkeypatch.setattr(orchestrator, "plan_batch", 2)
+    questions = ["What is 2 + 2?", "What is 3 * 5?", "What is 10 - 7?"]
+    answers = orchestrator.answer_many(questions)
+    seed = orchestrator.config.conductor.seed
+    assert counting.calls == [(questions[:2], seed), (questions[2:], seed + 1)]
+    assert [a.question for a in answers] == questions and all(a.final_answer for a in answers)
+    orchestrator.answer(questions[0])                           # one question: a batch of one, the same seed
+    assert counting.calls[-1] == ([questions[0]], seed)
+
+
+def test_from_config_refuses_an_unknown_section_as_load_config_does():
+    with pytest.raises(ConfigError) as loaded:
+        load_config(None, ["nonsense.key=1"])
+    assert "unknown configuration section 'nonsense'" in str(loaded.value)
+    for config in (sim_config(), ROOT / "configs" / "local.yaml"):
+        with pytest.raises(ConfigError) as made:
+            Orchestrator.from_config(config, overrides=["nonsense.key=1"])
+        assert str(made.value) == str(loaded.value)
 
 
 def test_answer_async_from_a_running_loop(orchestrator):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from conductor_rl.config import ConductorConfig
 from conductor_rl.models import load_causal_lm
@@ -64,17 +64,31 @@ class Conductor:
     def write_plans(
         self, question: str, n_workers: int, n: int = 1, seed: int | None = None, temperature: float | None = None
     ) -> list[Completion]:
-        """Sample `n` plan completions for one question (seeded: `seed`, else the configured seed)."""
+        """Sample `n` plan completions for one question: `write_plans_many` of that one question."""
+        [plans] = self.write_plans_many([question], n_workers, n, seed, temperature)
+        return plans
+
+    def write_plans_many(
+        self, questions: Sequence[str], n_workers: int, n: int = 1, seed: int | None = None,
+        temperature: float | None = None,
+    ) -> list[list[Completion]]:
+        """Sample `n` plan completions for each question, in one generation over all
+        their prompts; one list per question, in order.
+
+        Seeded with `seed`, else the configured seed. Question i draws as prompt i
+        of `generate` does (its own generator, seeded `prompt_seed(seed, i)`), so
+        question 0 samples what `write_plans` samples with the same seed, and no
+        question's plans depend on the other questions batched with it."""
         c = self.config
-        prompt_ids = self.tokenizer(self.prompt(question, n_workers), add_special_tokens=False).input_ids
+        prompts = [self.tokenizer(self.prompt(q, n_workers), add_special_tokens=False).input_ids for q in questions]
         constraint = None
         if c.constrain_format:
             if self._format is None:
                 self._format = PlanFormat(self.tokenizer, c.max_subtask_tokens)
             constraint = PlanConstraint(self._format, n_workers, c.max_steps, c.response_prefix)
         stop = (lambda text: plan_finished(c.response_prefix + text)) if c.stop_after_plan else None
-        [group] = generate(self.model, self.tokenizer, [prompt_ids], max_new_tokens=c.max_new_tokens, n=n,
-                           temperature=c.temperature if temperature is None else temperature, top_p=c.top_p,
-                           seed=c.seed if seed is None else seed, constraint=constraint, stop=stop)
-        return [Completion(c.response_prefix + g.text, g.token_ids, len(prompt_ids), len(g.token_ids), g.truncated)
-                for g in group]
+        groups = generate(self.model, self.tokenizer, prompts, max_new_tokens=c.max_new_tokens, n=n,
+                          temperature=c.temperature if temperature is None else temperature, top_p=c.top_p,
+                          seed=c.seed if seed is None else seed, constraint=constraint, stop=stop)
+        return [[Completion(c.response_prefix + g.text, g.token_ids, len(prompt), len(g.token_ids), g.truncated)
+                 for g in group] for prompt, group in zip(prompts, groups)]
