@@ -343,11 +343,14 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = "local.yaml"
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML file (default: the embedded `configs/local.yaml`) and apply
-    `key.sub=value` overrides (values parsed as YAML: `3`, `true`, `[1, 2]`).
-    Raises ConfigError naming the offending key."""
-    raw = _read_yaml(Path(path) if path else CONFIG_DIR / DEFAULT_CONFIG)
+def load_config(path: str | Path | Config | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML file (default: the embedded `configs/local.yaml`; a `Config`
+    is taken as it is) and apply `key.sub=value` overrides (values parsed as
+    YAML: `3`, `true`, `[1, 2]`). Raises ConfigError naming the offending key."""
+    if isinstance(path, Config):
+        raw = path.model_dump(mode="json")
+    else:
+        raw = _read_yaml(Path(path) if path else CONFIG_DIR / DEFAULT_CONFIG)
     for item in overrides:
         key, sep, _ = item.partition("=")
         top = key.strip().split(".")[0]
