@@ -107,7 +107,7 @@ def test_budget_stop_keeps_every_finished_call(server):
     first, later = asyncio.run(go())
     assert all(not isinstance(r, Exception) for r in first)  # all six were in flight: all finish
     assert all(isinstance(r, BudgetExceededError) for r in later)
-    assert "Raise the budget" in str(later[0])
+    assert "Raise the budget" in str(later[0]) and "budget_usd" in str(later[0])
     assert len(ledger.entries) == 6 == server.stats.ok == server.stats.requests
     assert ledger.total_usd == pytest.approx(sum(r.cost_usd for r in first))
     assert ledger.exhausted
@@ -118,7 +118,14 @@ def test_errors_survive_pickling():
     back = pickle.loads(pickle.dumps(err))
     assert (str(back), back.kind, back.retryable, back.retry_after_s) == ("HTTP 429", "rate_limited", True, 1.5)
     budget = pickle.loads(pickle.dumps(BudgetExceededError(2.0, 1.0)))
-    assert budget.spent_usd == 2.0 and "Raise the budget" in str(budget)
+    assert budget.spent_usd == 2.0 and str(budget) == str(BudgetExceededError(2.0, 1.0))
+
+
+def test_the_budget_message_says_what_was_spent_and_how_to_raise_it_in_training_and_in_ask():
+    message = str(BudgetExceededError(2.5, 2.0))
+    assert "spent $2.5000 of the $2.0000 budget" in message
+    assert "train.budget_usd" in message and "--budget-usd" in message and "Orchestrator.from_config" in message
+    assert "checkpoint" not in message     # outside training there is none to resume from
 
 
 def test_negative_budget_is_refused():

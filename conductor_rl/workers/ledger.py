@@ -32,8 +32,10 @@ class BudgetExceededError(ProviderError):
 
     def __init__(self, spent_usd: float, budget_usd: float) -> None:
         super().__init__(
-            f"worker budget reached: spent ${spent_usd:.4f} of ${budget_usd:.4f}; no new worker call will start. "
-            f"Raise the budget (CostLedger(budget_usd=...)) and resume from the last checkpoint",
+            f"worker budget reached: spent ${spent_usd:.4f} of the ${budget_usd:.4f} budget; no new worker call "
+            f"will start. Raise the budget where it was set: train.budget_usd=... for training (a resumed run "
+            f"counts what was spent), --budget-usd for conductor-rl ask, budget_usd= for Orchestrator.from_config "
+            f"or CostLedger",
             kind="budget_exceeded",
         )
         self.spent_usd = spent_usd
