@@ -161,10 +161,10 @@ def test_shared_prompt_gives_the_gradient_of_whole_sequences(ray_cluster):
         shared.shutdown()
 
 
-def test_log_probs_only_where_the_loss_needs_them_give_the_full_softmax_loss(ray_cluster):
-    """The learner computes the output layer only at positions in the loss mask: its
-    loss is the one of every position's full softmax, masked, on both the shared-prompt
-    path and the whole-sequence one (gradient checkpointing)."""
+def test_a_partial_loss_mask_gives_the_masked_loss_of_whole_sequences(ray_cluster):
+    """With a loss mask that keeps a few tokens (and a row with none), the learner's loss
+    is the masked GRPO loss of each whole sequence's own log-probs, on both the
+    shared-prompt path and the whole-sequence one (gradient checkpointing)."""
     from actors.learner import LearnerGroup
     from conductor_rl.policy.grpo import grpo_loss
 

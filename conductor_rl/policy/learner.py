@@ -189,45 +189,34 @@ class PolicyLearner:
         else:
             weight = 1.0
         width = max(1, max(len(batch.completion_ids[i]) for i in chunk))
-        in_loss = torch.zeros((len(chunk), width))
+        mask = torch.zeros((len(chunk), width))
         old = torch.zeros((len(chunk), width))
         for r, i in enumerate(chunk):
             n = len(batch.completion_ids[i])
-            in_loss[r, :n] = torch.tensor(batch.loss_mask(i), dtype=torch.float32)
+            mask[r, :n] = weight * torch.tensor(batch.loss_mask(i), dtype=torch.float32)
             old[r, :n] = torch.tensor(batch.old_logprobs[i], dtype=torch.float32)
-        in_loss, old = in_loss.to(self.device), old.to(self.device)
-        mask = weight * in_loss
-        # Only tokens in the loss need a log-prob; the first is always computed, so the
-        # loss has a gradient path even when weighted 0.
-        needed = in_loss > 0
-        needed[:, 0] = True
+        mask, old = mask.to(self.device), old.to(self.device)
         advantages = torch.tensor([batch.advantages[i] for i in chunk], device=self.device)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
-            # Elsewhere the old log-prob stands in: ratio 1, no gradient, and no 0 * inf.
-            logprobs = torch.where(needed, self._completion_logprobs(self.engine, batch, chunk, needed), old)
+            logprobs = self._completion_logprobs(self.engine, batch, chunk, width)
             ref = None
             if self.reference is not None:
                 with torch.no_grad():
-                    ref = torch.where(needed, self._completion_logprobs(self.reference, batch, chunk, needed), old)
+                    ref = self._completion_logprobs(self.reference, batch, chunk, width)
         loss, stats = grpo_loss(logprobs, old, advantages, mask, clip_low=c.clip_low, clip_high=c.clip_high,
                                 kl_beta=c.kl_beta, ref_logprobs=ref, aggregation=c.aggregation,
                                 normalizer=normalizer)
         return loss, stats, int(mask.sum())
 
-    def _completion_logprobs(self, model: Any, batch: RolloutBatch, chunk: list[int],
-                             needed: torch.Tensor) -> torch.Tensor:
-        """[len(chunk), width] log-probs of each row's completion tokens where `needed`
-        ([len(chunk), width] bool) says so, 0 elsewhere.
+    def _completion_logprobs(self, model: Any, batch: RolloutBatch, chunk: list[int], width: int) -> torch.Tensor:
+        """[len(chunk), width] log-probs of each row's completion tokens (0 past its end).
 
         GRPO's G completions of a question share one prompt, usually much longer
         than a plan. Rows with the same prompt run it once, and its key/value
         cache is repeated for each of them (exact: the gradient flows back through
         the shared prompt once, summed). Gradient checkpointing turns the cache
-        off in transformers, so there every row runs its whole sequence. The
-        output layer and softmax over the vocabulary run only at positions some
-        row of the group needs (with the format's text out of the loss, most are not).
+        off in transformers, so there every row runs its whole sequence.
         """
-        width = needed.shape[1]
         out = torch.zeros((len(chunk), width), device=self.device)
         by_prompt: dict[tuple[int, ...], list[int]] = {}
         for r, i in enumerate(chunk):
@@ -242,24 +231,20 @@ class PolicyLearner:
                 ids[k, : len(comp)] = torch.tensor(comp, dtype=torch.long)
                 attention[k, len(prompt): len(prompt) + len(comp)] = 1
             ids, attention = ids.to(self.device), attention.to(self.device)
-            rows = torch.tensor(members, device=self.device)
-            positions = needed[rows].any(dim=0).nonzero().squeeze(1)   # completion positions, 0 among them
             prompt_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
             if self.config.gradient_checkpointing:
                 full = torch.cat([prompt_ids.expand(len(members), -1), ids], dim=1)
-                logits = model(input_ids=full, attention_mask=attention, logits_to_keep=positions + len(prompt) - 1).logits
+                logits = model(input_ids=full, attention_mask=attention).logits[:, len(prompt) - 1: -1]
             else:
                 head = model(input_ids=prompt_ids, use_cache=True, logits_to_keep=1)
                 cache = head.past_key_values
                 cache.batch_repeat_interleave(len(members))
                 logits = head.logits.expand(len(members), -1, -1)
-                later = positions[1:]
-                if len(later):   # token j is predicted at tail position j - 1; the last token's own prediction is not needed
-                    tail = model(input_ids=ids[:, : int(later[-1])], attention_mask=attention[:, : len(prompt) + int(later[-1])],
-                                 past_key_values=cache, logits_to_keep=later - 1)
+                if width > 1:  # the last token's own prediction is not needed
+                    tail = model(input_ids=ids[:, :-1], attention_mask=attention[:, :-1], past_key_values=cache)
                     logits = torch.cat([logits, tail.logits], dim=1)
-            targets = ids[:, positions].unsqueeze(-1)
-            out[rows.unsqueeze(1), positions.unsqueeze(0)] = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets).squeeze(-1)
+            logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+            out[members] = logps
         return out
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
