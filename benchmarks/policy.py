@@ -34,7 +34,7 @@ import torch  # noqa: E402
 from conductor_rl.config import GeneratorConfig, LearnerConfig  # noqa: E402
 from conductor_rl.policy.learner import RolloutBatch  # noqa: E402
 from conductor_rl.models import load_causal_lm, resolve_model  # noqa: E402
-from conductor_rl.plan.prompts import apply_chat_template, conductor_messages  # noqa: E402
+from conductor_rl.plan.prompts import ConductorPrompt  # noqa: E402
 from conductor_rl.policy.sampling import TransformersSampler, VLLMSampler  # noqa: E402
 
 QUESTIONS = [
@@ -77,8 +77,8 @@ def main() -> int:
     from actors.weight_sync import WeightSync, local_transport
 
     model, tokenizer = load_causal_lm(args.model, "float32")
-    prompts = [apply_chat_template(tokenizer, conductor_messages(q, 3, n_examples=0))
-               for q in (QUESTIONS * 4)[: args.prompts]]
+    prompt = ConductorPrompt(tokenizer, n_workers=3, n_examples=0)
+    prompts = [prompt.text(q) for q in (QUESTIONS * 4)[: args.prompts]]
     collective = local_transport()
     gpus = torch.cuda.device_count()
     # One GPU: the learner and the engine share it (and sync by CUDA IPC).

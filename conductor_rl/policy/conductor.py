@@ -12,8 +12,9 @@ from typing import Any, Sequence
 from conductor_rl.config import ConductorConfig
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan.constrained import PlanFormat
-from conductor_rl.plan.prompts import apply_chat_template, conductor_messages
+from conductor_rl.plan.prompts import ConductorPrompt
 from conductor_rl.policy.generate import PlanConstraint, generate
+from conductor_rl.policy.sampling import PlanShape
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,11 @@ class Conductor:
         self._format: PlanFormat | None = None  # token tables, built on the first constrained call
 
     def prompt(self, question: str, n_workers: int) -> str:
-        """The full prompt text, ending with the response prefix."""
-        messages = conductor_messages(question, n_workers, self.config.max_steps, self.config.n_examples)
-        return apply_chat_template(self.tokenizer, messages) + self.config.response_prefix
+        """The full prompt text, ending with the response prefix: what training's
+        `ConductorPrompt` gives for the same settings."""
+        c = self.config
+        shape = PlanShape(n_workers, c.max_steps, c.max_subtask_tokens, c.response_prefix) if c.constrain_format else None
+        return ConductorPrompt(self.tokenizer, n_workers, c.max_steps, c.n_examples, c.response_prefix, shape).text(question)
 
     def write_plans(
         self, question: str, n_workers: int, n: int = 1, seed: int | None = None, temperature: float | None = None
