@@ -29,13 +29,6 @@ subtasks = [...]      # the instruction for each step (strings); include every d
 access_list = [...]   # for each step: [] (sees no earlier step), "all" (sees every earlier step), or a list of earlier step numbers such as [0, 2]
 The answer of the last step is the final answer, so the last subtask must ask for the final answer in the form the question requires."""
 
-# Under a constrained format the lists are forced token by token (`plan/constrained.py`): no reasoning first,
-# access is [] or "all" only. The free format's instructions would be moot there, and wrong in part; the
-# prompt is also most of what the learner processes per question, so this text says only what is left to choose.
-CONDUCTOR_SYSTEM_CONSTRAINED = """You are the Conductor. You coordinate a team of language models to answer a question.
-You do not answer it yourself: you write a workflow of at most {max_steps} steps. Each step gives one model a subtask and says whether it sees the earlier steps ("all") or none ([]).
-The available models are {roster}. They differ in strengths; you only know them by number. The answer of the last step is the final answer."""
-
 # Worked examples (ours), deliberately outside the training domains. Small models
 # copy the last example's shape most, so it is a multi-step plan with explicit access.
 EXAMPLES: tuple[tuple[str, int, str], ...] = (
@@ -85,12 +78,9 @@ def roster_text(n_workers: int) -> str:
     return ", ".join(f"Model {i}" for i in range(n_workers))
 
 
-def conductor_messages(question: str, n_workers: int, max_steps: int = 5, n_examples: int = 4,
-                       constrained: bool = False) -> list[dict[str, str]]:
-    """The chat messages that ask the Conductor for a plan (`constrained`: the
-    format is forced while sampling, so the system text leaves it out)."""
-    template = CONDUCTOR_SYSTEM_CONSTRAINED if constrained else CONDUCTOR_SYSTEM
-    system = template.format(max_steps=max_steps, roster=roster_text(n_workers), last_id=n_workers - 1)
+def conductor_messages(question: str, n_workers: int, max_steps: int = 5, n_examples: int = 4) -> list[dict[str, str]]:
+    """The chat messages that ask the Conductor for a plan."""
+    system = CONDUCTOR_SYSTEM.format(max_steps=max_steps, roster=roster_text(n_workers), last_id=n_workers - 1)
     shots = []
     for i, (example_question, pool, plan) in enumerate(EXAMPLES[:n_examples], 1):
         shots.append(f"Example {i} (a team of {pool} models: {roster_text(pool)})\nQuestion: {example_question}\n{plan}")
@@ -171,8 +161,7 @@ class ConductorPrompt:
 
     def text(self, question: str) -> str:
         """The whole prompt, rendered with the model's chat template."""
-        messages = conductor_messages(question, self.n_workers, self.max_steps, self.n_examples,
-                                      constrained=self.shape is not None)
+        messages = conductor_messages(question, self.n_workers, self.max_steps, self.n_examples)
         return apply_chat_template(self.tokenizer, messages) + self.response_prefix
 
     def ids(self, question: str) -> list[int]:
