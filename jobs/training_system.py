@@ -30,12 +30,26 @@ def start_ray(config: Config) -> Any:
         wanted = local_cpu_demand(config)
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private cluster in this process needs no token
         # address="local": a new cluster, even if `ray start` left one running on this machine.
-        context = ray.init(address="local", num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, wanted),
-                           include_dashboard=config.cluster.dashboard, dashboard_host="127.0.0.1",
-                           log_to_driver=False, _node_ip_address="127.0.0.1")
+        for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+            try:
+                context = ray.init(address="local", num_cpus=config.cluster.local_cpus or max(os.cpu_count() or 1, wanted),
+                                   include_dashboard=config.cluster.dashboard, dashboard_host="127.0.0.1",
+                                   log_to_driver=False, _node_ip_address="127.0.0.1")
+                break
+            except Exception as err:
+                # Ray waits a fixed 30 s for a new node to register; a machine busy with other
+                # clusters can take longer. That, and only that, is worth another start.
+                if "timed out during startup" not in str(err) or attempt == LOCAL_START_ATTEMPTS:
+                    raise
+                log(f"the local Ray node was slow to start on a busy machine; starting it again ({attempt + 1}/"
+                    f"{LOCAL_START_ATTEMPTS})")
+                ray.shutdown()
         if config.cluster.dashboard:
             log(f"Ray dashboard: http://{context.dashboard_url}")
     return ray
+
+
+LOCAL_START_ATTEMPTS = 3
 
 
 def local_cpu_demand(config: Config) -> int:
