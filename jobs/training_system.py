@@ -14,6 +14,9 @@ from conductor_rl.config import Config
 from jobs.common import log
 
 
+LOCAL_START_ATTEMPTS = 3   # local Ray starts tried when Ray's fixed registration wait runs out
+
+
 def start_ray(config: Config) -> Any:
     """Join the cluster named by `cluster.address` or RAY_ADDRESS (what `ray job
     submit` sets), else start a local one in this process."""
@@ -47,9 +50,6 @@ def start_ray(config: Config) -> Any:
         if config.cluster.dashboard:
             log(f"Ray dashboard: http://{context.dashboard_url}")
     return ray
-
-
-LOCAL_START_ATTEMPTS = 3
 
 
 def local_cpu_demand(config: Config) -> int:
