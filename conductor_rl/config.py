@@ -247,6 +247,11 @@ class LearnerConfig(Strict):
         "AMX or Arm BF16), else fp32. bfloat16 on a CPU: autocast around the forward pass, fp32 weights "
         "(slower than fp32 on a CPU without those instructions).")
     gradient_checkpointing: bool = False
+    old_logprobs: Literal["learner", "sampler"] = Field(
+        "learner", description="GRPO's old log-probs. learner: the learner's own, before its step (exact: one "
+        "optimizer step per batch, so the weights that sampled are the weights that learn). sampler: the ones "
+        "the sampler reported, for samples drawn with older weights; vLLM's are of the distribution after its "
+        "structured-output mask, so with conductor.constrain_format they are not the policy's.")
 
 
 class DataConfig(Strict):

@@ -32,7 +32,7 @@ from conductor_rl.data import load_dataset
 from conductor_rl.data.stream import QuestionStream
 from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
 from conductor_rl.policy.batch import rollout_batch
-from conductor_rl.policy.sampling import sample_seed
+from conductor_rl.policy.generate import sample_seed
 from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, grade_request, needs_execution,
                                            parse_rollout, ready_to_grade, unfinished)
 from conductor_rl.rollout.workflow import StepLimits

@@ -1,6 +1,7 @@
 """DeepSpeed learner ranks as Ray actors: GRPO steps, rank agreement,
 micro-batch equivalence, checkpoints, and a toy reward that rises."""
 
+import math
 import random
 from dataclasses import replace
 
@@ -161,6 +162,42 @@ def test_shared_prompt_gives_the_gradient_of_whole_sequences(ray_cluster):
         shared.shutdown()
 
 
+def whole_sequence_logprobs(batch):
+    """Each completion token's log-prob under tiny-qwen2, one whole sequence at a time."""
+    model, _ = load_causal_lm("tiny-qwen2", "float32")
+    out = []
+    with torch.no_grad():
+        for prompt, completion in zip(batch.prompt_ids, batch.completion_ids):
+            ids = torch.tensor([prompt + completion])
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1]
+            out.append(torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(prompt):, None])[:, 0])
+    return out
+
+
+def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(ray_cluster):
+    """By default the old log-probs are the learner's own: two batches that differ only
+    in what the sampler reported (as vLLM reports a constrained format's masked
+    distribution) give the same step, and ratio_mean shows the gap. With
+    old_logprobs=sampler the reported ones enter the loss."""
+    from actors.learner import LearnerGroup
+
+    batch = grouped_batch(seed=7)
+    true = [lp.tolist() for lp in whole_sequence_logprobs(batch)]
+    honest = replace(batch, old_logprobs=true)
+    masked = replace(batch, old_logprobs=[[x + math.log(2.0) for x in lp] for lp in true])   # half the mass allowed
+    for mode in ("learner", "sampler"):
+        made = [LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=4, zero_stage=1,
+                                                         old_logprobs=mode), total_steps=10) for _ in range(2)]
+        try:
+            a, b = made[0].train_step(honest), made[1].train_step(masked)
+            assert a.ratio_mean == pytest.approx(1.0, abs=1e-4) and b.ratio_mean == pytest.approx(0.5, abs=1e-4)
+            same = torch.equal(flat_weights(made[0]), flat_weights(made[1]))
+            assert same == (mode == "learner"), mode
+        finally:
+            for group in made:
+                group.shutdown()
+
+
 def test_a_partial_loss_mask_gives_the_masked_loss_of_whole_sequences(ray_cluster):
     """With a loss mask that keeps a few tokens (and a row with none), the learner's loss
     is the masked GRPO loss of each whole sequence's own log-probs, on both the
@@ -173,19 +210,15 @@ def test_a_partial_loss_mask_gives_the_masked_loss_of_whole_sequences(ray_cluste
     masks = [[int(rng.random() < 0.3) for _ in c] for c in batch.completion_ids]
     masks[0] = [0] * len(masks[0])   # a row wholly out of the loss
     batch = replace(batch, loss_masks=masks)
-    model, _ = load_causal_lm("tiny-qwen2", "float32")
     expected = 0.0
     normalizer = sum(map(sum, masks))
-    with torch.no_grad():
-        for i in range(len(masks)):
-            ids = torch.tensor([batch.prompt_ids[i] + batch.completion_ids[i]])
-            logits = model(input_ids=ids).logits[0, len(batch.prompt_ids[i]) - 1: -1]
-            logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(batch.prompt_ids[i]):, None])[:, 0]
-            expected += float(grpo_loss(logp[None], torch.tensor([batch.old_logprobs[i]]), torch.tensor([batch.advantages[i]]),
-                                        torch.tensor([masks[i]], dtype=torch.float32), normalizer=normalizer)[0])
+    for i, logp in enumerate(whole_sequence_logprobs(batch)):
+        expected += float(grpo_loss(logp[None], torch.tensor([batch.old_logprobs[i]]), torch.tensor([batch.advantages[i]]),
+                                    torch.tensor([masks[i]], dtype=torch.float32), normalizer=normalizer)[0])
     for checkpointing in (False, True):
         group = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=3,
-                                                         gradient_checkpointing=checkpointing), total_steps=10)
+                                                         gradient_checkpointing=checkpointing, old_logprobs="sampler"),
+                             total_steps=10)
         try:
             stats = group.train_step(batch)
             assert stats.tokens == normalizer

@@ -6,7 +6,7 @@ from __future__ import annotations
 from conductor_rl.config import load_config
 from conductor_rl.data import Question
 from conductor_rl.plan import parse_plan
-from conductor_rl.policy.sampling import sample_seed
+from conductor_rl.policy.generate import sample_seed
 from conductor_rl.rollout.rollouts import Rollout, grade_request
 from conductor_rl.rollout.workflow import StepLimits, StepTrace, Task, WorkflowResult
 

@@ -67,6 +67,11 @@ def prompt_seed(seed: int, index: int) -> int:
     return (seed * 7919 + index * 1_000_003) % (2**31)
 
 
+def sample_seed(seed: int, iteration: int) -> int:
+    """Each training iteration samples with its own seed, the same on resume."""
+    return (seed * 1_000_003 + iteration) % (2**31)
+
+
 def end_tokens(model: Any, tokenizer: Any) -> set[int]:
     """Token ids that end a completion: the tokenizer's end-of-sequence token and
     any the model's generation config names (Qwen2.5 lists two)."""

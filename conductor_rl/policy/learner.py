@@ -8,6 +8,12 @@ one big batch. Gradient accumulation is driven by hand (DeepSpeed's own needs
 a fixed batch shape, and the number of kept rollouts varies per iteration):
 every rank pads to the same number of micro-batches so collectives line up.
 
+GRPO's "old" log-probs are by default the learner's own before its one step
+on the batch: the weights that sampled the batch are the weights that learn,
+so the ratio is 1 and the step is the on-policy gradient, whatever the
+sampler's arithmetic or its constrained-format mask made of its own log-probs.
+Those are kept as a check (`StepStats.ratio_mean`).
+
 The process group must exist before construction: `init_process_group` sets
 it up (gloo on CPU, NCCL on GPU), from MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE.
 """
@@ -17,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -35,7 +41,7 @@ class RolloutBatch:
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
-    old_logprobs: list[list[float]]   # the sampler's, one per completion token
+    old_logprobs: list[list[float]]   # the sampler's, one per completion token (LearnerConfig.old_logprobs)
     advantages: list[float]
     # 1 where a completion token is in the loss; None: every token. The trainer leaves
     # out text a constrained format dictates (conductor_rl/plan/constrained.py choice_mask).
@@ -61,7 +67,7 @@ class StepStats:
     loss: float
     grad_norm: float
     clip_fraction: float
-    ratio_mean: float
+    ratio_mean: float    # learner / sampler probability over loss tokens: 1 where they agree
     kl: float
     lr: float
     tokens: int          # completion tokens this rank trained on
@@ -197,30 +203,41 @@ class PolicyLearner:
         mask, old = mask.to(self.device), old.to(self.device)
         advantages = torch.tensor([batch.advantages[i] for i in chunk], device=self.device)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
-            logprobs = self._completion_logprobs(self.engine, batch, chunk, width)
+            logprobs = self._completion_logprobs(self.engine, batch, chunk, width, mask > 0)
             ref = None
             if self.reference is not None:
                 with torch.no_grad():
-                    ref = self._completion_logprobs(self.reference, batch, chunk, width)
+                    ref = self._completion_logprobs(self.reference, batch, chunk, width, mask > 0)
+        # The sampler's log-probs serve as a check either way: a ratio far from 1 means the
+        # sampler's distribution is not the learner's (a constrained format, stale weights).
+        sampler_ratio = float((torch.exp(logprobs.detach() - old) * mask).sum() / mask.sum().clamp_min(1.0))
+        if c.old_logprobs == "learner":
+            old = logprobs.detach()
         loss, stats = grpo_loss(logprobs, old, advantages, mask, clip_low=c.clip_low, clip_high=c.clip_high,
                                 kl_beta=c.kl_beta, ref_logprobs=ref, aggregation=c.aggregation,
                                 normalizer=normalizer)
-        return loss, stats, int(mask.sum())
+        return loss, replace(stats, ratio_mean=sampler_ratio), int(mask.sum())
 
-    def _completion_logprobs(self, model: Any, batch: RolloutBatch, chunk: list[int], width: int) -> torch.Tensor:
-        """[len(chunk), width] log-probs of each row's completion tokens (0 past its end).
+    def _completion_logprobs(self, model: Any, batch: RolloutBatch, chunk: list[int], width: int,
+                             needed: torch.Tensor) -> torch.Tensor:
+        """[len(chunk), width] log-probs of each row's completion tokens where `needed`
+        (a [len(chunk), width] bool mask), 0 elsewhere.
 
         GRPO's G completions of a question share one prompt, usually much longer
         than a plan. Rows with the same prompt run it once, and its key/value
         cache is repeated for each of them (exact: the gradient flows back through
         the shared prompt once, summed). Gradient checkpointing turns the cache
         off in transformers, so there every row runs its whole sequence.
+        The vocabulary projection, a large share of a small model's arithmetic,
+        runs only at the needed positions (a constrained format's own text and the
+        subtasks are not in the loss).
         """
         out = torch.zeros((len(chunk), width), device=self.device)
         by_prompt: dict[tuple[int, ...], list[int]] = {}
         for r, i in enumerate(chunk):
             by_prompt.setdefault(tuple(batch.prompt_ids[i]), []).append(r)
         pad = self.tokenizer.pad_token_id or 0
+        project = getattr(model, "module", model).get_output_embeddings()   # the engine wraps the model
         for prompt, members in by_prompt.items():
             comps = [batch.completion_ids[chunk[r]] for r in members]
             ids = torch.full((len(members), width), pad, dtype=torch.long)
@@ -231,19 +248,26 @@ class PolicyLearner:
                 attention[k, len(prompt): len(prompt) + len(comp)] = 1
             ids, attention = ids.to(self.device), attention.to(self.device)
             prompt_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+            # hidden[k, t]: the final hidden state that predicts completion token t of row k
             if self.config.gradient_checkpointing:
                 full = torch.cat([prompt_ids.expand(len(members), -1), ids], dim=1)
-                logits = model(input_ids=full, attention_mask=attention).logits[:, len(prompt) - 1: -1]
+                states = model(input_ids=full, attention_mask=attention, logits_to_keep=1, output_hidden_states=True)
+                hidden = states.hidden_states[-1][:, len(prompt) - 1: -1]
             else:
-                head = model(input_ids=prompt_ids, use_cache=True, logits_to_keep=1)
+                head = model(input_ids=prompt_ids, use_cache=True, logits_to_keep=1, output_hidden_states=True)
                 cache = head.past_key_values
                 cache.batch_repeat_interleave(len(members))
-                logits = head.logits.expand(len(members), -1, -1)
+                hidden = head.hidden_states[-1][:, -1:].expand(len(members), -1, -1)
                 if width > 1:  # the last token's own prediction is not needed
-                    tail = model(input_ids=ids[:, :-1], attention_mask=attention[:, :-1], past_key_values=cache)
-                    logits = torch.cat([logits, tail.logits], dim=1)
-            logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-            out[members] = logps
+                    tail = model(input_ids=ids[:, :-1], attention_mask=attention[:, :-1], past_key_values=cache,
+                                 logits_to_keep=1, output_hidden_states=True)
+                    hidden = torch.cat([hidden, tail.hidden_states[-1]], dim=1)
+            rows, cols = needed[members].nonzero(as_tuple=True)
+            if not len(rows):   # one position anyway: a rank's padding chunk still needs a graph for backward
+                rows = cols = torch.zeros(1, dtype=torch.long, device=needed.device)
+            logits = project(hidden[rows, cols])
+            logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[rows, cols].unsqueeze(-1)).squeeze(-1)
+            out[torch.tensor(members, device=self.device)[rows], cols] = logps
         return out
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:

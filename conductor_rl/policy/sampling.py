@@ -6,9 +6,12 @@ sampling policy's per-token log-probabilities (GRPO's "old" log-probs).
 version they hold, and load new weights in place (`load_weights`), which is
 how the learner's updates reach the sampler after each step.
 
-Log-probabilities are of the raw model distribution (temperature 1), which is
-what the learner recomputes; at the paper's temperature of 1.0 that is also the
-sampling distribution.
+Log-probabilities are of the model's distribution at temperature 1. Under a
+plan constraint they differ by sampler: vLLM applies its structured-output
+mask before it computes them (so they are the constrained distribution's),
+`TransformersSampler` reports the unconstrained policy's. The learner by
+default steps on its own log-probs and only compares with these
+(`LearnerConfig.old_logprobs`).
 """
 
 from __future__ import annotations
@@ -28,8 +31,7 @@ from conductor_rl.policy.generate import Generation, PlanConstraint, Prompt, gen
 class PlanShape:
     """Constrain samples to well-formed plans (see conductor_rl/plan/constrained.py).
     vLLM enforces it with a regular expression (subtask length in characters,
-    4 per token), transformers with a token-level logits processor. Log-probs
-    stay those of the unconstrained policy, as the learner computes them."""
+    4 per token), transformers with a token-level logits processor."""
 
     n_workers: int
     max_steps: int
@@ -118,11 +120,6 @@ class VLLMSampler:
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM could not reset its prefix cache after a weight load (requests in flight?)")
         self.weights_version = version
-
-
-def sample_seed(seed: int, iteration: int) -> int:
-    """Each training iteration samples with its own seed, the same on resume."""
-    return (seed * 1_000_003 + iteration) % (2**31)
 
 
 def _vllm_sample(completion: Any) -> Sample:
