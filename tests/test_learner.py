@@ -1,5 +1,9 @@
 """DeepSpeed learner ranks as Ray actors: GRPO steps, rank agreement,
-micro-batch equivalence, checkpoints, and a toy reward that rises."""
+micro-batch equivalence, checkpoints, and a toy reward that rises.
+
+Tests that compare two ways of computing one step pin float32: `auto` precision
+takes bf16 autocast on a CPU with bf16 instructions, and bf16 rounds the two
+orders of arithmetic apart."""
 
 import math
 import random
@@ -35,7 +39,7 @@ def groups(ray_cluster):
     made = []
 
     def make(**overrides):
-        config = LearnerConfig(**{"lr": 1e-3, "warmup_ratio": 0.0, **overrides})
+        config = LearnerConfig(**{"lr": 1e-3, "warmup_ratio": 0.0, "precision": "float32", **overrides})
         group = LearnerGroup("tiny-qwen2", config, total_steps=10)
         made.append(group)
         return group
@@ -76,7 +80,7 @@ def test_zero3_ranks_hand_out_and_save_the_full_weights(ray_cluster, tmp_path):
     batch = random_batch(n=6, seed=9)
     weights = {}
     for stage in (2, 3):   # one group at a time: the session cluster's CPUs are shared with the module's groups
-        group = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, adam_eps=1e-3, world_size=2,
+        group = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, adam_eps=1e-3, world_size=2, precision="float32",
                                                          micro_batch_size=2, zero_stage=stage), total_steps=10)
         try:
             group.train_step(batch)
@@ -138,14 +142,15 @@ def grouped_batch(groups=3, size=4, seed=1):
 
 
 def test_shared_prompt_gives_the_gradient_of_whole_sequences(ray_cluster):
-    """Running a group's prompt once and repeating its cache is exact: the same
-    step as running every row's whole sequence (the path gradient checkpointing
-    takes), with micro-batches that split groups and 1-token completions."""
+    """Running a group's prompt once, its completions packed after it, is exact: the
+    same step as running every row's whole sequence (the path gradient checkpointing
+    takes), with micro-batches that split groups and 1-token completions. In float32:
+    under bf16 autocast (`auto` on a bf16 CPU) the two orders of arithmetic round apart."""
     from actors.learner import LearnerGroup
 
     def make(**overrides):
         return LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=3, adam_eps=1e-3,
-                                                        **overrides), total_steps=10)
+                                                        precision="float32", **overrides), total_steps=10)
 
     shared = make()
     try:
@@ -186,7 +191,7 @@ def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(ray
     honest = replace(batch, old_logprobs=true)
     masked = replace(batch, old_logprobs=[[x + math.log(2.0) for x in lp] for lp in true])   # half the mass allowed
     for mode in ("learner", "sampler"):
-        made = [LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=4, zero_stage=1,
+        made = [LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=4, zero_stage=1, precision="float32",
                                                          old_logprobs=mode), total_steps=10) for _ in range(2)]
         try:
             a, b = made[0].train_step(honest), made[1].train_step(masked)
@@ -216,7 +221,7 @@ def test_a_partial_loss_mask_gives_the_masked_loss_of_whole_sequences(ray_cluste
         expected += float(grpo_loss(logp[None], torch.tensor([batch.old_logprobs[i]]), torch.tensor([batch.advantages[i]]),
                                     torch.tensor([masks[i]], dtype=torch.float32), normalizer=normalizer)[0])
     for checkpointing in (False, True):
-        group = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=3,
+        group = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=3, precision="float32",
                                                          gradient_checkpointing=checkpointing, old_logprobs="sampler"),
                              total_steps=10)
         try:

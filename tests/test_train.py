@@ -477,22 +477,17 @@ def light_system(monkeypatch):
     """`build_system` with the real worker pools, cost ledger and grader pool, and stand-ins for
     the generator and the learner (whose start is most of a minute): for what train() and
     train_iteration do around them. `light_system.spread` sets which workers the plans use."""
-    import uuid
-
     import jobs.training_system as ts
     from actors.grader import GraderPool
     from actors.weight_sync import WeightSync
-    from actors.worker_pool import WorkerPool, get_ledger
 
     def build(config, model, weights_version, total_steps):
-        ledger = get_ledger(config.train.budget_usd, name=f"ledger-{uuid.uuid4().hex[:12]}")
-        workers = [WorkerPool(w, config.train.worker_replicas, ledger=ledger, seed=config.conductor.seed,
-                              num_cpus=0.25) for w in config.workers]
+        workers = ts.start_worker_pools(config, config.train.budget_usd, config.train.worker_replicas)
         graders = GraderPool(config.grader, num_cpus=0.5)
         graders.wait_ready()
         generators, learners = _FakeGenerators(build.spread), _FakeLearners()
         return ts.TrainingSystem(generators, learners, WeightSync(learners, generators, "object_store"),
-                                 workers, graders, ledger)
+                                 workers.pools, graders, workers.ledger)
 
     build.spread = 1
     monkeypatch.setattr(ts, "build_system", build)

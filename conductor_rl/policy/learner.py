@@ -224,10 +224,10 @@ class PolicyLearner:
         (a [len(chunk), width] bool mask), 0 elsewhere.
 
         GRPO's G completions of a question share one prompt, usually much longer
-        than a plan. Rows with the same prompt run it once, and its key/value
-        cache is repeated for each of them (exact: the gradient flows back through
-        the shared prompt once, summed). Gradient checkpointing turns the cache
-        off in transformers, so there every row runs its whole sequence.
+        than a plan. Rows with the same prompt run as one packed sequence (see
+        `_packed_hidden`): the prompt once, no padding. With gradient checkpointing,
+        or an attention implementation other than SDPA (which takes the block
+        mask), every row runs its whole sequence, padded.
         The vocabulary projection, a large share of a small model's arithmetic,
         runs only at the needed positions (a constrained format's own text and the
         subtasks are not in the loss).
@@ -237,31 +237,27 @@ class PolicyLearner:
         for r, i in enumerate(chunk):
             by_prompt.setdefault(tuple(batch.prompt_ids[i]), []).append(r)
         pad = self.tokenizer.pad_token_id or 0
-        project = getattr(model, "module", model).get_output_embeddings()   # the engine wraps the model
+        hf_model = getattr(model, "module", model)   # the DeepSpeed engine wraps the model
+        project = hf_model.get_output_embeddings()
+        packed = not self.config.gradient_checkpointing and hf_model.config._attn_implementation == "sdpa"
         for prompt, members in by_prompt.items():
             comps = [batch.completion_ids[chunk[r]] for r in members]
             ids = torch.full((len(members), width), pad, dtype=torch.long)
-            attention = torch.zeros((len(members), len(prompt) + width), dtype=torch.long)
-            attention[:, : len(prompt)] = 1
             for k, comp in enumerate(comps):
                 ids[k, : len(comp)] = torch.tensor(comp, dtype=torch.long)
-                attention[k, len(prompt): len(prompt) + len(comp)] = 1
-            ids, attention = ids.to(self.device), attention.to(self.device)
-            prompt_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+            ids = ids.to(self.device)
             # hidden[k, t]: the final hidden state that predicts completion token t of row k
-            if self.config.gradient_checkpointing:
-                full = torch.cat([prompt_ids.expand(len(members), -1), ids], dim=1)
-                states = model(input_ids=full, attention_mask=attention, logits_to_keep=1, output_hidden_states=True)
-                hidden = states.hidden_states[-1][:, len(prompt) - 1: -1]
+            if packed:
+                hidden = self._packed_hidden(model, prompt, comps, width)
             else:
-                head = model(input_ids=prompt_ids, use_cache=True, logits_to_keep=1, output_hidden_states=True)
-                cache = head.past_key_values
-                cache.batch_repeat_interleave(len(members))
-                hidden = head.hidden_states[-1][:, -1:].expand(len(members), -1, -1)
-                if width > 1:  # the last token's own prediction is not needed
-                    tail = model(input_ids=ids[:, :-1], attention_mask=attention[:, :-1], past_key_values=cache,
-                                 logits_to_keep=1, output_hidden_states=True)
-                    hidden = torch.cat([hidden, tail.hidden_states[-1]], dim=1)
+                attention = torch.zeros((len(members), len(prompt) + width), dtype=torch.long)
+                attention[:, : len(prompt)] = 1
+                for k, comp in enumerate(comps):
+                    attention[k, len(prompt): len(prompt) + len(comp)] = 1
+                full = torch.cat([torch.tensor([prompt], device=self.device).expand(len(members), -1), ids], dim=1)
+                states = model(input_ids=full, attention_mask=attention.to(self.device), logits_to_keep=1,
+                               output_hidden_states=True)
+                hidden = states.hidden_states[-1][:, len(prompt) - 1: -1]
             rows, cols = needed[members].nonzero(as_tuple=True)
             if not len(rows):   # one position anyway: a rank's padding chunk still needs a graph for backward
                 rows = cols = torch.zeros(1, dtype=torch.long, device=needed.device)
@@ -269,6 +265,34 @@ class PolicyLearner:
             logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[rows, cols].unsqueeze(-1)).squeeze(-1)
             out[torch.tensor(members, device=self.device)[rows], cols] = logps
         return out
+
+    def _packed_hidden(self, model: Any, prompt: tuple[int, ...], comps: list[list[int]], width: int) -> torch.Tensor:
+        """[len(comps), width, hidden] final hidden states that predict each completion token, from
+        one sequence: the prompt, then each completion but its last token, every completion
+        attending to the prompt and to its own earlier tokens only (a block-causal mask, and
+        positions that restart after the prompt). Exact: each token sees what it saw when
+        sampled, and the gradient reaches the shared prompt once, summed over completions."""
+        p = len(prompt)
+        total = p + sum(max(len(c) - 1, 0) for c in comps)
+        tokens = list(prompt)
+        positions = list(range(p))
+        allowed = torch.zeros((total, total), dtype=torch.bool)
+        allowed[:p, :p] = True
+        index = torch.full((len(comps), width), p - 1, dtype=torch.long)   # token 0 is predicted by the prompt's end
+        start = p
+        for k, comp in enumerate(comps):
+            n = max(len(comp) - 1, 0)
+            tokens += comp[:n]
+            positions += range(p, p + n)
+            allowed[start:start + n, :p] = True
+            allowed[start:start + n, start:start + n] = True
+            index[k, 1:n + 1] = torch.arange(start, start + n)
+            start += n
+        allowed &= torch.ones_like(allowed).tril()   # causal within each block
+        states = model(input_ids=torch.tensor([tokens], device=self.device),
+                       position_ids=torch.tensor([positions], device=self.device),
+                       attention_mask=allowed[None, None].to(self.device), logits_to_keep=1, output_hidden_states=True)
+        return states.hidden_states[-1][0][index.to(self.device)]
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         """The full weights, on CPU, by Hugging Face name (what samplers load), tied
