@@ -167,3 +167,31 @@ def test_sandbox_killed_from_outside_is_a_sandbox_error(box):
         box.run("import time\ntime.sleep(60)\n", timeout_s=HANG_GUARD_S)  # the killer comes long before
     killer.join()
     assert_nothing_left()
+
+
+def _supervised(child: str, timeout_s: float, startup_s: float):
+    """`supervise` on a Python child that is handed the status pipe's write end as argv[1]."""
+    from conductor_rl.grading.supervise import supervise
+
+    status_r, status_w = os.pipe()
+    try:
+        return supervise([sys.executable, "-c", child, str(status_w)], cwd="/", env={}, pass_fds=(status_w,),
+                         status_fd=status_r, stdin=b"", timeout_s=timeout_s, max_output_bytes=1000,
+                         startup_s=startup_s)
+    finally:
+        os.close(status_r)
+
+
+def test_a_slow_start_does_not_spend_the_programs_time():
+    """The clock starts at the status byte: a start slower than the timeout (a loaded
+    machine) leaves the program its whole time; a program that runs past it is killed."""
+    slow_start = "import os, sys, time\ntime.sleep(1.0)\nos.write(int(sys.argv[1]), b'S')\ntime.sleep({})\n"
+    done = _supervised(slow_start.format(0.1), timeout_s=0.5, startup_s=5.0)
+    assert done.signalled and done.killed_by is None and done.returncode == 0 and done.wall_s >= 1.0
+    done = _supervised(slow_start.format(30), timeout_s=0.5, startup_s=5.0)
+    assert done.signalled and done.killed_by == "timeout" and done.wall_s >= 1.5
+
+
+def test_a_child_that_never_starts_is_killed_after_the_startup_allowance():
+    done = _supervised("import time\ntime.sleep(30)\n", timeout_s=60.0, startup_s=0.5)
+    assert not done.signalled and done.killed_by == "timeout" and done.wall_s < HANG_GUARD_S

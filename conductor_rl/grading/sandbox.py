@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from conductor_rl.grading.cgroups import PidsCgroup
-from conductor_rl.grading.supervise import supervise
+from conductor_rl.grading.supervise import STARTUP_S, supervise
 
 if TYPE_CHECKING:
     from conductor_rl.config import SandboxConfig
@@ -379,7 +379,7 @@ class Sandbox:
         stderr = done.stderr.decode("utf-8", errors="replace")
         if not done.signalled:
             if done.killed_by == "timeout":
-                raise SandboxError(f"the sandbox did not start the program within {timeout:g}s (machine overloaded?)")
+                raise SandboxError(f"the sandbox did not start the program within {STARTUP_S:g}s (machine overloaded?)")
             raise SandboxError(f"the sandbox failed to start the program (exit {done.returncode}): {stderr.strip()[-500:]}")
         if done.returncode < 0 and done.killed_by is None:
             # The program's own death by a signal is reported as 128 + N by bubblewrap or the shell in

@@ -3,7 +3,9 @@
 `supervise` starts a command in its own session, feeds its stdin, reads its
 stdout and stderr incrementally (never more than `max_output_bytes` of each
 is kept; more kills it), watches a status pipe, and kills it when the wall
-clock runs out. It returns what happened (`Supervised`); deciding what that
+clock runs out. The clock starts when the child writes its status byte (the
+program itself begins): starting it (bubblewrap, an interpreter) has its own
+allowance, `startup_s`, so a loaded machine does not spend the program's time. It returns what happened (`Supervised`); deciding what that
 means is the caller's business (`conductor_rl.grading.sandbox`). It never waits on a
 child beyond its deadline, whatever the child does with its descriptors.
 """
@@ -18,8 +20,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Supervised", "supervise", "kill_session"]
+__all__ = ["STARTUP_S", "Supervised", "supervise", "kill_session"]
 
+STARTUP_S = 10.0
 _READ_CHUNK = 65536
 _EXIT_GRACE_S = 0.5
 
@@ -49,12 +52,15 @@ def supervise(
     timeout_s: float,
     max_output_bytes: int,
     kill_rest: Callable[[], object] | None = None,
+    startup_s: float = STARTUP_S,
 ) -> Supervised:
     """Run `cmd` to its end or its deadline (see the module docstring).
 
     `pass_fds` are closed here once the child holds them (also when it cannot
     start). `kill_rest` is called after the child's session is killed, to kill
-    whatever else it started (a cgroup). Raises OSError if the command cannot start.
+    whatever else it started (a cgroup). `timeout_s` counts from the status byte;
+    a child that has not written it within `startup_s` is killed as timed out
+    (`signalled` False). Raises OSError if the command cannot start.
     """
     start = time.monotonic()
     try:
@@ -66,7 +72,7 @@ def supervise(
         for fd in pass_fds:  # the child holds them now; our copies would keep the pipe open
             os.close(fd)
     try:
-        return _pump(proc, status_fd, stdin, start, timeout_s, max_output_bytes)
+        return _pump(proc, status_fd, stdin, start, startup_s, timeout_s, max_output_bytes)
     finally:
         _kill_tree(proc, kill_rest)
 
@@ -88,7 +94,8 @@ def _feed(poller: select.poll, proc: subprocess.Popen[bytes], pending: memoryvie
 
 
 def _pump(
-    proc: subprocess.Popen[bytes], status_r: int, stdin: bytes, start: float, timeout: float, max_output: int
+    proc: subprocess.Popen[bytes], status_r: int, stdin: bytes, start: float, startup: float, timeout: float,
+    max_output: int,
 ) -> Supervised:
     assert proc.stdin and proc.stdout and proc.stderr
     out_fd, err_fd, in_fd = proc.stdout.fileno(), proc.stderr.fileno(), proc.stdin.fileno()
@@ -106,7 +113,7 @@ def _pump(
         poller.register(in_fd, select.POLLOUT | select.POLLERR)
     else:
         proc.stdin.close()
-    deadline = start + timeout
+    deadline = start + startup   # until the status byte; then the program's own timeout
     exited_at: float | None = None
     pidfd = _pidfd(proc.pid)
     if pidfd is not None:  # readable the moment the process exits: no polling delay
@@ -135,6 +142,8 @@ def _pump(
                         poller.unregister(fd)
                         open_fds.discard(fd)
                     elif fd == status_r:
+                        if not signalled:
+                            deadline = time.monotonic() + timeout
                         signalled = True
                     else:
                         buf = bufs[fd]
