@@ -5,9 +5,10 @@ stdout and stderr incrementally (never more than `max_output_bytes` of each
 is kept; more kills it), watches a status pipe, and kills it when the wall
 clock runs out. The clock starts when the child writes its status byte (the
 program itself begins): starting it (bubblewrap, an interpreter) has its own
-allowance, `startup_s`, so a loaded machine does not spend the program's time. It returns what happened (`Supervised`); deciding what that
-means is the caller's business (`conductor_rl.grading.sandbox`). It never waits on a
-child beyond its deadline, whatever the child does with its descriptors.
+allowance, `startup_s`, so a loaded machine does not spend the program's time.
+It returns what happened (`Supervised`); deciding what that means is the
+caller's business (`conductor_rl.grading.sandbox`). It never waits on a child
+beyond its deadline, whatever the child does with its descriptors.
 """
 
 from __future__ import annotations
