@@ -1,6 +1,8 @@
 """The `conductor-rl` command: one subcommand per job.
 
     conductor-rl train [--config FILE] [key.sub=value ...] [--resume] [--json]
+    conductor-rl evaluate [--method M ...] [--benchmark B ...] [--limit N] [--budget-usd X] [key.sub=value ...]
+    conductor-rl data mix [--config FILE] [key.sub=value ...]  # the training mixture, chosen by a pilot pass
     conductor-rl ask [QUESTION ...] [--config FILE] [key.sub=value ...] [--json]
     conductor-rl config [--config FILE] [key.sub=value ...]     # print the resolved configuration
 """
@@ -13,7 +15,7 @@ from typing import Sequence
 
 import yaml
 
-from jobs import ask, train
+from jobs import ask, data, evaluate, train
 from jobs.common import add_config_arguments, config_from_args
 
 
@@ -23,11 +25,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ask.main(argv[1:])  # its own parser, so overrides may follow options
     if argv[:1] == ["train"]:
         return train.main(argv[1:])
+    if argv[:1] == ["evaluate"]:
+        return evaluate.main(argv[1:])
+    if argv[:1] == ["data"]:
+        return data.main(argv[1:])
     parser = argparse.ArgumentParser(prog="conductor-rl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     train.add_arguments(commands.add_parser("train", help="train the Conductor with GRPO (the main job)"))
     ask.add_arguments(commands.add_parser("ask", help="ask the Conductor a question and run its plan"))
+    evaluate.add_arguments(commands.add_parser("evaluate", help="methods x benchmarks: the paper's tables"))
+    commands.add_parser("data", help="data tools: `data mix` builds the training mixture")
     show = commands.add_parser("config", help="print the resolved configuration as YAML")
     show.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE")
     add_config_arguments(show)

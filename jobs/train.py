@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from conductor_rl.config import Config, ConfigError
-from conductor_rl.data import load_dataset
+from conductor_rl.data import HubUnavailableError, Question, load_dataset
+from conductor_rl.data.overlap import ContaminationError, check_disjoint
 from conductor_rl.data.stream import QuestionStream
 from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
 from conductor_rl.policy.batch import rollout_batch
@@ -226,7 +227,20 @@ def training_questions(config: Config, prompts: ConductorPrompt) -> list:
         log(f"leaving out {left_out} of {len(questions)} questions whose prompt is longer than "
             f"{config.generator.max_model_len - config.conductor.max_new_tokens} tokens "
             f"(generator.max_model_len - conductor.max_new_tokens)")
+    check_held_out(config, kept)
     return kept
+
+
+def check_held_out(config: Config, questions: Sequence[Question]) -> None:
+    """Refuse to train on a question of an evaluation benchmark (evaluate.benchmarks, all of each);
+    a benchmark whose data is not on this machine cannot leak into training, and is skipped."""
+    for spec in config.evaluate.benchmarks:
+        try:
+            held_out = load_dataset(spec)
+        except (FileNotFoundError, HubUnavailableError):
+            continue
+        check_disjoint(questions, held_out, training_name=f"data.questions={config.data.questions}",
+                       evaluation_name=spec)
 
 
 def save_checkpoint(checkpoints: Checkpoints, loop: Loop, iteration: int, ledger: dict) -> Path:
@@ -259,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: not configuration overrides: {rest} (use key.sub=value)")
     try:
         summary = train(config, resume=args.resume)
-    except (CheckpointError, ConfigError, RunDirError, MissingApiKeyError) as err:
+    except (CheckpointError, ConfigError, RunDirError, MissingApiKeyError, ContaminationError) as err:
         raise SystemExit(f"error: {err}") from None
     except Exception as err:
         import ray.exceptions

@@ -280,3 +280,11 @@ def test_run_rollout_rewards_code():
     bad = asyncio.run(run_rollout(plan, task, [_FixedWorker("```python\ndef has_close_elements(a, b):\n    return 1\n```")]))
     assert (good.reward, bad.reward) == (1.0, 0.5)
     assert json.dumps(good.to_dict())
+
+
+def test_call_answers_may_use_the_names_a_judge_provides_without_importing_them():
+    # LeetCode-style answers use List, deque, heapq... as the judge's harness imports them.
+    code = ("class Solution:\n    def firstTwo(self, nums: List[int]) -> List[int]:\n"
+            "        q = deque(nums)\n        heapify(nums)\n        return [q.popleft(), q.popleft()]\n")
+    meta = {"fn_name": "firstTwo", "tests": [{"input": "[3, 1, 2]", "output": "[3, 1]"}]}
+    assert grade_code("code_call", code, meta, sandbox=BOX).verdict is Verdict.CORRECT

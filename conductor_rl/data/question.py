@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from conductor_rl.rollout.workflow import Task
 
 #: Allowed values of `Question.domain`.
-DOMAINS = ("math", "mmlu", "code")
+DOMAINS = ("math", "mmlu", "code", "science", "reasoning")
 #: Allowed values of `Question.answer_kind` (tells the grader what to do).
 ANSWER_KINDS = ("math", "numeric", "choice", "freeform", "code_humaneval", "code_stdio", "code_call", "code_unittest")
 #: The fields of a serialised Question, in order; `meta` may be omitted.
@@ -28,7 +28,8 @@ class Question:
     """One benchmark question.
 
     id:          stable, unique key, e.g. ``"gsm8k/test/17"``.
-    domain:      ``"math" | "mmlu" | "code"``.
+    domain:      ``"math" | "mmlu" | "code" | "science" | "reasoning"`` (science: GPQA;
+                 reasoning: RLPR's general-domain questions).
     question:    the text shown to the Conductor / workers (MMLU: with lettered choices).
     reference:   the reference answer (math: final answer; mmlu: a letter; code: the full
                  canonical program, prompt included).

@@ -12,8 +12,16 @@ DATASET_SPEC_FORMS = (
     "math500",
     "aime24",
     "aime25",
-    "mmlu[:test]",
+    "mmlu[:test|train|eval]  (test: all of it; train / eval: its fixed ~20 / 80 % split, disjoint)",
     "humaneval",
+    "mixture:<path>  (a training mixture that `conductor-rl data mix` wrote, one Parquet file)",
+    "livecodebench[:v1|v6|<from>..<to>]  (contest dates: v1 2023-05-01..2024-03-31, v6 2025-02-01..2025-05-31,"
+    " or YYYY-MM-DD..YYYY-MM-DD)",
+    "bigcodebench[:complete|instruct]",
+    "gpqa[:diamond|main|extended]  (choices shuffled per question by a fixed seed)",
+    "rlpr[:test|train]  (test: RLPR-Evaluation's WebInstruct-verified-val)",
+    "<benchmark>[:<split>]@<path>  (gsm8k ... rlpr above: a local file in the benchmark's upstream format,"
+    " JSONL / Parquet / CSV)",
     "jsonl:<path>  (one Question per line: id, domain, question, reference, answer_kind, source, meta)",
     "hf:<name>[@<config>][:<split>]  (needs the `datasets` library and the Hugging Face Hub)",
     "<spec>+<spec>[+...]  (several sets, concatenated)",

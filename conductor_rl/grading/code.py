@@ -297,6 +297,19 @@ __import__("sys").stdout.write("\\n" + _crl_json.dumps(_crl_results))
 """
 
 
+# LeetCode-style answers use `List`, `deque`, `heapq`... without importing them, as the
+# judge's own harness provides them; so does this one (the answer's own imports still run).
+_CALL_IMPORTS = (
+    "from typing import *\n"
+    "import bisect, collections, functools, heapq, itertools, math, operator, re, string\n"
+    "from collections import Counter, defaultdict, deque, OrderedDict\n"
+    "from functools import cache, lru_cache, reduce\n"
+    "from itertools import accumulate, combinations, permutations, product\n"
+    "from math import ceil, floor, gcd, inf, sqrt\n"
+    "from heapq import heapify, heappop, heappush\n"
+)
+
+
 def _values_equal(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
@@ -314,10 +327,10 @@ def grade_call(code: str, meta: Mapping[str, Any], sandbox: Sandbox, timeout_s: 
     tests = _tests(meta)
     expected = [json.loads(out) for _, out in tests]  # a bad reference raises: ERROR
     per_test = float(meta.get("timeout_s") or timeout_s or sandbox.timeout_s)
-    program = code
+    program = _CALL_IMPORTS + code
     starter = str(meta.get("starter_code") or "")
     if starter and "import" in starter:  # only the imports of a starter matter; its stub is replaced
-        program = "\n".join(ln for ln in starter.splitlines() if re.match(r"(from \S+ )?import ", ln)) + "\n" + code
+        program = "\n".join(ln for ln in starter.splitlines() if re.match(r"(from \S+ )?import ", ln)) + "\n" + program
     program += _CALL_RUNNER % {"fn": str(meta["fn_name"]), "tests": [t for t, _ in tests], "per_test": per_test}
     token = secrets.token_hex(16)
     result = sandbox.run(_HEAD + program + _FINISH, stdin=token + "\n", timeout_s=per_test * len(tests) + 5)

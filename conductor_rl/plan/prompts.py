@@ -118,6 +118,31 @@ def worker_messages(
     return [{"role": "system", "content": WORKER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
+# How a worker is asked to state its answer so that the grader of its answer kind
+# (conductor_rl/grading) finds it: math from the last \boxed{}; numbers, letters and
+# free-form answers from an "Answer:" line; code from the last ```python block.
+_CODE_BLOCK = "Give a complete Python solution in one ```python code block"
+ANSWER_INSTRUCTIONS: dict[str, str] = {
+    "math": "Put the final answer in \\boxed{}.",
+    "numeric": "End with the line 'Answer: <number>', giving only the final number.",
+    "choice": "End with the line 'Answer: <letter>', giving the letter of the correct option.",
+    "exact": "End with the line 'Answer: <answer>', giving a short final answer.",
+    "freeform": "End with the line 'Answer: <answer>', giving a short final answer.",
+    "code_humaneval": f"{_CODE_BLOCK}: the function with the given signature and any imports it needs.",
+    "code_stdio": f"{_CODE_BLOCK}: a program that reads standard input and prints to standard output.",
+    "code_call": f"{_CODE_BLOCK}: the class or function of the starter code, without example calls.",
+    "code_unittest": f"{_CODE_BLOCK}: the function asked for and the imports it needs.",
+}
+
+
+def answer_instruction(answer_kind: str) -> str:
+    """The sentence that asks for the final answer in the form `answer_kind`'s grader reads."""
+    if answer_kind not in ANSWER_INSTRUCTIONS:
+        raise ValueError(f"no answer instruction for answer kind {answer_kind!r}; "
+                         f"known kinds: {', '.join(ANSWER_INSTRUCTIONS)}")
+    return ANSWER_INSTRUCTIONS[answer_kind]
+
+
 def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     """Render messages with the model's own chat template, ready for generation."""
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -94,7 +94,7 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 # ---- plots ----------------------------------------------------------------------------------
 
 
-def _new_figure(width: float = 7.0, height: float = 4.0) -> Figure:
+def new_figure(width: float = 7.0, height: float = 4.0) -> Figure:
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)  # attaches itself as the figure's canvas
     return figure
@@ -219,7 +219,7 @@ def write_plots(records: Sequence[Mapping[str, Any]], folder: Path) -> list[tupl
         if not applies(records):
             path.unlink(missing_ok=True)  # a stale plot from an earlier report of this folder
             continue
-        figure = _new_figure()
+        figure = new_figure()
         plot(figure, records, its)
         figure.savefig(path, dpi=100, bbox_inches="tight")
         written.append((alt, path))
@@ -235,7 +235,7 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
     return lines + [""]
@@ -278,7 +278,7 @@ def _final_worker_lines(last: Mapping[str, Any]) -> list[str]:
         rows.append([domain, top] + [f"{_share(shares, w):.0%}" if w in shares else "–" for w in workers])
     title = f"## Final worker choice (iteration {last['iteration']})"
     note = "Share of parsed plans whose last step used each worker, per question domain."
-    return [title, "", note, ""] + _table(["domain", "most chosen"] + workers, rows)
+    return [title, "", note, ""] + table_lines(["domain", "most chosen"] + workers, rows)
 
 
 def render_markdown(title: str, records: Sequence[Mapping[str, Any]], plots: Sequence[tuple[str, Path]],
@@ -286,10 +286,10 @@ def render_markdown(title: str, records: Sequence[Mapping[str, Any]], plots: Seq
     """The report's markdown; plot links are relative to `base` (the folder of report.md)."""
     summary = summarize(records)
     lines = [f"# {title}", "", "## Summary", ""]
-    lines += _table(["metric", "value"], _summary_rows(summary))
+    lines += table_lines(["metric", "value"], _summary_rows(summary))
     lines += _final_worker_lines(max(records, key=lambda r: r["iteration"]))
     if extra:
-        lines += ["## Run", ""] + _table(["key", "value"], [(k, v) for k, v in extra.items()])
+        lines += ["## Run", ""] + table_lines(["key", "value"], [(k, v) for k, v in extra.items()])
     if plots:
         lines += ["## Plots", ""]
         for alt, path in plots:

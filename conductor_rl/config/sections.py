@@ -1,21 +1,15 @@
-"""Configuration: pydantic models whose defaults reproduce the paper, loaded from
-YAML with `key.sub=value` overrides.
+"""The configuration's sections: pydantic models whose defaults reproduce the paper.
 
 Every model forbids unknown keys, so a typo fails at start with the key's path
-instead of being silently ignored. `load_config` turns pydantic's errors into a
-`ConfigError` that names the dotted key and what is allowed.
+instead of being silently ignored (conductor_rl/config/loading.py names it).
 """
 
 from __future__ import annotations
 
-import copy
-import re
 import types
-from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from conductor_rl.plan.constrained import PLAN_START
 
@@ -294,6 +288,50 @@ class TrainConfig(Strict):
     progress: bool = Field(True, description="Show a progress bar on stderr.")
 
 
+class EvaluateConfig(Strict):
+    """`conductor-rl evaluate` (jobs/evaluate.py): methods x benchmarks with repeats (paper §4, tables 1, 5-7).
+    Method names and the baselines are in conductor_rl/evaluation/methods.py."""
+
+    benchmarks: list[str] = Field(
+        default_factory=lambda: ["math500", "mmlu:eval", "rlpr:test", "livecodebench:v6", "aime25",
+                                 "bigcodebench:complete", "gpqa:diamond"],
+        description="Dataset specs (conductor_rl.data.load_dataset) of the benchmarks: the paper's seven.")
+    methods: list[str] = Field(
+        default_factory=lambda: ["conductor:untrained", "single:*", "reflect:*:5", "moa", "router", "random", "oracle"],
+        description="Methods in rows: conductor:<checkpoint or run folder>, conductor:untrained, single:<worker>, "
+        "reflect:<worker>:<rounds>, moa, router, random, oracle; '*' for a worker means every worker.")
+    repeats: int = Field(3, ge=1, description="Samples per question and method (the standard error is over both).")
+    limit: int | None = Field(None, ge=1, description="Questions per benchmark (the first N; None: all).")
+    output_dir: str = Field("runs/eval", description="results.json, results.md, records.parquet, the plot, and "
+                            "records.jsonl, from which a stopped evaluation resumes.")
+    batch_questions: int = Field(32, ge=1, description="Questions whose plans are made and run together.")
+    temperature: float | None = Field(None, ge=0.0, description="The Conductor's sampling temperature here "
+                                      "(None: conductor.temperature, what training optimised).")
+    budget_usd: float | None = Field(None, ge=0.0, description="Stop cleanly once worker calls cost this much.")
+    attempts: int = Field(2, ge=1, description="Runs of a sample whose execution or grading failed for "
+                          "infrastructure reasons before it is recorded as an error (left out of accuracy).")
+    moa_layers: int = Field(3, ge=2, description="Mixture-of-Agents layers, the last one the aggregator (MoA: 3).")
+    moa_proposers: list[str] | None = Field(None, description="Workers proposing in each MoA layer (None: all).")
+    moa_aggregator: str | None = Field(None, description="The MoA aggregator worker (None: the first worker).")
+    router_pilot: str | None = Field(
+        None, description="A training mixture (conductor-rl data mix) whose pilot verdicts train the router; None: "
+        "a pilot pass of every worker over data.questions (router_pilot_questions of them) is run and cached.")
+    router_pilot_questions: int = Field(200, ge=2, description="Training questions of the router's own pilot pass.")
+    progress: bool = Field(True, description="Show a progress bar on stderr.")
+
+
+class MixConfig(Strict):
+    """`conductor-rl data mix`: the paper's training mixture (960 problems over MATH, MMLU, RLPR and
+    LiveCodeBench v1, chosen by a pilot pass; the rule is in conductor_rl/data/mixture.py)."""
+
+    sources: list[str] = Field(default_factory=lambda: ["math:train", "mmlu:train", "rlpr:train", "livecodebench:v1"],
+                               description="Candidate pools (dataset specs); a source missing offline is skipped, named.")
+    candidates_per_source: int = Field(800, ge=1, description="Candidates drawn (seeded) from each source for the pilot.")
+    total: int = Field(960, ge=1, description="Problems in the mixture (paper: 960).")
+    output: str = Field("runs/mix/mixture.parquet", description="The mixture: one Parquet file with the pilot's verdicts.")
+    seed: int = 0
+
+
 class ClusterConfig(Strict):
     """Where each actor type runs: Ray resources per actor ('CPU', 'GPU', or a
     custom resource a node type declares, see ray_cluster.yaml). Empty: one GPU
@@ -317,154 +355,6 @@ class ClusterConfig(Strict):
             if amount < 0:
                 raise ValueError(f"resource {name!r} = {amount} must be >= 0")
         return value
-
-
-class Config(Strict):
-    conductor: ConductorConfig = Field(default_factory=ConductorConfig)
-    workers: list[WorkerConfig] = Field(default_factory=_paper_workers)
-    workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
-    ask: AskConfig = Field(default_factory=AskConfig)
-    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
-    learner: LearnerConfig = Field(default_factory=LearnerConfig)
-    grader: GraderConfig = Field(default_factory=lambda: GraderConfig())  # defined below
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-
-    @field_validator("workers")
-    @classmethod
-    def _unique_names(cls, workers: list[WorkerConfig]) -> list[WorkerConfig]:
-        # A field validator, so that errors are reported under the key "workers".
-        names = [w.name for w in workers]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"worker names must be unique; repeated: {duplicates}")
-        if not workers:
-            raise ValueError("at least one worker is needed")
-        return workers
-
-
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-DEFAULT_CONFIG = "local.yaml"
-
-
-def load_config(path: str | Path | Config | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML file (default: the embedded `configs/local.yaml`; a `Config`
-    is taken as it is) and apply `key.sub=value` overrides (values parsed as
-    YAML: `3`, `true`, `[1, 2]`). Raises ConfigError naming the offending key."""
-    if isinstance(path, Config):
-        raw = path.model_dump(mode="json")
-    else:
-        raw = _read_yaml(Path(path) if path else CONFIG_DIR / DEFAULT_CONFIG)
-    for item in overrides:
-        key, sep, _ = item.partition("=")
-        top = key.strip().split(".")[0]
-        if sep and top and top not in Config.model_fields:
-            raise ConfigError(f"unknown configuration section {top!r} in override {item}; "
-                              f"sections are: {', '.join(Config.model_fields)}")
-        if top in Config.model_fields and top not in raw:
-            # Override on top of the defaults: `workers.0.temperature=0.5` works when the file omits workers.
-            raw[top] = Config().model_dump(mode="json")[top]
-        raw = apply_override(raw, item)
-    return validate_config(raw)
-
-
-_DOTTED_KEY = re.compile(r"[a-z_]+(?:\.[\w-]+)+")
-
-
-def is_override(item: str) -> bool:
-    """Whether a command-line item is a `section.key=value` override rather than
-    free text (a question for `ask`): the part before the first '=' is a section's
-    name (`workers=[...]`) or a dotted key without spaces (`learner.lr=1e-5`; an
-    unknown section there is then an error naming it, never a question)."""
-    key, sep, _ = item.partition("=")
-    return bool(sep) and (key in Config.model_fields or _DOTTED_KEY.fullmatch(key) is not None)
-
-
-def validate_config(raw: dict[str, Any]) -> Config:
-    try:
-        return Config.model_validate(raw)
-    except ValidationError as err:
-        raise ConfigError(_describe(err)) from None
-
-
-def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
-    """Return a copy of `raw` with one `a.b.c=value` override applied. List
-    elements are addressed by index (`workers.0.temperature=0.5`)."""
-    key, sep, text = item.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"override {item!r} must look like key.sub=value")
-    try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError as err:
-        raise ConfigError(f"override {key}: value {text!r} is not valid YAML ({err.__class__.__name__})") from None
-    raw = copy.deepcopy(raw)
-    node: Any = raw
-    parts = key.split(".")
-    for depth, part in enumerate(parts):
-        last = depth == len(parts) - 1
-        where = ".".join(parts[: depth + 1])
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"override {key}: {where!r} needs an index below {len(node)}")
-            if last:
-                node[int(part)] = value
-            else:
-                node = node[int(part)]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = value
-            else:
-                node = node.setdefault(part, {})
-        else:
-            raise ConfigError(f"override {key}: {'.'.join(parts[:depth])!r} is a value, not a section")
-    return raw
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist (shipped configs: {sorted(p.name for p in CONFIG_DIR.glob('*.yaml'))})")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level")
-    return data
-
-
-def _describe(err: ValidationError) -> str:
-    lines = []
-    for problem in err.errors():
-        key = ".".join(str(p) for p in problem["loc"]) or "(top level)"
-        if problem["type"] == "extra_forbidden":
-            parent = _model_at(problem["loc"][:-1])
-            allowed = ", ".join(sorted(parent.model_fields)) if parent else "see docs/configuration.md"
-            lines.append(f"{key}: unknown key (allowed here: {allowed})")
-        else:
-            given = problem.get("input")
-            shown = "" if isinstance(given, (dict, list)) else f" (got {given!r})"  # sections: the message says it
-            lines.append(f"{key}: {problem['msg']}{shown}")
-    return "invalid configuration:\n  " + "\n  ".join(lines)
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model found by following `loc` from Config, for error messages."""
-    model: type[BaseModel] = Config
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(str(part))
-        if field is None:
-            return None
-        annotation = field.annotation
-        candidates = [annotation, *getattr(annotation, "__args__", ())]
-        nested = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
-        if not nested:
-            return None
-        model = nested[0]
-    return model
 
 
 class SandboxConfig(Strict):
@@ -492,4 +382,28 @@ class GraderConfig(Strict):
     max_restarts: int = Field(3, ge=0, description="How often Ray restarts a crashed GraderActor.")
 
 
-Config.model_rebuild()
+class Config(Strict):
+    conductor: ConductorConfig = Field(default_factory=ConductorConfig)
+    workers: list[WorkerConfig] = Field(default_factory=_paper_workers)
+    workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    ask: AskConfig = Field(default_factory=AskConfig)
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    grader: GraderConfig = Field(default_factory=GraderConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    mix: MixConfig = Field(default_factory=MixConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+
+    @field_validator("workers")
+    @classmethod
+    def _unique_names(cls, workers: list[WorkerConfig]) -> list[WorkerConfig]:
+        # A field validator, so that errors are reported under the key "workers".
+        names = [w.name for w in workers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"worker names must be unique; repeated: {duplicates}")
+        if not workers:
+            raise ValueError("at least one worker is needed")
+        return workers

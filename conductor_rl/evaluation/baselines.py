@@ -1,0 +1,193 @@
+"""The baselines, each written as a `Plan` that the workflow engine runs.
+
+A baseline is a fixed plan shape, so it runs through `run_plan` like a
+Conductor's plan: the same worker prompts, the same context format, the same
+token and dollar accounting. Every subtask carries the question and asks for the
+answer in the form its grader reads (`answer_instruction`).
+
+Decisions:
+
+- Single worker: one step whose subtask is the question and the answer instruction.
+- Self-reflection (the paper's "GPT-5 with 5x self-reflection"): ``rounds`` calls
+  to one worker, strictly in turn; call i > 0 reads only call i-1's answer,
+  critiques it and writes a revised complete answer (the question is in each
+  subtask, since a worker sees only its subtask and what it may read).
+- Mixture-of-Agents (Wang et al. 2024, arXiv 2406.04692; default 3 layers, the
+  last a single aggregator): ``layers - 1`` layers of proposers, where each
+  proposer of layer k > 0 reads every answer of layer k - 1; the aggregator reads
+  the last proposer layer. Calls: ``len(proposers) * (layers - 1) + 1``. The
+  proposers default to every worker and the aggregator to the first configured
+  worker (`evaluate.moa_proposers`, `evaluate.moa_aggregator`). The engine shows
+  each earlier step's subtask beside its answer, so MoA's later layers also pay
+  for reading the question once per proposer: its accounting is the engine's, as
+  for every other method.
+- Random plans: the length is drawn from the Conductor's observed step counts
+  (so random differs from the Conductor only in *which* workers and *what*
+  access), uniform over 1..max_steps when there are none (`random_lengths_label`
+  says which); workers uniform; access ``[]`` or ``"all"`` with equal chance, the
+  last step always ``"all"``; every subtask is the question (there is no text
+  to randomise without a model).
+- Oracle: per question, the worker with the highest share of correct pilot
+  verdicts, ties to the cheaper one (a `Price` compares by its input plus
+  output dollars per million tokens), then the lower index; pilot ``error``
+  verdicts are not verdicts. A question no worker solved goes to the cheapest
+  worker (every choice is wrong; the bound should not pay more than it must).
+- Every builder takes the question's answer kind (`answer_instruction`); without
+  one it asks for a short final answer ("freeform"), which graders of every
+  non-code kind can read.
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+from typing import TYPE_CHECKING, Sequence, Union
+
+from conductor_rl.plan import Plan, Step
+from conductor_rl.plan.prompts import answer_instruction
+
+if TYPE_CHECKING:
+    from conductor_rl.config import Price
+
+__all__ = [
+    "best_worker",
+    "moa_plan",
+    "oracle_worker",
+    "price_key",
+    "random_lengths_label",
+    "random_plan",
+    "reflection_plan",
+    "single_plan",
+]
+
+# The answer form asked for when the caller names none: a short final answer, which any question has.
+DEFAULT_KIND = "freeform"
+REFLECT = (
+    "The step above holds an earlier answer to the question below. First critique it: check its reasoning and "
+    "its final answer for mistakes, gaps and unjustified steps. Then write a revised, complete answer to the "
+    "question (keep what was right, fix what was wrong)."
+)
+PROPOSE_AGAIN = (
+    "The steps above hold answers from other assistants to the question below; any of them may be wrong. "
+    "Weigh them critically and write your own improved, complete answer to the question: do not just pick "
+    "one or list them."
+)
+AGGREGATE = (
+    "The steps above hold candidate answers from several assistants to the question below; some may be wrong. "
+    "Judge them critically, combine what is correct, and write one final, complete answer to the question."
+)
+
+
+def _ask(question: str, answer_kind: str, preamble: str = "") -> str:
+    body = f"Question:\n{question}" if preamble else question
+    return "\n\n".join(p for p in (preamble, body, answer_instruction(answer_kind)) if p)
+
+
+def single_plan(question: str, worker: int, answer_kind: str = DEFAULT_KIND) -> Plan:
+    """One call: `worker` answers the question."""
+    return Plan((Step(worker, _ask(question, answer_kind), []),))
+
+
+def reflection_plan(question: str, worker: int, rounds: int = 5, answer_kind: str = DEFAULT_KIND) -> Plan:
+    """`rounds` calls to `worker` in turn: an answer, then `rounds - 1` critique-and-revise steps."""
+    if rounds < 1:
+        raise ValueError(f"reflection needs at least 1 round, got {rounds}")
+    revise = _ask(question, answer_kind, REFLECT)
+    steps = [Step(worker, _ask(question, answer_kind), [])]
+    steps += [Step(worker, revise, [i - 1]) for i in range(1, rounds)]
+    return Plan(tuple(steps))
+
+
+def moa_plan(question: str, proposers: Sequence[int], aggregator: int, layers: int = 3,
+             answer_kind: str = DEFAULT_KIND) -> Plan:
+    """Mixture-of-Agents: `layers - 1` proposer layers, each reading the one before, then the aggregator."""
+    if layers < 2 or not proposers:
+        raise ValueError(f"MoA needs at least 2 layers and one proposer, got {layers} layers and {list(proposers)}")
+    first, again = _ask(question, answer_kind), _ask(question, answer_kind, PROPOSE_AGAIN)
+    steps: list[Step] = []
+    previous: list[int] = []
+    for layer in range(layers - 1):
+        start = len(steps)
+        steps += [Step(p, again if previous else first, list(previous)) for p in proposers]
+        previous = list(range(start, len(steps)))
+    steps.append(Step(aggregator, _ask(question, answer_kind, AGGREGATE), previous))
+    return Plan(tuple(steps))
+
+
+def random_plan(question: str, n_workers: int, lengths: Sequence[int], rng: random.Random, max_steps: int = 5,
+                answer_kind: str = DEFAULT_KIND) -> Plan:
+    """A random valid plan; its length is drawn from `lengths` (the Conductor's observed
+    step counts), or uniformly from 1..`max_steps` when `lengths` is empty."""
+    bad = [n for n in lengths if not 1 <= n <= max_steps]
+    if bad or n_workers < 1:
+        raise ValueError(f"random plans need n_workers >= 1 and lengths from 1 to {max_steps}; "
+                         f"got n_workers={n_workers}, lengths {sorted(set(bad))}")
+    n = rng.choice(list(lengths)) if lengths else rng.randint(1, max_steps)
+    subtask = _ask(question, answer_kind)
+
+    def access(i: int) -> list[int] | str:
+        if i == n - 1:
+            return "all"
+        return [] if i == 0 or rng.random() < 0.5 else "all"  # step 0 has nothing to read
+
+    return Plan(tuple(Step(rng.randrange(n_workers), subtask, access(i)) for i in range(n)))
+
+
+def random_lengths_label(lengths: Sequence[int], max_steps: int = 5) -> str:
+    """Where `random_plan`'s lengths come from, for the report."""
+    if lengths:
+        return f"step counts of {len(lengths)} Conductor plans"
+    return f"uniform 1..{max_steps} steps (no Conductor plans were observed)"
+
+
+Judged = Union[str, float, Sequence[object], None]
+"""One worker's pilot evidence on one question: its verdicts over repeats ("correct",
+"wrong", "plan_error", "error" or `Verdict`s), one verdict, a bool (solved), or its
+share of correct repeats (a number from 0 to 1); None or [] when it has none."""
+
+
+def _correct_share(judged: Judged) -> Fraction | None:
+    if judged is None:
+        return None
+    if isinstance(judged, bool):
+        return Fraction(int(judged))
+    if isinstance(judged, (int, float)):
+        if not 0 <= judged <= 1:
+            raise ValueError(f"a worker's share of correct repeats must be from 0 to 1, got {judged}")
+        return Fraction(judged)
+    verdicts = [judged] if isinstance(judged, str) else list(judged)  # one verdict, not its letters
+    scored = [str(v) for v in verdicts if str(v) != "error"]
+    return Fraction(scored.count("correct"), len(scored)) if scored else None
+
+
+def price_key(price: "float | Price") -> float:
+    """A price as one number to compare: a `Price` is its dollars per million input plus output tokens."""
+    return float(price) if isinstance(price, (int, float)) else price.input + price.output
+
+
+def _check(verdicts_by_worker: Sequence[Judged], prices: Sequence["float | Price"]) -> list[float]:
+    if len(prices) != len(verdicts_by_worker):
+        raise ValueError(f"one price per worker: {len(prices)} prices for {len(verdicts_by_worker)} workers")
+    return [price_key(p) for p in prices]
+
+
+def best_worker(verdicts_by_worker: Sequence[Judged], prices: Sequence["float | Price"]) -> int | None:
+    """The worker most often correct on one question (see `Judged`); ties go to the
+    cheaper worker, then the lower index. None when no worker was ever correct."""
+    costs = _check(verdicts_by_worker, prices)
+    shares = [_correct_share(v) for v in verdicts_by_worker]
+    solved = [i for i, s in enumerate(shares) if s]
+    if not solved:
+        return None
+    return min(solved, key=lambda i: (-shares[i], costs[i], i))  # type: ignore[operator]
+
+
+def oracle_worker(verdicts_by_worker: Sequence[Judged], prices: Sequence["float | Price"]) -> int | None:
+    """The oracle's worker for one question: `best_worker`, or the cheapest worker
+    with a verdict when none was correct; None when no worker has a verdict."""
+    costs = _check(verdicts_by_worker, prices)
+    best = best_worker(verdicts_by_worker, prices)
+    if best is not None:
+        return best
+    judged = [i for i, v in enumerate(verdicts_by_worker) if _correct_share(v) is not None]
+    return min(judged, key=lambda i: (costs[i], i)) if judged else None

@@ -1,0 +1,214 @@
+"""The baselines as plans: the calls each makes through the workflow engine, in
+which order and with which context; random plans; the oracle; answer formats."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections import Counter
+
+import pytest
+
+from conductor_rl import grading
+from conductor_rl.config import Price
+from conductor_rl.data.question import ANSWER_KINDS
+from conductor_rl.evaluation import (answer_instruction, moa_plan, oracle_worker, random_lengths_label,
+                                     random_plan, reflection_plan, single_plan)
+from conductor_rl.evaluation.baselines import best_worker
+from conductor_rl.plan import parse_plan, render_plan
+from conductor_rl.rollout.workflow import StepLimits, Task, run_plan
+from conductor_rl.workers.providers.base import WorkerRequest, WorkerResponse
+
+QUESTION = "What is 6 times 7? QUESTION-MARKER"
+TASK = Task(id="q", question=QUESTION, domain="math", reference="42", answer_kind="numeric")
+ANSWER = re.compile(r"ANS<(\d+)>")
+
+
+class Log:
+    """What every fake worker saw, shared by the pool: each call's number, worker,
+    user text, and the order in which calls started and ended."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, str, str]] = []
+        self.events: list[tuple[str, int]] = []
+
+
+class RecordingWorker:
+    """Answers ANS<n> for the pool's n-th call, yielding to the event loop a few
+    times first, so that calls that may overlap do."""
+
+    simulated = False
+
+    def __init__(self, name: str, log: Log) -> None:
+        self.name, self.log = name, log
+
+    async def complete(self, request: WorkerRequest) -> WorkerResponse:
+        n = len(self.log.calls)
+        user = "\n".join(m["content"] for m in request.messages if m["role"] == "user")
+        self.log.calls.append((n, self.name, user))
+        self.log.events.append(("start", n))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        self.log.events.append(("end", n))
+        return WorkerResponse(text=f"ANS<{n}>")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def run(plan, n_workers: int = 3):
+    log = Log()
+    workers = [RecordingWorker(f"w{i}", log) for i in range(n_workers)]
+    result = asyncio.run(run_plan(plan, TASK, workers, StepLimits(timeout_s=60.0)))
+    assert result.error is None
+    call_of_step = [int(ANSWER.fullmatch(s.response).group(1)) for s in result.steps]
+    # The answers each step's prompt shows, as step indices.
+    seen = [{call_of_step.index(int(k)) for k in ANSWER.findall(log.calls[c][2])} for c in call_of_step]
+    return log, result, call_of_step, seen
+
+
+def test_single_plan_is_the_question_and_its_answer_form():
+    plan = single_plan(QUESTION, 2, answer_kind="choice")
+    (step,) = plan.steps
+    assert (step.model_id, step.access) == (2, [])
+    assert step.subtask == QUESTION + "\n\n" + answer_instruction("choice")
+    log, result, _, _ = run(plan)
+    assert len(log.calls) == 1 and log.calls[0][1] == "w2" and QUESTION in log.calls[0][2]
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 5])
+def test_reflection_makes_rounds_calls_strictly_in_turn_each_seeing_the_previous_answer(rounds):
+    plan = reflection_plan(QUESTION, 1, rounds, answer_kind="numeric")
+    log, result, calls, seen = run(plan)
+    assert len(log.calls) == rounds and {w for _, w, _ in log.calls} == {"w1"}
+    # Strictly sequential: each call starts after the one before has ended.
+    assert log.events == [e for n in calls for e in (("start", n), ("end", n))]
+    assert seen == [set()] + [{i - 1} for i in range(1, rounds)]
+    for n, _, user in log.calls:
+        assert QUESTION in user and answer_instruction("numeric") in user
+    if rounds > 1:
+        assert "critique" in log.calls[calls[1]][2]
+
+
+@pytest.mark.parametrize("proposers, layers", [([0, 1, 2], 3), ([2, 0], 4), ([1], 2)])
+def test_moa_calls_layer_by_layer_each_reading_the_layer_before(proposers, layers):
+    plan = moa_plan(QUESTION, proposers, aggregator=0, layers=layers, answer_kind="math")
+    p = len(proposers)
+    assert len(plan.steps) == p * (layers - 1) + 1
+    assert parse_plan(render_plan(plan), n_workers=3, max_steps=20) == plan
+    log, result, calls, seen = run(plan)
+    assert len(log.calls) == p * (layers - 1) + 1
+    layer_of = [i // p for i in range(p * (layers - 1))] + [layers - 1]
+    assert [s.model_id for s in plan.steps] == list(proposers) * (layers - 1) + [0]
+    position = {event: k for k, event in enumerate(log.events)}
+    for layer in range(layers):
+        mine = [calls[i] for i, l in enumerate(layer_of) if l == layer]
+        later = [calls[i] for i, l in enumerate(layer_of) if l > layer]
+        # The layer's calls overlap (all start before any ends); the next layer starts after all have ended.
+        assert max(position[("start", n)] for n in mine) < min(position[("end", n)] for n in mine)
+        if later:
+            assert max(position[("end", n)] for n in mine) < min(position[("start", n)] for n in later)
+    for i, layer in enumerate(layer_of):
+        expected = {j for j, l in enumerate(layer_of) if l == layer - 1}
+        assert seen[i] == expected
+    aggregator_prompt = log.calls[calls[-1]][2]
+    assert QUESTION in aggregator_prompt and "final, complete answer" in aggregator_prompt
+
+
+def test_moa_refuses_a_shape_it_cannot_build():
+    with pytest.raises(ValueError, match="at least 2 layers"):
+        moa_plan(QUESTION, [0], 0, layers=1, answer_kind="math")
+    with pytest.raises(ValueError, match="one proposer"):
+        moa_plan(QUESTION, [], 0, answer_kind="math")
+
+
+def test_random_plans_are_valid_and_follow_the_length_distribution():
+    rng = random.Random(0)
+    lengths = [1, 1, 1, 3]
+    plans = [random_plan(QUESTION, 4, lengths, rng, answer_kind="numeric") for _ in range(4000)]
+    counts = Counter(len(p.steps) for p in plans)
+    assert set(counts) == {1, 3} and abs(counts[1] / 4000 - 0.75) < 0.03
+    workers = Counter(s.model_id for p in plans for s in p.steps)
+    assert set(workers) == {0, 1, 2, 3} and min(workers.values()) > 0.2 * sum(workers.values())
+    middle = Counter(str(p.steps[1].access) for p in plans if len(p.steps) == 3)
+    assert set(middle) == {"[]", "all"}
+    for plan in plans:
+        assert parse_plan(render_plan(plan), n_workers=4, max_steps=5) == plan
+        assert plan.steps[-1].access == "all"
+        assert len(plan.steps) == 1 or plan.steps[0].access == []
+        assert {s.subtask for s in plan.steps} == {QUESTION + "\n\n" + answer_instruction("numeric")}
+    assert random_lengths_label(lengths) == "step counts of 4 Conductor plans"
+
+
+def test_random_plan_lengths_fall_back_to_uniform():
+    rng = random.Random(1)
+    counts = Counter(len(random_plan(QUESTION, 2, [], rng, answer_kind="math", max_steps=5).steps)
+                     for _ in range(5000))
+    assert set(counts) == {1, 2, 3, 4, 5} and all(abs(c / 5000 - 0.2) < 0.03 for c in counts.values())
+    assert "uniform 1..5" in random_lengths_label([], 5)
+    with pytest.raises(ValueError, match="lengths from 1 to 5"):
+        random_plan(QUESTION, 2, [6], rng, answer_kind="math")
+
+
+@pytest.mark.parametrize("verdicts, prices, best", [
+    ([["correct", "wrong"], ["correct", "wrong"], ["wrong", "wrong"]], [2.0, 1.0, 0.0], 1),   # tie: cheaper
+    ([["correct", "correct"], ["correct", "wrong"]], [9.0, 1.0], 0),                          # more often right
+    ([["correct", "wrong"], ["correct", "wrong"]], [1.0, 1.0], 0),                           # same price: lower index
+    ([["correct", "error"], ["correct", "wrong"]], [5.0, 1.0], 0),                           # errors are not verdicts
+    ([["plan_error"], ["correct"]], [0.0, 1.0], 1),
+    (["correct", "wrong"], [1.0, 0.0], 0),                                                   # one verdict each
+    ([[grading.Verdict.WRONG], [grading.Verdict.CORRECT]], [0.0, 1.0], 1),
+])
+def test_oracle_picks_the_most_often_correct_worker_ties_to_the_cheaper(verdicts, prices, best):
+    assert oracle_worker(verdicts, prices) == best == best_worker(verdicts, prices)
+
+
+def test_pilot_evidence_may_be_shares_flags_or_verdicts_and_prices_may_be_price_objects():
+    cheap, dear = Price(input=0.1, output=0.4), Price(input=1.0, output=10.0)
+    assert oracle_worker([0.5, 0.5], [dear, cheap]) == 1          # shares of correct repeats; tie: cheaper
+    assert oracle_worker([1.0, 0.5], [dear, cheap]) == 0
+    assert oracle_worker([False, True], [cheap, dear]) == 1       # solved flags
+    assert oracle_worker([None, ["correct"], 0.0], [0.0, 1.0, 0.0]) == 1
+    assert oracle_worker([False, 0.0], [dear, cheap]) == 1        # nobody solved it: the cheapest
+    with pytest.raises(ValueError, match="from 0 to 1"):
+        oracle_worker([2.0], [1.0])
+
+
+def test_plan_builders_take_the_answer_kind_by_position_too():
+    rng = random.Random(3)
+    assert single_plan(QUESTION, 0, "math") == single_plan(QUESTION, 0, answer_kind="math")
+    assert reflection_plan(QUESTION, 0, 2, "math") == reflection_plan(QUESTION, 0, rounds=2, answer_kind="math")
+    assert moa_plan(QUESTION, [0, 1], 1, 3, "math") == moa_plan(QUESTION, [0, 1], 1, answer_kind="math")
+    assert random_plan(QUESTION, 2, [2], rng, 5, "math").steps[0].subtask.endswith(answer_instruction("math"))
+    assert single_plan(QUESTION, 0).steps[0].subtask.endswith(answer_instruction("freeform"))
+
+
+def test_oracle_sends_unsolved_questions_to_the_cheapest_judged_worker():
+    assert oracle_worker([["wrong"], ["wrong"], ["error"]], [3.0, 1.0, 0.0]) == 1
+    assert best_worker([["wrong"], ["wrong"], ["error"]], [3.0, 1.0, 0.0]) is None
+    assert oracle_worker([[], ["error"]], [1.0, 1.0]) is None
+    with pytest.raises(ValueError, match="one price per worker"):
+        oracle_worker([["correct"]], [1.0, 2.0])
+
+
+@pytest.mark.parametrize("kind, response, reference", [
+    ("numeric", "6 x 7 = 42, so\nAnswer: 42", "42"),
+    ("choice", "B is right because ...\nAnswer: B", "B"),
+    ("freeform", "The capital is well known.\nAnswer: Paris", "Paris"),
+    ("exact", "Thinking...\nAnswer: blue whale", "blue whale"),
+])
+def test_answers_in_the_instructed_form_are_read_by_the_graders(kind, response, reference):
+    assert "Answer: <" in answer_instruction(kind)
+    assert grading.grade(kind, response, reference).verdict is grading.Verdict.CORRECT
+
+
+def test_every_answer_kind_has_an_instruction_the_grader_reads():
+    for kind in {*ANSWER_KINDS, *grading.KINDS}:
+        assert answer_instruction(kind)
+    assert "\\boxed{}" in answer_instruction("math") and grading.last_boxed("so \\boxed{7}") == "7"
+    for kind in grading.CODE_KINDS:
+        assert "```python" in answer_instruction(kind)
+    assert grading.extract_code("Here:\n```python\ndef f():\n    return 1\n```").strip() == "def f():\n    return 1"
+    with pytest.raises(ValueError, match="known kinds: math"):
+        answer_instruction("poetry")
