@@ -96,7 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     mixer.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE", help="configuration overrides")
     mixer.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_config_arguments(mixer)
-    args = parser.parse_intermixed_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] != ["mix"]:
+        parser.parse_args(argv)   # no tool, an unknown one, or --help: argparse says so and exits
+        raise SystemExit(f"error: unknown data tool {argv[:1]}; the tools are: mix")
+    # The tool's own parser: argparse refuses parse_intermixed_args on a parser with subcommands,
+    # and overrides may come after options (`data mix --json mix.total=20`).
+    args = mixer.parse_intermixed_args(argv[1:])
     config, rest = config_from_args(args, positional="overrides_positional")
     if rest:
         raise SystemExit(f"error: not configuration overrides: {rest} (use key.sub=value)")

@@ -37,7 +37,7 @@ from conductor_rl.data.overlap import ContaminationError, check_disjoint
 from conductor_rl.evaluation import (BaselineContext, EvalRecord, MethodError, MissingEvidenceError, Pool,
                                      RecordStore, ResumeMismatchError, Router, baseline_samples,
                                      conductor_lengths_of, expand_methods, parse_method, record_of,
-                                     resolve_checkpoint, run_batch, single_verdicts_of, stopped_by_budget,
+                                     run_batch, single_verdicts_of, stopped_by_budget,
                                      strategy, summarise, write_results)
 from conductor_rl.evaluation.methods import Method
 from conductor_rl.evaluation.runner import Sample
@@ -63,6 +63,7 @@ class Conducted:
     method: Method
     config: Config
     training: str | None
+    prompts: Any = None   # its ConductorPrompt (the tokenizer loaded: the model is there)
 
 
 @dataclass
@@ -123,8 +124,8 @@ def prepare(config: Config) -> Evaluation:
 def conductor_of(method: Method, config: Config) -> Conducted:
     """A trained Conductor plans with the prompt it was trained with (its checkpoint's configuration)."""
     if method.checkpoint is None:
-        return Conducted(method, config, None)
-    model = resolve_checkpoint(method.checkpoint)
+        return with_prompts(Conducted(method, config, None))
+    model = method.checkpoint   # parse_method resolved it to the model folder
     state_file = model.parent / "state.json"
     trained = config
     training = None
@@ -137,7 +138,20 @@ def conductor_of(method: Method, config: Config) -> Conducted:
                                   f"({[w.name for w in trained.workers]}), evaluated with {len(config.workers)}; "
                                   f"evaluate it on the pool it was trained for")
     conductor = trained.conductor.model_copy(update={"model": str(model)})
-    return Conducted(method, config.model_copy(update={"conductor": conductor}), training)
+    return with_prompts(Conducted(method, config.model_copy(update={"conductor": conductor}), training))
+
+
+def with_prompts(conducted: Conducted) -> Conducted:
+    """Load the Conductor's tokenizer now: a model that is not here fails before any actor starts."""
+    from conductor_rl.plan.prompts import ConductorPrompt
+
+    try:
+        conducted.prompts = ConductorPrompt.from_config(conducted.config)
+    except (OSError, ValueError) as err:
+        raise EvaluationError(f"{conducted.method.name}: cannot load the Conductor "
+                              f"{conducted.config.conductor.model!r} ({type(err).__name__}: "
+                              f"{' '.join(str(err).split())[:300]}); name a model folder or an offline model") from None
+    return conducted
 
 
 def check_contamination(ev: Evaluation) -> None:
@@ -293,7 +307,6 @@ class Runner:
         import ray
 
         from actors.generator import GeneratorPool
-        from conductor_rl.plan.prompts import ConductorPrompt
         from jobs.training_system import split_resources
 
         conducted = self.ev.conductors[method.name]
@@ -305,7 +318,7 @@ class Runner:
         log(f"{method.name}: starting the generator ({c.generator.backend}, {c.conductor.model}) ...")
         pool = GeneratorPool(c.conductor.model, c.generator, seed=c.conductor.seed,
                              resources={"num_cpus": cpus, "num_gpus": gpus, **({"resources": custom} if custom else {})})
-        return pool, ConductorPrompt.from_config(c), c
+        return pool, conducted.prompts, c
 
     def conductor_samples(self, generators: tuple[Any, Any, Config], method: Method, benchmark: str, number: int,
                           batch: Sequence[Question], repeats: int) -> list[list[Sample]]:
@@ -344,6 +357,20 @@ class Runner:
         return Router.fit([texts[q] for q in ids], [verdicts[q] for q in ids], ctx.worker_names, ctx.prices)
 
 
+def pin_checkpoints(ev: Evaluation, out: Path) -> None:
+    """A method name such as conductor:runs/local follows the run's newest checkpoint; its
+    records must all come from one. conductors.json in `out` keeps the model each name meant."""
+    file = out / "conductors.json"
+    pinned = json.loads(file.read_text()) if file.is_file() else {}
+    for name, conducted in ev.conductors.items():
+        model = str(conducted.method.checkpoint) if conducted.method.checkpoint else conducted.config.conductor.model
+        if pinned.setdefault(name, model) != model:
+            raise EvaluationError(f"{name} now means {model}, but its records in {out} were made with "
+                                  f"{pinned[name]}: name that checkpoint folder, or use another evaluate.output_dir")
+    out.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps(pinned, indent=2))
+
+
 def run_evaluation(ev: Evaluation, out: Path) -> tuple[str, float]:
     """Run every cell of `ev` not yet in `out`'s records, on the cluster; returns how it
     ended ("finished", "budget" or a signal's name) and the money the workers spent."""
@@ -379,6 +406,7 @@ def evaluate(config: Config) -> dict:
     """Run (or continue) the evaluation; returns the summary written to results.json."""
     ev = prepare(config)
     out = Path(config.evaluate.output_dir)
+    pin_checkpoints(ev, out)
     started = time.perf_counter()
     how, spent = run_evaluation(ev, out)
     if how != "finished":

@@ -156,23 +156,18 @@ def job_logs(client, job_id: str) -> str:
         return f"(no logs: {err})"
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_submitted_training_job_writes_its_checkpoint(head: LocalHead, tmp_path: Path) -> None:
+def submit_and_wait(head: LocalHead, *entrypoint: str) -> tuple[object, str]:
+    """`ray job submit --working-dir . -- ENTRYPOINT` on the head; waits for the job to end and
+    fails the test unless it succeeded. Returns the job client and the job's id."""
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    started = time.monotonic()
-    out = tmp_path / "run"  # absolute: the job runs in a copy of the repository elsewhere
     job_id = f"conductor-test-{os.getpid()}-{random.randrange(1 << 30)}"
-    overrides = ["conductor.model=tiny-qwen2", "train.iterations=2", "train.rollouts_per_question=4",
-                 "train.questions_per_iteration=2", "conductor.max_new_tokens=64", "train.progress=false",
-                 f"train.output_dir={out}", "cluster.generator={CPU: 1}", "cluster.learner={CPU: 1}"]
     # Environment variables reach the job (and every actor) through the runtime environment,
     # as API keys do on a real cluster.
     runtime_env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}
     submitted = head.run("job", "submit", "--address", head.dashboard, "--working-dir", ".",
                          "--submission-id", job_id, "--runtime-env-json", json.dumps(runtime_env), "--no-wait",
-                         "--", "python", "-m", "jobs.train", *overrides)
+                         "--", *entrypoint)
     assert submitted.returncode == 0, f"ray job submit failed:\n{submitted.stdout[-3000:]}\n{submitted.stderr[-3000:]}"
 
     client = JobSubmissionClient(head.dashboard)
@@ -184,8 +179,20 @@ def test_submitted_training_job_writes_its_checkpoint(head: LocalHead, tmp_path:
             pytest.fail(f"job still {status} after {JOB_TIMEOUT_S} s; logs:\n{job_logs(client, job_id)}")
         time.sleep(2)
         status = client.get_job_status(job_id)
-    job_s = time.monotonic() - started
     assert status == JobStatus.SUCCEEDED, f"job {status}:\n{job_logs(client, job_id)}"
+    return client, job_id
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_submitted_training_job_writes_its_checkpoint(head: LocalHead, tmp_path: Path) -> None:
+    started = time.monotonic()
+    out = tmp_path / "run"  # absolute: the job runs in a copy of the repository elsewhere
+    overrides = ["conductor.model=tiny-qwen2", "train.iterations=2", "train.rollouts_per_question=4",
+                 "train.questions_per_iteration=2", "conductor.max_new_tokens=64", "train.progress=false",
+                 f"train.output_dir={out}", "cluster.generator={CPU: 1}", "cluster.learner={CPU: 1}"]
+    client, job_id = submit_and_wait(head, "python", "-m", "jobs.train", *overrides)
+    job_s = time.monotonic() - started
 
     checkpoint = out / "checkpoints" / "ckpt-000001"
     assert (checkpoint / "state.json").is_file(), f"no checkpoint in {out}:\n{job_logs(client, job_id)}"
@@ -206,6 +213,30 @@ def test_submitted_training_job_writes_its_checkpoint(head: LocalHead, tmp_path:
     size = sum(p.stat().st_size for p in uploaded.rglob("*") if p.is_file())
     assert size < 20 * 2**20, f"the working directory upload holds {size / 2**20:.1f} MiB"
     print(f"job finished in {job_s:.0f} s; upload {size / 2**20:.1f} MiB")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_submitted_evaluation_job_writes_its_results(head: LocalHead, tmp_path: Path) -> None:
+    """`conductor-rl evaluate` as a job: it joins the head's cluster (RAY_ADDRESS) and writes its table."""
+    from conductor_rl.config import load_config
+
+    started = time.monotonic()
+    out = tmp_path / "eval"  # absolute: the job runs in a copy of the repository elsewhere
+    client, job_id = submit_and_wait(head, "python", "-m", "jobs.evaluate", "--method", "single:*", "--benchmark",
+                                     "samples:math500", "--limit", "2", "--output", str(out), "evaluate.progress=false")
+    logs = job_logs(client, job_id)
+    assert (out / "results.json").is_file(), f"no results in {out}:\n{logs}"
+    results = json.loads((out / "results.json").read_text())
+    workers = [w.name for w in load_config(None).workers]
+    cells = {(c["method"], c["benchmark"]): c for c in results["cells"]}
+    assert sorted(cells) == sorted((f"single:{w}", "samples:math500") for w in workers), sorted(cells)
+    for cell in cells.values():
+        assert cell["questions"] == 2 and cell["accuracy"] is not None and cell["errors"] == 0, cell
+    assert results["info"]["stopped"] == "finished" and results["simulated"] is True
+    assert "Started a local Ray instance" not in logs, f"the job must join the head's cluster:\n{logs}"
+    assert (out / "results.md").is_file() and (out / "records.parquet").is_file()
+    print(f"evaluation job finished in {time.monotonic() - started:.0f} s")
 
 
 def test_cluster_yaml_offers_what_paper_yaml_places() -> None:
