@@ -6,6 +6,7 @@ training job in a subprocess or otherwise takes more than a couple of seconds:
 `bash scripts/test.sh -m "not slow"` is the quick subset for iteration."""
 
 import os
+import sys
 
 import pytest
 
@@ -64,3 +65,22 @@ def smollm2():
     from conductor_rl.models import load_causal_lm
 
     return load_causal_lm("smollm2-135m")
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Fail the test if the job gets as far as starting Ray or any actor; afterwards, Ray is as it was."""
+    import jobs.evaluate as je
+    import jobs.training_system as ts
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the job went on to start Ray and its actors instead of failing first")
+
+    monkeypatch.setattr(ts, "start_ray", refuse)
+    monkeypatch.setattr(ts, "build_system", refuse)
+    monkeypatch.setattr(ts, "start_worker_pools", refuse)
+    monkeypatch.setattr(je, "Runner", refuse)
+    ray_before = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    yield
+    if not ray_before:
+        assert not ("ray" in sys.modules and sys.modules["ray"].is_initialized()), "Ray was initialised"

@@ -99,25 +99,6 @@ def assert_same_cells(got: dict, want: dict) -> None:
 
 # ---------------------------------------------------------------- bad input fails before Ray or any actor
 
-@pytest.fixture
-def no_cluster(monkeypatch):
-    """Fail the test if the job gets as far as starting Ray or any actor; afterwards, Ray is as it was."""
-    import jobs.evaluate as je
-    import jobs.training_system as ts
-
-    def refuse(*_args, **_kwargs):
-        raise AssertionError("the job went on to start Ray and its actors instead of failing first")
-
-    monkeypatch.setattr(ts, "start_ray", refuse)
-    monkeypatch.setattr(ts, "build_system", refuse)
-    monkeypatch.setattr(ts, "start_worker_pools", refuse)
-    monkeypatch.setattr(je, "Runner", refuse)
-    ray_before = "ray" in sys.modules and sys.modules["ray"].is_initialized()
-    yield
-    if not ray_before:
-        assert not ("ray" in sys.modules and sys.modules["ray"].is_initialized()), "Ray was initialised"
-
-
 def refused(argv: list[str], out: Path) -> str:
     """`conductor-rl evaluate ARGV --output OUT`'s exit message; nothing may be written."""
     from jobs.evaluate import main
