@@ -541,3 +541,19 @@ def test_hf_row_adapters_match_local_loaders(tmp_path):
     assert questions_from_hf_rows(he, "openai_humaneval", "test")[0].reference == "def f():\n    return 1\n"
     with pytest.raises(DataFormatError, match="unrecognised"):
         questions_from_hf_rows([{"text": "x"}], "some/thing", "train")
+
+
+def test_hf_specs_go_through_the_datasets_library(tmp_path):
+    """A dataset folder in the Hub's layout (a Parquet shard under data/) is read by the real
+    `datasets` library, and its rows are recognised by their schema; an unreachable Hub is a clear error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "gsm8k-like"
+    (folder / "data").mkdir(parents=True)
+    rows = {"question": ["Q1?", "Q2?"], "answer": ["a\n#### 1,000", "#### -2"]}
+    pq.write_table(pa.table(rows), folder / "data" / "test-00000-of-00001.parquet")
+    questions = load_dataset(f"hf:{folder}:test")
+    assert [(q.question, q.reference, q.source) for q in questions] == [("Q1?", "1000", "gsm8k"), ("Q2?", "-2", "gsm8k")]
+    with pytest.raises(HubUnavailableError, match="Hub"):
+        load_dataset("hf:no-such-owner/no-such-dataset:test")

@@ -450,6 +450,23 @@ def test_a_spent_budget_stops_with_what_finished_and_a_larger_one_completes_the_
     print(f"budget: three baseline runs in {time.perf_counter() - started:.0f} s")
 
 
+def test_with_the_response_cache_a_second_evaluation_costs_nothing_and_prices_the_same_table(
+        ray_cluster, root, benchmarks, capsys):
+    cache = root / "response-cache"
+    first, second = root / "cached-1", root / "cached-2"
+    assert run_main(first, benchmarks, f"workflow.response_cache={cache}") == 0
+    spent_first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["spent_usd"]
+    assert spent_first > 0
+    assert run_main(second, benchmarks, f"workflow.response_cache={cache}") == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["spent_usd"] == 0.0, "every call of the second run must come from the cache"
+    # The table prices calls at list price: a cached answer costs the method what it would cost.
+    assert_same_cells(cells_of(second), cells_of(first))
+    assert all(c["cost_usd"] > 0 for c in results(second)["cells"])
+    # Repeats are separate draws, each with its own cache namespace.
+    assert sorted(p.name for p in cache.iterdir()) == [f"repeat-{r}" for r in range(REPEATS)]
+
+
 # ---------------------------------------------------------------- conductor-rl data mix
 
 MIX_SOURCES = ["math:train", "mmlu:train", "rlpr:train"]

@@ -86,11 +86,11 @@ def load_hf(name: str, split: str = "test", config: str | None = None, limit: in
     """
     if importlib.util.find_spec("datasets") is None:
         raise HubUnavailableError(
-            f"hf:{name} needs the `datasets` library, which is not installed (it is not a dependency of "
-            "conductor-rl), and access to the Hugging Face Hub. Offline, use the local specs instead: "
+            f"hf:{name} needs the `datasets` library, which is not installed (`pip install datasets`; "
+            "scripts/setup.sh installs it), and access to the Hugging Face Hub. Offline, use the local specs instead: "
             + "; ".join(DATASET_SPEC_FORMS[:-1])
         )
-    import datasets  # noqa: PLC0415 - optional, heavy
+    import datasets  # noqa: PLC0415 - heavy: only for hf: specs
 
     if config is None:
         config = _HF_DEFAULT_CONFIGS.get(name)
