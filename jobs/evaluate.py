@@ -364,6 +364,9 @@ def pin_checkpoints(ev: Evaluation, out: Path) -> None:
     pinned = json.loads(file.read_text()) if file.is_file() else {}
     for name, conducted in ev.conductors.items():
         model = str(conducted.method.checkpoint) if conducted.method.checkpoint else conducted.config.conductor.model
+        state = Path(model).parent / "state.json"
+        if state.is_file():   # a run folder trained again holds a new model under the same path
+            model += f" (saved at {json.loads(state.read_text()).get('saved_at')})"
         if pinned.setdefault(name, model) != model:
             raise EvaluationError(f"{name} now means {model}, but its records in {out} were made with "
                                   f"{pinned[name]}: name that checkpoint folder, or use another evaluate.output_dir")
