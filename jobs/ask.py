@@ -26,8 +26,8 @@ from typing import Sequence, TextIO
 from conductor_rl.config import Config
 from conductor_rl.data import load_dataset
 from conductor_rl.rollout.workflow import Task
-from conductor_rl.workers.providers import OFFLINE_PROVIDERS, MissingApiKeyError
-from conductor_rl.workers.providers.keys import read_api_key
+from conductor_rl.workers.providers import MissingApiKeyError
+from conductor_rl.workers.providers.keys import check_api_keys
 from jobs.common import add_config_arguments, config_from_args, log
 
 
@@ -70,12 +70,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         raise SystemExit("--samples must be at least 1")
     if args.budget_usd is not None and args.budget_usd < 0:
         raise SystemExit("--budget-usd must be at least 0")
-    for worker in config.workers:   # a missing API key fails here, naming its variable, before Ray starts
-        if worker.provider not in OFFLINE_PROVIDERS:
-            try:
-                read_api_key(worker)
-            except MissingApiKeyError as err:
-                raise SystemExit(f"error: {err}") from None
+    try:
+        check_api_keys(config.workers)   # a missing key fails here, naming its variable, before Ray starts
+    except MissingApiKeyError as err:
+        raise SystemExit(f"error: {err}") from None
 
     import ray
 

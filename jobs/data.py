@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Sequence
 
 from conductor_rl.config import Config, ConfigError
-from conductor_rl.data import Question, load_dataset
+from conductor_rl.data import Question, load_available, load_dataset
 from conductor_rl.data.mixture import mixture_report, select_mixture, write_mixture
 from conductor_rl.data.overlap import text_key
-from conductor_rl.evaluation import RecordStore, ResumeMismatchError, parse_method, single_verdicts_of
+from conductor_rl.evaluation import ResumeMismatchError, parse_method, single_verdicts_of
 from jobs.common import add_config_arguments, config_from_args, log
 from jobs.evaluate import Evaluation, EvaluationError, run_evaluation
 
@@ -34,12 +34,8 @@ from jobs.evaluate import Evaluation, EvaluationError, run_evaluation
 def candidates(config: Config) -> dict[str, list[Question]]:
     """A seeded draw of `mix.candidates_per_source` from each source that loads, minus evaluation questions."""
     m = config.mix
-    held_out: set[str] = set()
-    for spec in config.evaluate.benchmarks:   # a training mixture never holds an evaluation question
-        try:
-            held_out |= {text_key(q.question) for q in load_dataset(spec)}
-        except (ValueError, FileNotFoundError, RuntimeError):
-            pass   # a benchmark that is not here cannot leak into the mixture either
+    # A training mixture never holds an evaluation question (a benchmark that is not here cannot leak).
+    held_out = {text_key(q.question) for qs in load_available(config.evaluate.benchmarks).values() for q in qs}
     pools: dict[str, list[Question]] = {}
     for spec in m.sources:
         try:
@@ -68,11 +64,10 @@ def mix(config: Config) -> dict:
     ev = Evaluation(pilot_config, [parse_method(f"single:{n}", names) for n in names], pools)
     log(f"mix: pilot pass of {len(names)} workers over {sum(map(len, pools.values()))} candidates "
         f"from {list(pools)} ...")
-    how, _ = run_evaluation(ev, pilot_dir)
+    how, _, store = run_evaluation(ev, pilot_dir)
     if how != "finished":
         raise SystemExit(f"mix: stopped ({how}) during the pilot pass; its runs are kept in {pilot_dir}: "
                          f"run the same command again to continue")
-    store = RecordStore(pilot_dir)
     verdicts: dict[str, dict[str, bool]] = {}
     for per_question in single_verdicts_of(store.records(), names).values():
         for qid, by_worker in per_question.items():

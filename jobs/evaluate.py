@@ -24,28 +24,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from conductor_rl.config import OFFLINE_PROVIDERS, Config, ConfigError, validate_config
+from conductor_rl.config import Config, ConfigError, validate_config
 from conductor_rl.data import Question, load_dataset
 from conductor_rl.data.overlap import ContaminationError, check_disjoint
 from conductor_rl.evaluation import (BaselineContext, EvalRecord, MethodError, MissingEvidenceError, Pool,
                                      RecordStore, ResumeMismatchError, Router, baseline_samples,
-                                     conductor_lengths_of, expand_methods, parse_method, record_of,
+                                     conductor_lengths_of, parse_method, parse_methods, random_lengths_label, record_of,
                                      run_batch, single_verdicts_of, stopped_by_budget,
                                      strategy, summarise, write_results)
 from conductor_rl.evaluation.methods import Method
 from conductor_rl.evaluation.runner import Sample
 from conductor_rl.rollout.workflow import StepLimits
 from conductor_rl.workers.providers import MissingApiKeyError, cached
-from conductor_rl.workers.providers.keys import read_api_key
+from conductor_rl.workers.providers.keys import check_api_keys
 from jobs.common import add_config_arguments, config_from_args, log
-from jobs.run_control import StopRun, StopSignal
+from jobs.run_control import StopRun, StopSignal, check_budget
 
 PILOT = "pilot"   # the benchmark name of the router's pilot records (left out of the table)
 
@@ -80,7 +79,7 @@ def prepare(config: Config) -> Evaluation:
     e = config.evaluate
     names = [w.name for w in config.workers]
     try:
-        methods = [parse_method(name, names) for name in expand_methods(e.methods, names)]
+        methods = parse_methods(e.methods, names)
     except MethodError as err:
         raise EvaluationError(str(err)) from None
     if not methods:
@@ -115,9 +114,7 @@ def prepare(config: Config) -> Evaluation:
         limit = None if e.router_pilot else e.router_pilot_questions
         ev.pilot = load_dataset(spec, limit=limit)
     check_contamination(ev)
-    for worker in config.workers:   # a missing API key fails here, naming its variable
-        if worker.provider not in OFFLINE_PROVIDERS:
-            read_api_key(worker)
+    check_api_keys(config.workers)
     return ev
 
 
@@ -238,11 +235,8 @@ class Runner:
         return ray.get(self.workers.ledger.summary.remote())["total"]["cost_usd"]
 
     def check_budget(self) -> None:
-        import ray
-
         self.stop.check()
-        if ray.get(self.workers.ledger.exhausted.remote()):
-            raise StopRun("budget")
+        check_budget(self.workers)
 
     def run(self) -> None:
         ev = self.ev
@@ -265,12 +259,13 @@ class Runner:
         generators = None
         if method.kind == "conductor" and any(self.remaining(method, b, qs) for b, qs in self.ev.benchmarks.items()):
             generators = self.start_conductor(method)
+        # What the oracle and random plans take from the cells before them (methods run in that order).
+        if method.kind == "oracle":
+            self.context.single_verdicts = single_verdicts_of(self.store.records(), self.context.worker_names)
+        if method.kind == "random":
+            self.context.conductor_lengths = conductor_lengths_of(self.store.records())
         try:
             for benchmark, questions in self.ev.benchmarks.items():
-                if method.kind == "oracle":
-                    self.context.single_verdicts = single_verdicts_of(self.store.records(), self.context.worker_names)
-                if method.kind == "random":
-                    self.context.conductor_lengths = conductor_lengths_of(self.store.records())
                 self.run_cell(method, benchmark, questions, self.ev.config.evaluate.repeats, generators)
         finally:
             if generators is not None:
@@ -307,17 +302,13 @@ class Runner:
         import ray
 
         from actors.generator import GeneratorPool
-        from jobs.training_system import split_resources
+        from jobs.training_system import generator_placement
 
         conducted = self.ev.conductors[method.name]
         c = conducted.config
-        has_gpus = ray.cluster_resources().get("GPU", 0) > 0
-        resources = dict(c.cluster.generator) or ({"GPU": c.generator.tensor_parallel_size} if has_gpus
-                                                  else {"CPU": float(os.cpu_count() or 1)})
-        cpus, gpus, custom = split_resources(resources)
+        _, options = generator_placement(c, ray.cluster_resources().get("GPU", 0) > 0)
         log(f"{method.name}: starting the generator ({c.generator.backend}, {c.conductor.model}) ...")
-        pool = GeneratorPool(c.conductor.model, c.generator, seed=c.conductor.seed,
-                             resources={"num_cpus": cpus, "num_gpus": gpus, **({"resources": custom} if custom else {})})
+        pool = GeneratorPool(c.conductor.model, c.generator, seed=c.conductor.seed, resources=options)
         return pool, conducted.prompts, c
 
     def conductor_samples(self, generators: tuple[Any, Any, Config], method: Method, benchmark: str, number: int,
@@ -374,9 +365,9 @@ def pin_checkpoints(ev: Evaluation, out: Path) -> None:
     file.write_text(json.dumps(pinned, indent=2))
 
 
-def run_evaluation(ev: Evaluation, out: Path) -> tuple[str, float]:
+def run_evaluation(ev: Evaluation, out: Path) -> tuple[str, float, RecordStore]:
     """Run every cell of `ev` not yet in `out`'s records, on the cluster; returns how it
-    ended ("finished", "budget" or a signal's name) and the money the workers spent."""
+    ended ("finished", "budget" or a signal's name), the money the workers spent and the records."""
     from jobs.training_system import start_ray
 
     store = RecordStore(out)
@@ -392,7 +383,7 @@ def run_evaluation(ev: Evaluation, out: Path) -> tuple[str, float]:
                 how = "finished"
             except StopRun as why:
                 how = str(why)
-        return how, runner.spent()
+        return how, runner.spent(), store
     finally:
         if runner is not None:
             runner.workers.shutdown()
@@ -411,11 +402,10 @@ def evaluate(config: Config) -> dict:
     out = Path(config.evaluate.output_dir)
     pin_checkpoints(ev, out)
     started = time.perf_counter()
-    how, spent = run_evaluation(ev, out)
+    how, spent, store = run_evaluation(ev, out)
     if how != "finished":
         log(f"stopped ({how}): what is done is kept in {out}/records.jsonl; run the same command again to "
             + ("continue with a larger --budget-usd" if how == "budget" else "continue"))
-    store = RecordStore(out)
     names = {m.name for m in ev.methods}
     records = [r for r in store.records() if r.method in names and r.benchmark in ev.benchmarks]
     cells = summarise(records)
@@ -424,9 +414,9 @@ def evaluate(config: Config) -> dict:
             "repeats": config.evaluate.repeats, "limit": config.evaluate.limit,
             "workers": [{"name": w.name, "provider": w.provider, "model": w.model} for w in config.workers],
             "simulated_workers": [w.name for w in config.workers if w.provider == "sim"],
-            "random_lengths": "the Conductor's" if conductor_lengths_of(records) else "uniform (no Conductor run)"}
+            "random_lengths": random_lengths_label(conductor_lengths_of(records), config.conductor.max_steps)}
     write_results(out, cells, strategy(records), records, info)
-    return {"output_dir": str(out), **info, "cells": [c.to_dict() if hasattr(c, "to_dict") else c for c in cells]}
+    return {"output_dir": str(out), **info, "cells": [c.to_dict() for c in cells]}
 
 
 # ---------------------------------------------------------------- command line

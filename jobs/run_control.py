@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from conductor_rl.config import OFFLINE_PROVIDERS, Config
+from conductor_rl.config import Config
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable
-from conductor_rl.workers.providers.keys import read_api_key
+from conductor_rl.workers.providers.keys import check_api_keys
 from jobs.common import log
 
 
@@ -33,9 +33,7 @@ def open_run(config: Config, resume: bool) -> tuple[Path, Checkpoints, dict | No
         # --resume cannot help here (no checkpoint), so the message must not send the user to it.
         raise CheckpointError(f"{out} holds the log of a run that left no checkpoint to resume from: "
                               f"set train.output_dir to a new folder, or delete {out} to start over")
-    for worker in config.workers:   # a missing API key fails here, naming its variable, not after the actors start
-        if worker.provider not in OFFLINE_PROVIDERS:
-            read_api_key(worker)
+    check_api_keys(config.workers)   # a missing key fails here, not after the actors start
     if state and state["config"]["train"]["iterations"] != t.iterations:
         log(f"warning: resuming with train.iterations={t.iterations}, the run started with "
             f"{state['config']['train']['iterations']}: the learning-rate schedule follows the new length")

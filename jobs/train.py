@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from conductor_rl.config import Config, ConfigError
-from conductor_rl.data import HubUnavailableError, Question, load_dataset
+from conductor_rl.data import Question, load_available, load_dataset
 from conductor_rl.data.overlap import ContaminationError, check_disjoint
 from conductor_rl.data.stream import QuestionStream
 from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
@@ -234,11 +234,7 @@ def training_questions(config: Config, prompts: ConductorPrompt) -> list:
 def check_held_out(config: Config, questions: Sequence[Question]) -> None:
     """Refuse to train on a question of an evaluation benchmark (evaluate.benchmarks, all of each);
     a benchmark whose data is not on this machine cannot leak into training, and is skipped."""
-    for spec in config.evaluate.benchmarks:
-        try:
-            held_out = load_dataset(spec)
-        except (FileNotFoundError, HubUnavailableError):
-            continue
+    for spec, held_out in load_available(config.evaluate.benchmarks).items():
         check_disjoint(questions, held_out, training_name=f"data.questions={config.data.questions}",
                        evaluation_name=spec)
 

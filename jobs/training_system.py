@@ -68,6 +68,15 @@ def split_resources(resources: dict[str, float]) -> tuple[float, float, dict[str
     return resources.get("CPU", 0.0), resources.get("GPU", 0.0), custom
 
 
+def generator_placement(config: Config, has_gpus: bool) -> tuple[dict[str, float], dict[str, Any]]:
+    """One generator engine's resources (`cluster.generator`; empty: its GPUs where the
+    cluster has them, else every CPU of this machine) and the Ray actor options they make."""
+    resources = dict(config.cluster.generator) or (
+        {"GPU": config.generator.tensor_parallel_size} if has_gpus else {"CPU": float(os.cpu_count() or 1)})
+    cpus, gpus, custom = split_resources(resources)
+    return resources, {"num_cpus": cpus, "num_gpus": gpus, **({"resources": custom} if custom else {})}
+
+
 @dataclass
 class WorkerPools:
     """One WorkerPool per configured worker (in order), spending against one ledger."""
@@ -126,9 +135,7 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
     has_gpus = ray.cluster_resources().get("GPU", 0) > 0
     machine = float(os.cpu_count() or 1)
 
-    generator = dict(c.generator) or ({"GPU": config.generator.tensor_parallel_size} if has_gpus else {"CPU": machine})
-    cpus, gpus, custom = split_resources(generator)
-    engine_options = {"num_cpus": cpus, "num_gpus": gpus, **({"resources": custom} if custom else {})}
+    generator, engine_options = generator_placement(config, has_gpus)
     transport = resolve_weight_sync(config.generator.weight_sync, config.generator.backend, has_gpus)
     log(f"starting {config.generator.engines} generator engine(s) ({config.generator.backend}, {generator}; "
         f"weights by {transport}) ...")

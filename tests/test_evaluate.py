@@ -493,9 +493,9 @@ def test_data_mix_picks_informative_questions_by_a_pilot_that_a_second_run_reuse
     run_evaluation = jd.run_evaluation
 
     def recording(ev, out):   # the real pilot pass; what its workers spent is kept for the test
-        how, usd = run_evaluation(ev, out)
+        how, usd, store = run_evaluation(ev, out)
         spent.append(usd)
-        return how, usd
+        return how, usd, store
 
     monkeypatch.setattr(jd, "run_evaluation", recording)
     output = tmp_path / "m.parquet"

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from .bigcodebench import SPLITS as BIGCODEBENCH_SPLITS, load_bigcodebench
 from .files import check_limit, collect_questions, iter_jsonl
 from .gpqa import SUBSETS as GPQA_SUBSETS, load_gpqa
-from .hub import load_hf
+from .hub import HubUnavailableError, load_hf
 from .humaneval import load_humaneval
 from .livecodebench import lcb_window, load_livecodebench
 from .math import load_aime, load_gsm8k, load_math, load_math500
@@ -156,3 +156,16 @@ def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
             raise _spec_error(spec, f"{kind} has the split(s) {list(splits)}, not {split!r}")
         return loader(split, path=path, limit=limit)
     raise _spec_error(spec, f"unknown dataset {kind!r}")
+
+
+def load_available(specs: list[str] | tuple[str, ...]) -> dict[str, list[Question]]:
+    """The questions of each spec whose data is on this machine (or its hub), by spec; one whose
+    file is missing or whose hub is unreachable is left out. For held-out sets: what is not here
+    cannot leak into training. A malformed spec still raises."""
+    found = {}
+    for spec in specs:
+        try:
+            found[spec] = load_dataset(spec)
+        except (FileNotFoundError, HubUnavailableError):
+            continue
+    return found

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
+from conductor_rl.config import EvaluateConfig
 from conductor_rl.run.checkpoint import PREFIX, Checkpoints
 
 __all__ = [
@@ -56,9 +57,8 @@ KINDS: tuple[str, ...] = ("conductor", "single", "reflect", "moa", "router", "ra
 DEFAULT_ROUNDS = 5  # the paper's "GPT-5 with 5x self-reflection" (Table 7)
 MAX_ROUNDS = 20
 UNTRAINED = "untrained"
-# The rows of the paper's comparison (Table 7), one per worker where a worker is named.
-DEFAULT_METHODS: tuple[str, ...] = ("conductor:untrained", "single:*", f"reflect:*:{DEFAULT_ROUNDS}",
-                                    "moa", "router", "random", "oracle")
+# The rows of the paper's comparison (Table 7), one per worker where a worker is named: evaluate.methods' default.
+DEFAULT_METHODS: tuple[str, ...] = tuple(EvaluateConfig().methods)
 _NO_ARGUMENT = ("moa", "router", "random", "oracle")
 _ALLOWED = ("conductor:<checkpoint or run folder>, conductor:untrained, single:<worker>, "
             "reflect:<worker>[:<rounds>], moa, router, random, oracle")

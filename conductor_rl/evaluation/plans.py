@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from conductor_rl.config import Price
 from conductor_rl.data import Question
@@ -106,8 +106,3 @@ def single_verdicts_of(records: Sequence, worker_names: Sequence[str]) -> dict[s
 def conductor_lengths_of(records: Sequence) -> list[int]:
     """The step counts of the Conductor's parsed plans (for `random`)."""
     return [r.steps for r in records if r.method.startswith("conductor:") and r.verdict != "plan_error" and r.steps]
-
-
-def pilot_labels(verdicts: Mapping[str, Mapping[str, float]], worker_names: Sequence[str]) -> dict[str, list[bool]]:
-    """verdicts[question id][worker] as a solved flag per worker, in the pool's order (the router's training data)."""
-    return {q: [bool(ws.get(w, 0.0) >= 0.5) for w in worker_names] for q, ws in verdicts.items()}

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import os
 
-from conductor_rl.config import WorkerConfig
+from typing import Iterable
+
+from conductor_rl.config import OFFLINE_PROVIDERS, WorkerConfig
 from conductor_rl.workers.providers.base import MissingApiKeyError
 
 
@@ -64,3 +66,11 @@ def read_api_key(config: WorkerConfig, environ: dict[str, str] | None = None) ->
             f"export {config.api_key_env}=<your key> before starting (or on every node of the cluster)"
         )
     return Secret(value)
+
+
+def check_api_keys(workers: Iterable[WorkerConfig]) -> None:
+    """Every worker that calls an API has its key in the environment; raises
+    MissingApiKeyError naming the first variable missing (commands call this before any actor starts)."""
+    for worker in workers:
+        if worker.provider not in OFFLINE_PROVIDERS:
+            read_api_key(worker)
