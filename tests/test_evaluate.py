@@ -199,13 +199,15 @@ def test_a_checkpoint_is_not_evaluated_on_its_own_training_data(tmp_path, no_clu
 def test_training_on_an_evaluation_benchmark_is_refused_before_ray(tmp_path, no_cluster):
     from jobs.train import main
 
-    assert "math500" in load_config(None).evaluate.benchmarks
+    # HumanEval ships in a package, so this holds without the shared data directory too.
+    assert "humaneval" in load_config(None).evaluate.benchmarks
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as exit_info:
-        main(["data.questions=math500", f"train.output_dir={out}", "train.progress=false"])
+        main(["data.questions=samples:humaneval", f"train.output_dir={out}", "train.progress=false"])
     message = exit_info.value.code
     assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
-    assert "'math500' shares 500 of its 500 questions" in message and "data.questions=math500" in message, message
+    assert ("'humaneval' shares 20 of its 164 questions" in message
+            and "data.questions=samples:humaneval" in message), message
     assert not (out / "metrics.jsonl").exists() and not (out / "config.json").exists()
 
 
