@@ -13,6 +13,7 @@ GAUGES = {
     "accuracy": "Share of graded rollouts judged correct",
     "format_failure_rate": "Share of plans that did not parse",
     "infra_error_rate": "Share of rollouts dropped for infrastructure errors",
+    "truncated_rate": "Share of graded answers lost to a worker's output limit (empty after a length stop)",
     "steps_per_plan": "Mean steps per parsed plan",
     "best_worker_share": "Share of plans whose last step went to the domain's best worker",
     "conductor_tokens": "Conductor tokens sampled in the iteration",
@@ -40,6 +41,8 @@ class TrainMetrics:
         self.gauges = {key: metrics.Gauge(f"conductor_train_{key}", text) for key, text in GAUGES.items()}
         self.usage = metrics.Gauge("conductor_train_worker_usage", "Share of plan steps per worker",
                                    tag_keys=("worker",))
+        self.failed = metrics.Gauge("conductor_train_worker_failure_rate", "Share of a worker's calls that "
+                                    "failed in the iteration (every attempt)", tag_keys=("worker",))
 
     def publish(self, record: dict) -> None:
         self.iteration.set(record["iteration"])
@@ -49,3 +52,5 @@ class TrainMetrics:
                 gauge.set(float(value))
         for worker, share in record.get("worker_usage", {}).items():
             self.usage.set(float(share), {"worker": worker})
+        for worker, calls in record.get("worker_calls", {}).items():
+            self.failed.set(calls["failed"] / max(calls["steps"], 1), {"worker": worker})

@@ -41,7 +41,7 @@ from typing import Any, Coroutine, Sequence, TypeVar
 from conductor_rl import grading
 from conductor_rl.config import Config, load_config
 from conductor_rl.data import Question
-from conductor_rl.grading import MathGrader
+from conductor_rl.grading import SCORED_VERDICTS, MathGrader
 from conductor_rl.plan import Plan
 from conductor_rl.rollout.rollouts import Rollout, run_rollout
 from conductor_rl.rollout.workflow import StepLimits, StepTrace, Task
@@ -113,7 +113,7 @@ class Answer:
 
     @property
     def graded(self) -> bool:
-        return self.verdict in ("correct", "wrong")
+        return self.verdict in SCORED_VERDICTS
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready record (`conductor-rl ask --json` prints these)."""

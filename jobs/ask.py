@@ -23,12 +23,11 @@ import sys
 import time
 from typing import Sequence, TextIO
 
-from conductor_rl.config import Config
+from conductor_rl.config import Config, ConfigError
 from conductor_rl.data import load_dataset
 from conductor_rl.rollout.workflow import Task
 from conductor_rl.workers.providers import MissingApiKeyError
-from conductor_rl.workers.providers.keys import check_api_keys
-from jobs.common import add_config_arguments, config_from_args, log
+from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,8 +70,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     if args.budget_usd is not None and args.budget_usd < 0:
         raise SystemExit("--budget-usd must be at least 0")
     try:
-        check_api_keys(config.workers)   # a missing key fails here, naming its variable, before Ray starts
-    except MissingApiKeyError as err:
+        check_workers_before_start(config)   # a missing key fails here, naming its variable, before Ray starts
+    except (MissingApiKeyError, ConfigError) as err:
         raise SystemExit(f"error: {err}") from None
 
     import ray

@@ -3,6 +3,7 @@
     conductor-rl train [--config FILE] [key.sub=value ...] [--resume] [--json]
     conductor-rl evaluate [--method M ...] [--benchmark B ...] [--limit N] [--budget-usd X] [key.sub=value ...]
     conductor-rl data mix [--config FILE] [key.sub=value ...]  # the training mixture, chosen by a pilot pass
+    conductor-rl check [--config FILE] [key.sub=value ...] [--json]  # preflight: one request to every worker
     conductor-rl ask [QUESTION ...] [--config FILE] [key.sub=value ...] [--json]
     conductor-rl config [--config FILE] [key.sub=value ...]     # print the resolved configuration
 """
@@ -15,7 +16,7 @@ from typing import Sequence
 
 import yaml
 
-from jobs import ask, data, evaluate, train
+from jobs import ask, check, data, evaluate, train
 from jobs.common import add_config_arguments, config_from_args
 
 
@@ -29,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return evaluate.main(argv[1:])
     if argv[:1] == ["data"]:
         return data.main(argv[1:])
+    if argv[:1] == ["check"]:
+        return check.main(argv[1:])
     parser = argparse.ArgumentParser(prog="conductor-rl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -36,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ask.add_arguments(commands.add_parser("ask", help="ask the Conductor a question and run its plan"))
     evaluate.add_arguments(commands.add_parser("evaluate", help="methods x benchmarks: the paper's tables"))
     commands.add_parser("data", help="data tools: `data mix` builds the training mixture")
+    commands.add_parser("check", help="preflight: one tiny request to every worker, and a table")
     show = commands.add_parser("config", help="print the resolved configuration as YAML")
     show.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE")
     add_config_arguments(show)

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from conductor_rl.config import Config, ConfigError, is_override, load_config
+from conductor_rl.workers.providers.keys import check_api_keys
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +34,18 @@ def config_from_args(args: argparse.Namespace, positional: str | None = None) ->
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
     return config, rest
+
+
+def check_workers_before_start(config: Config) -> None:
+    """What can be known wrong about the workers without calling them: a missing key
+    (MissingApiKeyError, naming the variable) or a setting their model refuses (ConfigError,
+    naming the key). Commands call this before any actor starts."""
+    from conductor_rl.workers.request_shape import shape_problems
+
+    check_api_keys(config.workers)
+    problems = [p for w in config.workers for p in shape_problems(w)]
+    if problems:
+        raise ConfigError("invalid worker settings:\n  " + "\n  ".join(problems))
 
 
 def log(message: str) -> None:

@@ -40,10 +40,12 @@ from conductor_rl.evaluation import (BaselineContext, EvalRecord, MethodError, M
                                      strategy, summarise, write_results)
 from conductor_rl.evaluation.methods import Method
 from conductor_rl.evaluation.runner import Sample
+from conductor_rl.grading.verdict import SCORED_VERDICTS
 from conductor_rl.rollout.workflow import StepLimits
+from conductor_rl.workers.preflight import PreflightFailed
 from conductor_rl.workers.providers import MissingApiKeyError, cached
-from conductor_rl.workers.providers.keys import check_api_keys
-from jobs.common import add_config_arguments, config_from_args, log
+from jobs.check import preflight
+from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
 from jobs.run_control import StopRun, StopSignal, check_budget
 
 PILOT = "pilot"   # the benchmark name of the router's pilot records (left out of the table)
@@ -114,7 +116,7 @@ def prepare(config: Config) -> Evaluation:
         limit = None if e.router_pilot else e.router_pilot_questions
         ev.pilot = load_dataset(spec, limit=limit)
     check_contamination(ev)
-    check_api_keys(config.workers)
+    check_workers_before_start(config)
     return ev
 
 
@@ -189,7 +191,7 @@ class Progress:
 
     def update(self, records: Sequence[EvalRecord], where: str, spent_usd: float) -> None:
         self.correct += sum(r.verdict == "correct" for r in records)
-        self.graded += sum(r.verdict in ("correct", "wrong", "plan_error") for r in records)
+        self.graded += sum(r.verdict in (*SCORED_VERDICTS, "plan_error") for r in records)
         accuracy = self.correct / self.graded if self.graded else 0.0
         self.bar.set_postfix_str(f"{where} acc {accuracy:.3f} spent ${spent_usd:.4f}")
         self.bar.update(len(records))
@@ -378,6 +380,8 @@ def run_evaluation(ev: Evaluation, out: Path) -> tuple[str, float, RecordStore]:
     try:
         with stop.installed():
             runner = Runner(ev, store, stop)
+            if ev.config.evaluate.preflight:
+                preflight(ev.config, runner.workers.pools)
             try:
                 runner.run()
                 how = "finished"
@@ -434,6 +438,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default=None, help="output folder (evaluate.output_dir)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     add_config_arguments(parser)
+    parser.add_argument("--no-check", dest="overrides", action="append_const", const="evaluate.preflight=false",
+                        help="skip the preflight request to every worker (evaluate.preflight)")
 
 
 def config_with_options(args: argparse.Namespace) -> Config:
@@ -464,7 +470,8 @@ def run(args: argparse.Namespace) -> int:
     config = config_with_options(args)
     try:
         summary = evaluate(config)
-    except (EvaluationError, ConfigError, ResumeMismatchError, MissingApiKeyError, MissingEvidenceError) as err:
+    except (EvaluationError, ConfigError, ResumeMismatchError, MissingApiKeyError, MissingEvidenceError,
+            PreflightFailed) as err:
         raise SystemExit(f"error: {err}") from None
     out = Path(summary["output_dir"])
     if args.json:

@@ -16,8 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 from conductor_rl.config import Config
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable
-from conductor_rl.workers.providers.keys import check_api_keys
-from jobs.common import log
+from jobs.common import check_workers_before_start, log
 
 
 def open_run(config: Config, resume: bool) -> tuple[Path, Checkpoints, dict | None]:
@@ -33,7 +32,7 @@ def open_run(config: Config, resume: bool) -> tuple[Path, Checkpoints, dict | No
         # --resume cannot help here (no checkpoint), so the message must not send the user to it.
         raise CheckpointError(f"{out} holds the log of a run that left no checkpoint to resume from: "
                               f"set train.output_dir to a new folder, or delete {out} to start over")
-    check_api_keys(config.workers)   # a missing key fails here, not after the actors start
+    check_workers_before_start(config)   # a missing key fails here, not after the actors start
     if state and state["config"]["train"]["iterations"] != t.iterations:
         log(f"warning: resuming with train.iterations={t.iterations}, the run started with "
             f"{state['config']['train']['iterations']}: the learning-rate schedule follows the new length")

@@ -38,9 +38,12 @@ from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollout
                                            parse_rollout, ready_to_grade, unfinished)
 from conductor_rl.rollout.workflow import StepLimits
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints
+from conductor_rl.run.infra_guard import InfraErrorGuard, InfraErrorRateExceeded
 from conductor_rl.run.log import RunDirError
 from conductor_rl.run.metrics import best_workers, iteration_metrics
+from conductor_rl.workers.preflight import PreflightFailed
 from conductor_rl.workers.providers import MissingApiKeyError
+from jobs.check import preflight
 from jobs.common import add_config_arguments, config_from_args, log
 from jobs.run_control import (Phases, PhaseObserver, StopRun, StopSignal, check_budget, needs_final_checkpoint,
                               open_run, progress_bar, run_summary)
@@ -59,6 +62,7 @@ class Loop:
     stop: StopSignal
     version: int = 0                 # weights version the generators hold
     best: dict[str, str] = field(default_factory=dict)
+    guard: InfraErrorGuard = field(default_factory=lambda: InfraErrorGuard(None))
     observer: PhaseObserver | None = None   # hears each phase as it ends (benchmarks/iteration.py)
 
 
@@ -113,8 +117,11 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
                    "ratio_mean": stats.ratio_mean, "kl": stats.kl, "lr": stats.lr, "learner_tokens": stats.tokens}
 
     # 9. log: the iteration's record
+    parsed = [r for r in rollouts if r.plan is not None]
+    worker_calls = loop.guard.end_iteration(len(parsed), sum(r.reward is None for r in parsed))
     record = {"iteration": iteration,
               **iteration_metrics(rollouts, [w.name for w in c.workers], loop.best),
+              "worker_calls": worker_calls,
               "groups": len(questions), "informative_groups": informative, **learned,
               "weights_version": loop.version,
               **{f"time_{k}_s": v for k, v in phases.seconds.items()},
@@ -136,6 +143,7 @@ def execute_and_grade(loop: Loop, rollouts: list[Rollout], iteration: int, phase
         to_run = needs_execution(todo)
         with phases.timed("execute", to_run):
             asyncio.run(execute_rollouts(to_run, system.workers, limits, key=f"{c.train.seed}/{iteration}"))
+        loop.guard.observe(r.workflow for r in to_run)   # before a re-run replaces a failed attempt
         check_budget(system)
         to_grade = ready_to_grade(todo)
         with phases.timed("grade", to_grade):
@@ -181,9 +189,14 @@ def train(config: Config, resume: bool = False) -> dict:
         ray.get(system.ledger.restore.remote(state["ledger"]))
         log(f"resumed from {checkpoints.latest()} (iteration {start - 1} done, cursor {stream.cursor})")
     dashboard = TrainMetrics()
-    loop = Loop(config, system, stream, prompts, StopSignal(), version, best_workers(config.workers))
+    guard = InfraErrorGuard(t.max_infra_error_rate, t.infra_error_window, t.infra_error_min_steps)
+    guard.restore(state.get("infra_guard") if state else None)
+    loop = Loop(config, system, stream, prompts, StopSignal(), version, best_workers(config.workers), guard=guard)
     how, done, saved = "finished", start - 1, start - 1   # last finished and last checkpointed iteration
+    why = None   # the message of a stop that is a failure (infra errors)
     try:
+        if t.preflight:
+            preflight(config, system.workers)
         with loop.stop.installed(), progress_bar(t, start) as bar:
             for iteration in range(start, t.iterations):
                 if loop.stop.requested:
@@ -206,6 +219,14 @@ def train(config: Config, resume: bool = False) -> dict:
                 dashboard.publish(record)
                 bar.update(record)
                 done = iteration
+                try:
+                    loop.guard.check()
+                except InfraErrorRateExceeded as err:
+                    log(f"stopping: {err}")
+                    how, why = "infra_errors", str(err)
+                    save_checkpoint(checkpoints, loop, iteration, ledger)
+                    saved = iteration
+                    break
                 if (iteration + 1) % t.checkpoint_every == 0 or iteration == t.iterations - 1:
                     save_checkpoint(checkpoints, loop, iteration, ledger)
                     saved = iteration
@@ -215,7 +236,10 @@ def train(config: Config, resume: bool = False) -> dict:
     finally:
         run_log.close()
         system.shutdown()
-    return run_summary(config, out, checkpoints, how, done)
+    summary = run_summary(config, out, checkpoints, how, done)
+    if why:
+        summary["error"] = why
+    return summary
 
 
 def training_questions(config: Config, prompts: ConductorPrompt) -> list:
@@ -241,7 +265,8 @@ def check_held_out(config: Config, questions: Sequence[Question]) -> None:
 
 def save_checkpoint(checkpoints: Checkpoints, loop: Loop, iteration: int, ledger: dict) -> Path:
     state = {"iteration": iteration, "cursor": loop.stream.cursor, "weights_version": loop.version,
-             "ledger": ledger, "config": loop.config.model_dump(mode="json"), "saved_at": time.time()}
+             "ledger": ledger, "config": loop.config.model_dump(mode="json"), "saved_at": time.time(),
+             "infra_guard": loop.guard.state()}
     return checkpoints.save(iteration, state, lambda folder: loop.system.learners.save(str(folder)))
 
 
@@ -254,6 +279,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--dashboard", dest="overrides", action="append_const", const="cluster.dashboard=true",
                         help="start the local Ray cluster with its dashboard and print its address")
+    parser.add_argument("--no-check", dest="overrides", action="append_const", const="train.preflight=false",
+                        help="skip the preflight request to every worker (train.preflight)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -269,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: not configuration overrides: {rest} (use key.sub=value)")
     try:
         summary = train(config, resume=args.resume)
-    except (CheckpointError, ConfigError, RunDirError, MissingApiKeyError, ContaminationError) as err:
+    except (CheckpointError, ConfigError, RunDirError, MissingApiKeyError, ContaminationError, PreflightFailed) as err:
         raise SystemExit(f"error: {err}") from None
     except Exception as err:
         import ray.exceptions
@@ -283,7 +310,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        print("\n".join(f"{k}: {v}" for k, v in summary.items() if not isinstance(v, dict)))
+        print("\n".join(f"{k}: {v}" for k, v in summary.items() if not isinstance(v, dict) and k != "error"))
+    if summary.get("error"):
+        print(f"error: {summary['error']}", file=sys.stderr)
+        return 1
     return 0
 
 

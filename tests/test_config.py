@@ -20,8 +20,8 @@ from conductor_rl.config import (
     validate_config,
 )
 
-PAPER_WORKERS = ["gpt-5", "gemini-2.5-pro", "claude-sonnet-4", "qwen3-32b", "deepseek-r1-distill-qwen-32b",
-                 "gemma-3-27b-it"]
+PAPER_WORKERS = ["gpt-5", "gemini-2.5-pro", "claude-sonnet-4", "qwen3-32b", "qwen3-32b-thinking",
+                 "deepseek-r1-distill-qwen-32b", "gemma-3-27b-it"]
 
 
 def sim_worker(name: str, **extra: object) -> dict:
@@ -70,7 +70,15 @@ def test_paper_api_workers_have_prices_and_key_variables():
     for name in ("gpt-5", "gemini-2.5-pro", "claude-sonnet-4"):
         assert workers[name].price.input > 0 and workers[name].price.output > workers[name].price.input
     for name in PAPER_WORKERS[3:]:
-        assert workers[name].provider == "openai_compatible" and workers[name].base_url
+        # Served on the cluster's GPU node by the jobs themselves: no address to point at.
+        assert workers[name].provider == "openai_compatible" and workers[name].serve is not None
+        assert workers[name].base_url is None and workers[name].serve.gpus == 1
+    # Qwen3 with and without thinking: two workers, one server.
+    assert workers["qwen3-32b"].serve == workers["qwen3-32b-thinking"].serve
+    assert (workers["qwen3-32b"].reasoning, workers["qwen3-32b-thinking"].reasoning) == ("off", "default")
+    for name in ("gpt-5", "gemini-2.5-pro", "claude-sonnet-4"):
+        assert workers[name].rpm and workers[name].tpm   # tier-1 limits, not unlimited
+        assert workers[name].reasoning in ("minimal", "off")
 
 
 def test_empty_yaml_file_gives_the_defaults(write):
@@ -115,6 +123,8 @@ def test_paper_yaml_has_the_paper_setting():
     assert (c.temperature, c.max_new_tokens, c.max_steps, c.n_examples) == (1.0, 1024, 5, 4)
     assert [w.name for w in config.workers] == PAPER_WORKERS
     assert all(w.temperature == 0.2 and w.max_tokens == 4096 and w.sim is None for w in config.workers)
+    assert config.workers == Config().workers   # the file spells out the defaults' pool
+    assert (config.learner.world_size, config.learner.zero_stage) == (2, 3)   # 2 x 80 GB, as the paper ran it
 
 
 # --------------------------------------------------------------------------- overrides

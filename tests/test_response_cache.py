@@ -100,3 +100,35 @@ def test_cache_holds_no_secrets(tmp_path, monkeypatch):
 def test_key_is_stable_across_processes():
     cache_key = ResponseCache.key(None, {"model": "m"}, request())  # no instance state involved
     assert cache_key == ResponseCache.key(None, {"model": "m"}, request()) and len(cache_key) == 64
+
+
+def test_key_follows_the_reasoning_level_and_the_extra_body(tmp_path):
+    inner = CountingWorker()
+    worker = cached(inner, CONFIG, str(tmp_path))
+    plain = request()
+    minimal = WorkerRequest(plain.messages, max_tokens=64, temperature=0.2, reasoning="minimal")
+    for req in (plain, minimal, minimal):
+        asyncio.run(worker.complete(req))
+    assert inner.calls == 2
+    with_body = cached(inner, CONFIG.model_copy(update={"extra_body": {"top_k": 5}}), str(tmp_path))
+    asyncio.run(with_body.complete(plain))
+    assert inner.calls == 3
+    # A key made before these fields existed is the key of a request that leaves them at their defaults.
+    assert ResponseCache.key(None, {"model": "m"}, plain) == ResponseCache.key(
+        None, {"model": "m"}, WorkerRequest(plain.messages, 64, 0.2, reasoning="default"))
+
+
+def test_a_hit_keeps_the_reasoning_and_the_finish_reason(tmp_path):
+    cache = ResponseCache(tmp_path)
+    key = cache.key({"model": "m"}, request())
+    cache.put(key, WorkerResponse(text="", usage=Usage(output_tokens=64, reasoning_tokens=64),
+                                  reasoning="thinking it through", finish_reason="length"))
+    hit = cache.get(key)
+    assert (hit.text, hit.reasoning, hit.finish_reason, hit.empty_after_length) == (
+        "", "thinking it through", "length", True)
+    # Entries written before these fields existed still read (as not reported).
+    path = next(tmp_path.rglob("*.json"))
+    record = json.loads(path.read_text())
+    del record["reasoning"], record["finish_reason"]
+    path.write_text(json.dumps(record))
+    assert (cache.get(key).reasoning, cache.get(key).finish_reason) == ("", "")

@@ -450,3 +450,66 @@ def test_failed_worker_reward_is_none_even_when_an_answer_exists(math_grader):
     assert verdict is grading.Verdict.ERROR
     assert grading.reward(True, verdict) is None
     assert rollout(text, NUMERIC_TASK, workers, math_grader) is None
+
+
+# --------------------------------------------------------------------------- reasoning and length stops
+
+
+class ThinkingWorker(FakeWorker):
+    """Answers with its reasoning apart, as the HTTP providers return it (WorkerResponse.reasoning);
+    `empty` answers nothing after a length stop, as a model that spent its budget thinking."""
+
+    def __init__(self, name: str, empty: bool = False) -> None:
+        super().__init__(name)
+        self.empty = empty
+
+    async def complete(self, request: WorkerRequest) -> WorkerResponse:
+        self.requests.append(request)
+        return WorkerResponse(text="" if self.empty else f"ANSWER({self.name})",
+                              usage=Usage(input_tokens=5, output_tokens=64, reasoning_tokens=60),
+                              reasoning=f"SECRET-THOUGHTS-OF-{self.name}", finish_reason="length" if self.empty else "stop")
+
+
+def test_reasoning_is_recorded_but_never_shown_to_later_steps():
+    workers = [ThinkingWorker("thinker"), FakeWorker("reader")]
+    result = run(plan_of((0, "think", []), (1, "read", "all")), workers)
+    first, second = result.steps
+    assert first.response == "ANSWER(thinker)" and first.reasoning == "SECRET-THOUGHTS-OF-thinker"
+    assert first.finish_reason == "stop" and first.usage.reasoning_tokens == 60
+    assert "ANSWER(thinker)" in user_text(second)
+    assert "SECRET-THOUGHTS" not in user_text(second)
+    assert workers[0].requests[0].reasoning == "default"
+
+
+def test_reasoning_in_context_shows_it_where_the_setting_says_so():
+    workers = [ThinkingWorker("thinker"), FakeWorker("reader")]
+    limits = [StepLimits(reasoning_in_context=True, reasoning="high"), StepLimits()]
+    result = run(plan_of((0, "think", []), (1, "read", "all")), workers, limits)
+    assert "SECRET-THOUGHTS-OF-thinker" in user_text(result.steps[1])
+    assert workers[0].requests[0].reasoning == "high"
+
+
+def test_an_empty_answer_after_a_length_stop_is_marked_and_graded_truncated():
+    from conductor_rl.rollout.rollouts import run_rollout
+
+    plan = render_plan(plan_of((0, "solve", [])))
+    rollout = asyncio.run(run_rollout(plan, TASK, [ThinkingWorker("thinker", empty=True)]))
+    assert rollout.workflow.error is None and rollout.workflow.empty_after_length
+    assert rollout.grade.verdict is grading.Verdict.TRUNCATED
+    assert "'thinker' used its whole output budget (64 tokens, 60 reasoning)" in rollout.grade.detail
+    assert rollout.reward == grading.REWARD_WRONG   # a missing answer, as the reward contract says
+    answered = asyncio.run(run_rollout(plan, TASK, [ThinkingWorker("thinker")]))
+    assert not answered.workflow.empty_after_length and answered.grade.verdict is grading.Verdict.WRONG
+
+
+def test_truncated_answers_are_counted_apart_in_the_iteration_metrics():
+    from conductor_rl.rollout.rollouts import run_rollout
+    from conductor_rl.run.metrics import iteration_metrics
+
+    plan = render_plan(plan_of((0, "solve", [])))
+    workers = [ThinkingWorker("thinker", empty=True)]
+    empty = asyncio.run(run_rollout(plan, TASK, workers))
+    fine = asyncio.run(run_rollout(plan, TASK, [ThinkingWorker("thinker")]))
+    record = iteration_metrics([empty, fine, fine, fine], ["thinker"])
+    assert record["truncated_rate"] == 0.25 and record["empty_after_length_steps"] == 1
+    assert record["reward_mean"] == grading.REWARD_WRONG and record["infra_error_rate"] == 0.0

@@ -10,14 +10,14 @@ An invalid setting fails at start with a `ConfigError` that names the key.
 from .loading import CONFIG_DIR, DEFAULT_CONFIG, apply_override, is_override, load_config, validate_config
 from .sections import (HTTP_PROVIDERS, OFFLINE_PROVIDERS, WEIGHT_TRANSFER_TRANSPORTS, AskConfig, ClusterConfig,
                        Config, ConductorConfig, ConfigError, DataConfig, EvaluateConfig, GeneratorConfig,
-                       GraderConfig, HttpProvider, LearnerConfig, MixConfig, OfflineProvider, Price, SandboxConfig,
-                       SimSpec, Strict, TrainConfig, WeightTransferTransport, WorkerConfig, WorkflowConfig,
+                       GraderConfig, HttpProvider, LearnerConfig, MixConfig, OfflineProvider, Price, REASONING_LEVELS,
+                       Reasoning, SandboxConfig, ServeSpec, SimSpec, Strict, TrainConfig, WeightTransferTransport, WorkerConfig, WorkflowConfig,
                        _paper_workers)
 
 __all__ = [
     "CONFIG_DIR", "DEFAULT_CONFIG", "HTTP_PROVIDERS", "OFFLINE_PROVIDERS", "WEIGHT_TRANSFER_TRANSPORTS",
     "AskConfig", "ClusterConfig", "Config", "ConductorConfig", "ConfigError", "DataConfig", "EvaluateConfig",
-    "GeneratorConfig", "GraderConfig", "HttpProvider", "LearnerConfig", "MixConfig", "OfflineProvider", "Price",
+    "GeneratorConfig", "GraderConfig", "HttpProvider", "LearnerConfig", "MixConfig", "OfflineProvider", "Price", "REASONING_LEVELS", "Reasoning", "ServeSpec",
     "SandboxConfig", "SimSpec", "Strict", "TrainConfig", "WeightTransferTransport", "WorkerConfig",
     "WorkflowConfig", "apply_override", "is_override", "load_config", "validate_config",
 ]

@@ -130,6 +130,35 @@ class Price(Strict):
     cached_input: float = Field(0.0, ge=0.0)
 
 
+#: How much a worker reasons before it answers, whatever its provider calls it
+#: (conductor_rl/workers/request_shape.py maps it per provider and model).
+Reasoning = Literal["default", "off", "minimal", "low", "medium", "high"]
+REASONING_LEVELS: tuple[str, ...] = get_args(Reasoning)
+
+
+class ServeSpec(Strict):
+    """An open-weight worker the jobs serve themselves on the cluster: vLLM's
+    OpenAI-compatible server in a Ray actor per replica (actors/served_worker.py),
+    started before the first iteration and stopped at the end. Workers with the
+    same `serve` section share one deployment (Qwen3 with and without thinking)."""
+
+    model: str = Field(..., description="What vLLM loads: a hub name, a local folder, or an offline name "
+                       "('smollm2-135m'). Requests name it by the worker's `model`.")
+    replicas: int = Field(1, ge=1, description="Servers of this model; the pool spreads calls over them and "
+                          "its concurrency follows (replicas x worker concurrency).")
+    gpus: float = Field(0.0, ge=0.0, description="GPUs per replica (its tensor-parallel size when >= 1; 0: CPU).")
+    cpus: float = Field(1.0, ge=0.0, description="Logical CPUs per replica (Ray's bookkeeping).")
+    resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray resources per replica "
+                                        "(a node type of ray_cluster.yaml, e.g. {conductor_gpu_node: 0.01}).")
+    engine_args: dict[str, Any] = Field(default_factory=dict, description="vLLM server arguments, as its "
+                                        "command line names them without dashes: {max_model_len: 8192, "
+                                        "enforce_eager: true, reasoning_parser: qwen3}.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of the server process "
+                                "(e.g. VLLM_CPU_KVCACHE_SPACE); never a key.")
+    start_timeout_s: float = Field(900.0, gt=0.0, description="How long a replica may take to load and answer "
+                                   "its health check before the job stops with its log.")
+
+
 class WorkerConfig(Strict):
     """One worker of the pool. The Conductor sees it only as 'Model <index>'."""
 
@@ -138,9 +167,24 @@ class WorkerConfig(Strict):
     model: str = ""
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="Name of the environment variable holding the key.")
-    temperature: float = Field(0.2, ge=0.0)
-    max_tokens: int = Field(4096, ge=1)
-    reasoning_budget: int | None = Field(None, ge=0)
+    temperature: float = Field(0.2, ge=0.0, description="Sent where the model accepts it; reasoning models that "
+                               "only take their default (GPT-5, o-series) get none (see fixed_temperature).")
+    max_tokens: int = Field(4096, ge=1, description="Output tokens per call, reasoning included.")
+    reasoning: Reasoning = Field(
+        "default", description="How much the worker reasons: default (the model's own), off, minimal, low, medium, "
+        "high. Per provider: OpenAI reasoning_effort; Gemini thinking_budget (never below the model's minimum: "
+        "2.5 Pro cannot turn it off); Anthropic extended thinking off, or on with a budget; open models through "
+        "their chat template (Qwen3 enable_thinking). conductor_rl/workers/request_shape.py has the table.")
+    reasoning_budget: int | None = Field(None, ge=0, description="Thinking tokens, for providers that take a "
+                                         "budget (Gemini, Anthropic); overrides `reasoning`'s level there.")
+    fixed_temperature: bool | None = Field(None, description="The model refuses any temperature but its default "
+                                           "(None: from the model table; true: never send one).")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every request's JSON body "
+                                       "as is (vLLM's chat_template_kwargs or top_k, a provider's new option).")
+    reasoning_in_context: bool = Field(False, description="Show later steps this worker's reasoning text too "
+                                       "(off: only its answer; reasoning is always counted in tokens and cost).")
+    serve: ServeSpec | None = Field(None, description="Serve this open-weight model on the cluster instead of "
+                                    "calling `base_url` (provider openai_compatible only).")
     timeout_s: float = Field(600.0, gt=0.0)
     price: Price = Field(default_factory=Price)
     sim: SimSpec | None = None
@@ -159,24 +203,44 @@ class WorkerConfig(Strict):
             raise ValueError(f"worker {self.name!r} uses provider 'sim' and needs a 'sim' section (accuracy per domain)")
         if self.provider != "sim" and not self.model:
             raise ValueError(f"worker {self.name!r} uses provider {self.provider!r} and needs 'model'")
+        if self.serve is not None:
+            if self.provider != "openai_compatible":
+                raise ValueError(f"worker {self.name!r}: 'serve' needs provider openai_compatible (vLLM's "
+                                 f"OpenAI-compatible server), not {self.provider!r}")
+            if self.base_url:
+                raise ValueError(f"worker {self.name!r}: give either 'serve' (the job starts the server) or "
+                                 f"'base_url' (a server that runs already), not both")
         return self
 
 
 def _paper_workers() -> list[WorkerConfig]:
-    """The paper's six workers (§4.1) with list prices (USD / 1M tokens)."""
-    def api(name: str, provider: str, model: str, env: str, price: tuple[float, float, float]) -> WorkerConfig:
-        return WorkerConfig(name=name, provider=provider, model=model, api_key_env=env,
-                            price=Price(input=price[0], output=price[1], cached_input=price[2]))
-    def open_model(name: str, model: str, port: int) -> WorkerConfig:
-        return WorkerConfig(name=name, provider="openai_compatible", model=model,
-                            base_url=f"http://127.0.0.1:{port}/v1")
+    """The paper's pool (§4.1, app. A): temperature 0.2 where a model takes one, 4096 output
+    tokens, minimal reasoning; list prices (USD / 1M tokens); rate limits at each vendor's
+    published tier-1 figures (raise rpm/tpm to your account's). The open-weight models are
+    served on the cluster's GPU node by vLLM (one GPU each); Qwen3-32B runs with and without
+    thinking, as two workers on one server (seven workers, six models)."""
+    def api(name: str, provider: str, model: str, env: str, price: tuple[float, float, float], reasoning: str,
+            rpm: int, tpm: int) -> WorkerConfig:
+        return WorkerConfig(name=name, provider=provider, model=model, api_key_env=env, reasoning=reasoning,
+                            rpm=rpm, tpm=tpm, price=Price(input=price[0], output=price[1], cached_input=price[2]))
+
+    def served(name: str, model: str, reasoning: str, **engine_args: Any) -> WorkerConfig:
+        spec = ServeSpec(model=model, gpus=1, cpus=8, resources={"conductor_gpu_node": 0.01},
+                         engine_args={"max_model_len": 16384, "gpu_memory_utilization": 0.9, **engine_args})
+        return WorkerConfig(name=name, provider="openai_compatible", model=model, reasoning=reasoning, serve=spec)
+
     return [
-        api("gpt-5", "openai", "gpt-5", "OPENAI_API_KEY", (1.25, 10.0, 0.125)),
-        api("gemini-2.5-pro", "google", "gemini-2.5-pro", "GOOGLE_API_KEY", (1.25, 10.0, 0.31)),
-        api("claude-sonnet-4", "anthropic", "claude-sonnet-4-20250514", "ANTHROPIC_API_KEY", (3.0, 15.0, 0.3)),
-        open_model("qwen3-32b", "Qwen/Qwen3-32B", 8000),
-        open_model("deepseek-r1-distill-qwen-32b", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", 8001),
-        open_model("gemma-3-27b-it", "google/gemma-3-27b-it", 8002),
+        api("gpt-5", "openai", "gpt-5", "OPENAI_API_KEY", (1.25, 10.0, 0.125), "minimal", 500, 500_000),
+        api("gemini-2.5-pro", "google", "gemini-2.5-pro", "GOOGLE_API_KEY", (1.25, 10.0, 0.31), "minimal",
+            150, 2_000_000),
+        # Anthropic's tier 1 counts 30k input and 8k output tokens a minute apart; our limiter counts them together.
+        api("claude-sonnet-4", "anthropic", "claude-sonnet-4-20250514", "ANTHROPIC_API_KEY", (3.0, 15.0, 0.3), "off",
+            50, 38_000),
+        served("qwen3-32b", "Qwen/Qwen3-32B", "off", reasoning_parser="qwen3"),
+        served("qwen3-32b-thinking", "Qwen/Qwen3-32B", "default", reasoning_parser="qwen3"),
+        served("deepseek-r1-distill-qwen-32b", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "default",
+               reasoning_parser="deepseek_r1"),
+        served("gemma-3-27b-it", "google/gemma-3-27b-it", "default"),
     ]
 
 
@@ -272,6 +336,13 @@ class TrainConfig(Strict):
     budget_usd: float | None = Field(None, ge=0.0, description="Stop (with a checkpoint) once worker calls cost this much.")
     rollout_attempts: int = Field(2, ge=1, description="Runs of a plan whose execution or grading failed for infrastructure "
                                   "reasons before the rollout is dropped from the batch.")
+    max_infra_error_rate: float | None = Field(
+        0.25, ge=0.0, le=1.0, description="Stop (with a checkpoint) when a worker's calls fail this often, or this "
+        "share of rollouts is dropped, over the last infra_error_window iterations (None: never; "
+        "conductor_rl/run/infra_guard.py). Off, a refused parameter silently trains without that worker.")
+    infra_error_window: int = Field(5, ge=1, description="Iterations the infrastructure error rates are taken over.")
+    infra_error_min_steps: int = Field(20, ge=1, description="Calls of a worker (rollouts, overall) in the window "
+                                       "before its rate is judged.")
     drop_uninformative_groups: bool = Field(
         True, description="Leave groups whose rewards are all equal out of the learner step (their advantage is 0).")
     worker_replicas: int = Field(1, ge=1, description="WorkerActors per worker (calls in flight: replicas x concurrency).")
@@ -283,6 +354,8 @@ class TrainConfig(Strict):
     balance_domains: bool = Field(False, description="Draw each iteration's questions in turns over the domains "
                                   "(math, mmlu, ...), so every batch holds each domain equally often "
                                   "(conductor_rl/data/stream.py says why).")
+    preflight: bool = Field(True, description="Send one tiny request to every worker before the first iteration "
+                            "and stop with the table if one fails (conductor-rl check; --no-check skips it).")
     tensorboard: bool = True
     report: bool = Field(True, description="Write report.md with plots at the end.")
     progress: bool = Field(True, description="Show a progress bar on stderr.")
@@ -318,6 +391,8 @@ class EvaluateConfig(Strict):
         "a pilot pass of every worker over data.questions (router_pilot_questions of them) is run and cached.")
     router_pilot_questions: int = Field(200, ge=2, description="Training questions of the router's own pilot pass.")
     progress: bool = Field(True, description="Show a progress bar on stderr.")
+    preflight: bool = Field(True, description="Probe every worker before the first sample (conductor-rl check); "
+                            "--no-check skips it.")
 
 
 class MixConfig(Strict):

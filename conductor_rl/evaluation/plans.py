@@ -17,6 +17,7 @@ from typing import Sequence
 
 from conductor_rl.config import Price
 from conductor_rl.data import Question
+from conductor_rl.grading.verdict import SCORED_VERDICTS
 
 from .baselines import moa_plan, oracle_worker, random_plan, reflection_plan, single_plan
 from .methods import Method
@@ -92,7 +93,7 @@ def single_verdicts_of(records: Sequence, worker_names: Sequence[str]) -> dict[s
     """Per benchmark and question, each worker's share of correct repeats in the `single:<worker>` records."""
     tally: dict[str, dict[str, dict[str, list[int]]]] = {}
     for r in records:
-        if not r.method.startswith("single:") or r.verdict not in ("correct", "wrong"):
+        if not r.method.startswith("single:") or r.verdict not in SCORED_VERDICTS:
             continue
         worker = r.method.split(":", 1)[1]
         if worker not in worker_names:

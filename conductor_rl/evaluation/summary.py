@@ -27,6 +27,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Iterable, Mapping, Sequence
 
+from conductor_rl.grading.verdict import SCORED_VERDICTS
+
 __all__ = [
     "Cell",
     "EvalRecord",
@@ -37,7 +39,7 @@ __all__ = [
     "summarise",
 ]
 
-VERDICTS = ("correct", "wrong", "plan_error", "error")
+VERDICTS = ("correct", "wrong", "truncated", "plan_error", "error")
 MAX_ANSWER_CHARS = 4000  # kept of each final answer: the end, where graders look
 
 
@@ -112,6 +114,7 @@ class Cell:
     errors: int
     plan_errors: int
     simulated: bool
+    truncated: int = 0     # scored wrong: the final worker ran out of output tokens before answering
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,7 +153,7 @@ def _cell(method: str, benchmark: str, records: Sequence[EvalRecord]) -> Cell:
         input_tokens=_mean([r.input_tokens for r in scored]), output_tokens=_mean([r.output_tokens for r in scored]),
         cost_usd=_mean([r.cost_usd for r in scored]), cost_total_usd=sum(r.cost_usd for r in records),
         errors=len(records) - len(scored), plan_errors=sum(r.verdict == "plan_error" for r in scored),
-        simulated=any(r.simulated for r in records))
+        simulated=any(r.simulated for r in records), truncated=sum(r.verdict == "truncated" for r in scored))
 
 
 def _grouped(records: Iterable[EvalRecord], key) -> dict[Any, list[EvalRecord]]:
@@ -189,7 +192,7 @@ def _is_conductor(method: str) -> bool:
 
 def strategy(records: Iterable[EvalRecord]) -> list[StrategyRow]:
     """For each Conductor method and domain, over its scored samples with a plan."""
-    planned = [r for r in records if _is_conductor(r.method) and r.verdict in ("correct", "wrong") and r.steps]
+    planned = [r for r in records if _is_conductor(r.method) and r.verdict in SCORED_VERDICTS and r.steps]
     rows = []
     for (method, domain), rs in _grouped(planned, lambda r: (r.method, r.domain)).items():
         counts: dict[str, int] = defaultdict(int)

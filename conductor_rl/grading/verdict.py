@@ -9,6 +9,8 @@ what happened                         reward
 the plan could not be parsed          0.0
 the final answer is correct           1.0
 the final answer is wrong             0.5
+the final worker ran out of output    0.5  (verdict ``truncated``: counted apart)
+tokens before writing any answer
 the grader (or a worker) failed       ``None``
 ====================================  ========
 
@@ -27,6 +29,7 @@ from enum import Enum
 __all__ = [
     "Verdict",
     "GradeResult",
+    "SCORED_VERDICTS",
     "REWARD_CORRECT",
     "REWARD_WRONG",
     "REWARD_FORMAT",
@@ -53,9 +56,17 @@ class Verdict(str, Enum):
     CORRECT = "correct"
     WRONG = "wrong"
     ERROR = "error"
+    # The final worker spent its whole output budget (thinking, usually) and wrote no answer.
+    # Scored as wrong (the answer is missing, and choosing that worker was the plan's), but
+    # kept apart in metrics: a pool whose answers run out of tokens is misconfigured, not bad.
+    TRUNCATED = "truncated"
 
     def __str__(self) -> str:  # "correct", not "Verdict.CORRECT", in logs and traces
         return self.value
+
+
+#: Verdicts that judge the answer (accuracy counts them); ERROR does not.
+SCORED_VERDICTS: tuple[str, ...] = (Verdict.CORRECT.value, Verdict.WRONG.value, Verdict.TRUNCATED.value)
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,6 @@ def reward(plan_ok: bool, verdict: Verdict | str | None) -> float | None:
     verdict = Verdict(verdict)
     if verdict is Verdict.CORRECT:
         return REWARD_CORRECT
-    if verdict is Verdict.WRONG:
+    if verdict in (Verdict.WRONG, Verdict.TRUNCATED):
         return REWARD_WRONG
     return None

@@ -97,8 +97,8 @@ async def run_rollout(
     rollout.workflow = await run_plan(rollout.plan, task, workers, limits, sample_key=sample_key)
     if rollout.workflow.error:
         return rollout  # reward stays None: not the policy's fault
-    rollout.grade = await asyncio.to_thread(grade_answer, task, rollout.workflow.final_answer or "", math_grader)
-    rollout.reward = grading.reward(True, rollout.grade.verdict)
+    grade = await asyncio.to_thread(grade_answer, task, rollout.workflow.final_answer or "", math_grader)
+    apply_grade(rollout, grade)
     return rollout
 
 
@@ -161,6 +161,12 @@ def grade_request(rollout: Rollout) -> GradeRequest:
 
 
 def apply_grade(rollout: Rollout, result: GradeResult) -> None:
-    """ERROR is the grader's failure, not the answer's: no reward (retried or dropped)."""
+    """ERROR is the grader's failure, not the answer's: no reward (retried or dropped).
+    An empty final answer after a length stop is TRUNCATED, whatever the grader said of ''."""
+    if result.verdict is not Verdict.ERROR and rollout.workflow is not None and rollout.workflow.empty_after_length:
+        last = rollout.workflow.steps[-1]
+        result = GradeResult(Verdict.TRUNCATED, None,
+                             f"worker {last.worker!r} used its whole output budget ({last.usage.output_tokens} "
+                             f"tokens, {last.usage.reasoning_tokens} reasoning) and wrote no answer")
     rollout.grade = result
     rollout.reward = None if result.verdict is Verdict.ERROR else grading.reward(True, result.verdict)

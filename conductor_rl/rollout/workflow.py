@@ -56,6 +56,13 @@ class StepTrace:
     finished_s: float | None = None
     error: str | None = None         # "kind: message" when the step failed or was skipped
     simulated: bool = False
+    reasoning: str = ""              # the worker's reasoning text, never its answer (WorkerResponse)
+    finish_reason: str = ""          # "stop", "length" or "" (not reported)
+
+    @property
+    def empty_after_length(self) -> bool:
+        """The worker's output budget ran out before it wrote any answer."""
+        return self.error is None and self.finish_reason == "length" and not (self.response or "").strip()
 
 
 @dataclass
@@ -85,6 +92,11 @@ class WorkflowResult:
     def simulated(self) -> bool:
         return any(s.simulated for s in self.steps)
 
+    @property
+    def empty_after_length(self) -> bool:
+        """The final answer is empty because its worker ran out of output tokens."""
+        return self.error is None and bool(self.steps) and self.steps[-1].empty_after_length
+
 
 @dataclass(frozen=True)
 class StepLimits:
@@ -94,12 +106,15 @@ class StepLimits:
     timeout_s: float = 900.0
     max_context_chars: int = 32_000
     show_question: bool = False
+    reasoning: str = "default"
+    reasoning_in_context: bool = False    # later steps may read this worker's reasoning too
 
     @classmethod
     def for_worker(cls, worker: "WorkerConfig", config: "Config") -> "StepLimits":
         """How one worker's steps are called: its own settings, within the workflow's."""
         return cls(max_tokens=worker.max_tokens, temperature=worker.temperature,
-                   reasoning_budget=worker.reasoning_budget,
+                   reasoning_budget=worker.reasoning_budget, reasoning=worker.reasoning,
+                   reasoning_in_context=worker.reasoning_in_context,
                    timeout_s=min(worker.timeout_s, config.workflow.step_timeout_s),
                    max_context_chars=config.workflow.max_context_chars,
                    show_question=config.workflow.show_question)
@@ -163,7 +178,7 @@ async def _call_worker(
         trace.error = f"unknown_worker: model {trace.model_id} is not in a pool of {len(workers)}"
         return
     worker, limit = workers[trace.model_id], limits[trace.model_id]
-    context = [(j, traces[j].subtask, traces[j].response or "") for j in trace.access]
+    context = [(j, traces[j].subtask, _readable_output(traces[j], limits)) for j in trace.access]
     trace.messages = worker_messages(
         trace.subtask, context, question=task.question if limit.show_question else None,
         max_context_chars=limit.max_context_chars,
@@ -172,7 +187,8 @@ async def _call_worker(
     if getattr(worker, "simulated", False):
         hint = TaskHint(task.id, task.domain, task.reference, task.answer_kind,
                         visible_answers=tuple(a for _, _, a in context), sample_key=f"{sample_key}/{trace.index}")
-    request = WorkerRequest(trace.messages, limit.max_tokens, limit.temperature, limit.reasoning_budget, hint)
+    request = WorkerRequest(trace.messages, limit.max_tokens, limit.temperature, limit.reasoning_budget, hint,
+                            reasoning=limit.reasoning)
     trace.started_s = time.perf_counter() - start
     try:
         async with asyncio.timeout(limit.timeout_s):  # unlike wait_for, no extra task per call
@@ -189,7 +205,19 @@ async def _call_worker(
         trace.cost_usd = response.cost_usd
         trace.latency_s = response.latency_s
         trace.simulated = response.simulated
+        trace.reasoning = response.reasoning
+        trace.finish_reason = response.finish_reason
     trace.finished_s = time.perf_counter() - start
+
+
+def _readable_output(step: StepTrace, limits: Sequence[StepLimits]) -> str:
+    """What a later step sees of `step`: its answer; its reasoning too only where its
+    worker's `reasoning_in_context` says so (reasoning is long, and a worker's own business)."""
+    answer = step.response or ""
+    shows = 0 <= step.model_id < len(limits) and limits[step.model_id].reasoning_in_context
+    if shows and step.reasoning:
+        return f"<think>\n{step.reasoning}\n</think>\n{answer}"
+    return answer
 
 
 def _worker_name(workers: Sequence[Provider], model_id: int) -> str:

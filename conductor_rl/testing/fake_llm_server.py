@@ -7,14 +7,46 @@ providers use, so tests and benchmarks drive the real SDKs over real HTTP:
     POST /v1beta/models/{model}:generateContent     Google GenAI
 
 Every answer carries usage in the format's own field names; the usage of each
-answer is kept (`stats.usages`) so tests can check costs against it.
+answer is kept (`stats.usages`), and every request's JSON body (`stats.bodies`,
+with `stats.paths`), so tests can check costs and exactly what went over the wire.
 
 Behaviour: a fixed `latency_s`; an enforced limit of `rpm` requests per
 `window_s` seconds (a sliding window over accepted requests; the excess gets a
-429 with Retry-After and is counted in `stats.limit_429s`); and scripted faults
-for the next requests (`script([...])`): "429" or "429:SECONDS" (with
+429 with Retry-After and is counted in `stats.limit_429s`); and a script for the
+next requests (`script([...])`). Faults: "429" or "429:SECONDS" (with
 Retry-After), "500", "400", "401", "slow:SECONDS", "drop" (the connection is
-closed without an answer), "malformed" (a 200 whose JSON is broken), "ok".
+closed without an answer), "malformed" (a 200 whose JSON is broken). Answers
+("ok" is the plain one; none of them counts as a fault):
+
+    "think"         the answer comes with reasoning, as the wire carries it: Chat
+                    `message.reasoning` (vLLM's reasoning parser; OpenAI's own models
+                    show none in Chat Completions); Responses a
+                    `reasoning` item (its summary only if the request asked for
+                    one); Anthropic a `thinking` block (only if thinking was on);
+                    Gemini a part with `thought: true` (only if includeThoughts)
+    "think:reasoning_content"   Chat: the field's older vLLM name
+    "think:inline"  Chat: `<think>reasoning</think>answer` in the content
+    "think:open"    Chat: `reasoning</think>answer` (the template opened the tag: R1)
+    "think:redacted"  Anthropic: a redacted_thinking block besides the thinking one
+    "length"        the answer is cut short by the output limit (finish "length",
+                    Responses "incomplete", Anthropic "max_tokens", Gemini MAX_TOKENS)
+    "length_empty[:VARIANT]"  the whole limit went to reasoning: no answer at all,
+                    the reasoning as "think[:VARIANT]" shows it (inline: an unclosed tag;
+                    open: content with no tag at all)
+
+Strict models: requests are checked as the real APIs check them, per model (the
+rules, in conductor_rl/testing/api_rules.py, are kept apart from
+conductor_rl/workers/request_shape.py, so that a mistake in that table shows as a
+refusal): GPT-5 and o-series refuse a
+temperature other than 1 (gpt-5.1 takes one with reasoning_effort "none"), efforts
+they lack, and Chat's `max_tokens`; non-reasoning OpenAI models refuse
+reasoning_effort; OpenAI models refuse arguments they do not know (vLLM's
+chat_template_kwargs); Gemini refuses a thinking budget outside the model's range
+(0 on 2.5 Pro), a thinking level before Gemini 3, and both at once; Anthropic
+refuses thinking with a temperature other than 1, a budget below 1024 or not
+below max_tokens, and `thinking.type.enabled` on Claude 4.7+. Refusals use each
+provider's status, error shape and, where we know them, its words (`stats.refusals`).
+Models outside these names (the tests' "fake-model") are accepted as they come.
 
 It is a small HTTP/1.1 server on asyncio streams (keep-alive, Content-Length
 bodies): small enough to make faults exact, such as a connection dropped
@@ -33,9 +65,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from conductor_rl.testing.api_rules import is_openai_name, refusal, thinking_config
+
 CACHED_TOKENS = 2
 REASONING_TOKENS = 3
 ANSWER_TOKENS = 5
+REASONING_TEXT = "Let me think step by step: the question asks for a sum."
+OUTPUTS = ("think", "length", "length_empty")   # script entries that shape an answer; not faults
 
 _GEMINI_PATH = re.compile(r"^/v1(?:beta|alpha)?/models/([^:/]+):generateContent$")
 
@@ -50,6 +86,9 @@ class ServerStats:
     usages: list[dict[str, int]] = field(default_factory=list)  # one per 200 answer: input/output/reasoning/cached
     auth_headers: list[str] = field(default_factory=list)
     first_request_at: float | None = None
+    bodies: list[Any] = field(default_factory=list)    # every request's JSON body, as received
+    paths: list[str] = field(default_factory=list)     # and its path (Gemini names the model there)
+    refusals: list[str] = field(default_factory=list)  # the messages of strict-model 400s
 
 
 class FakeLLMServer:
@@ -161,10 +200,17 @@ class FakeLLMServer:
             stats.auth_headers.append(headers.get("authorization", "") or headers.get("x-api-key", "")
                                       or headers.get("x-goog-api-key", ""))
             fault = self._faults.popleft() if self._faults else "ok"
-            if fault != "ok":
+            answers = fault == "ok" or fault.split(":")[0] in OUTPUTS
+            if not answers:
                 stats.scripted_faults += 1
             wire = _wire_of(path)
-            limited_wait = self._over_limit(now) if fault == "ok" else None
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                request = None
+            stats.bodies.append(request)
+            stats.paths.append(path)
+            limited_wait = self._over_limit(now) if answers else None
             if limited_wait is not None:
                 stats.limit_429s += 1
                 stats.limit_429_times.append(now - stats.first_request_at)
@@ -182,13 +228,21 @@ class FakeLLMServer:
         await asyncio.sleep(float(fault.partition(":")[2]) if fault.startswith("slow") else self.latency_s)
         if fault == "malformed":
             return _http(200, None, raw=b'{"id": "x", "choices": [{"message": ')
-        request = json.loads(body or b"{}")
-        usage = _usage_for(request)
+        if not isinstance(request, dict):
+            return _error(wire, 400, "We could not parse the JSON body of your request.")
+        model = _GEMINI_PATH.match(path).group(1) if wire == "gemini" else str(request.get("model", ""))
+        refused = refusal(wire, model, request)
+        if refused is not None:
+            with self._lock:
+                stats.refusals.append(refused.message)
+            return _error(wire, 400, refused.message, param=refused.param, code=refused.code)
+        output = _Output.of(fault if answers else "ok")
+        usage = _usage_for(request, output)
         with self._lock:
             if stats is self.stats:
                 stats.ok += 1
                 stats.usages.append(usage)
-        return _http(200, _answer(wire, path, request, usage))
+        return _http(200, _answer(wire, path, request, usage, output))
 
     def _over_limit(self, now: float) -> float | None:
         """None if the request fits the window (and is counted), else the seconds until it would."""
@@ -223,40 +277,93 @@ def _prompt_text(request: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _usage_for(request: dict[str, Any]) -> dict[str, int]:
-    """Deterministic usage: about 4 characters per prompt token."""
-    return {"input": 10 + len(_prompt_text(request)) // 4, "output": ANSWER_TOKENS + REASONING_TOKENS,
+@dataclass(frozen=True)
+class _Output:
+    """What a scripted answer holds: reasoning or not (and in which form), cut short or not, an answer or not."""
+
+    think: bool = False
+    variant: str = ""       # reasoning_content | inline | open | redacted
+    length: bool = False
+    empty: bool = False
+
+    @classmethod
+    def of(cls, entry: str) -> "_Output":
+        kind, _, variant = entry.partition(":")
+        if kind == "think":
+            return cls(think=True, variant=variant)
+        if kind == "length":
+            return cls(length=True)
+        if kind == "length_empty":
+            return cls(think=True, variant=variant, length=True, empty=True)
+        return cls()
+
+
+def _usage_for(request: dict[str, Any], output: _Output = _Output()) -> dict[str, int]:
+    """Deterministic usage: about 4 characters per prompt token; no answer tokens when there is no answer."""
+    answer = 0 if output.empty else ANSWER_TOKENS
+    return {"input": 10 + len(_prompt_text(request)) // 4, "output": answer + REASONING_TOKENS,
             "reasoning": REASONING_TOKENS, "cached": CACHED_TOKENS}
 
 
-def _answer(wire: str, path: str, request: dict[str, Any], usage: dict[str, int]) -> dict[str, Any]:
-    text = "echo: " + _prompt_text(request).strip()[-60:]
+def _answer(wire: str, path: str, request: dict[str, Any], usage: dict[str, int],
+            output: _Output = _Output()) -> dict[str, Any]:
+    text = "" if output.empty else "echo: " + _prompt_text(request).strip()[-60:]
     model = request.get("model") or (_GEMINI_PATH.match(path).group(1) if wire == "gemini" else "fake")
     if wire == "chat":
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if output.think and output.variant == "inline":
+            message["content"] = f"<think>{REASONING_TEXT}" + ("" if output.empty else f"</think>\n\n{text}")
+        elif output.think and output.variant == "open":
+            message["content"] = REASONING_TEXT + ("" if output.empty else f"\n</think>\n\n{text}")
+        elif output.think and not is_openai_name(str(model).lower()):   # OpenAI's Chat shows no reasoning
+            message["reasoning_content" if output.variant == "reasoning_content" else "reasoning"] = REASONING_TEXT
         return {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": model,
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                "choices": [{"index": 0, "finish_reason": "length" if output.length else "stop", "message": message}],
                 "usage": {"prompt_tokens": usage["input"], "completion_tokens": usage["output"],
                           "total_tokens": usage["input"] + usage["output"],
                           "prompt_tokens_details": {"cached_tokens": usage["cached"]},
                           "completion_tokens_details": {"reasoning_tokens": usage["reasoning"]}}}
     if wire == "responses":
+        items: list[dict[str, Any]] = []
+        if output.think:
+            # Summaries only when asked for (reasoning.summary), as OpenAI does.
+            asked = bool((request.get("reasoning") or {}).get("summary"))
+            items.append({"type": "reasoning", "id": "rs_1",
+                          "summary": [{"type": "summary_text", "text": REASONING_TEXT}] if asked else []})
+        if text:
+            items.append({"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                          "content": [{"type": "output_text", "text": text, "annotations": []}]})
         return {"id": "resp_1", "object": "response", "created_at": int(time.time()), "model": model,
-                "status": "completed", "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
-                "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
-                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "status": "incomplete" if output.length else "completed",
+                "incomplete_details": {"reason": "max_output_tokens"} if output.length else None,
+                "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "output": items,
                 "usage": {"input_tokens": usage["input"], "output_tokens": usage["output"],
                           "total_tokens": usage["input"] + usage["output"],
                           "input_tokens_details": {"cached_tokens": usage["cached"]},
                           "output_tokens_details": {"reasoning_tokens": usage["reasoning"]}}}
     if wire == "anthropic":
+        blocks: list[dict[str, Any]] = []
+        thinking_on = (request.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+        if output.think and thinking_on:   # thinking blocks come only with thinking on
+            blocks.append({"type": "thinking", "thinking": REASONING_TEXT, "signature": "c2lnbmF0dXJl"})
+            if output.variant == "redacted":
+                blocks.append({"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"})
+        if text:
+            blocks.append({"type": "text", "text": text})
         # Anthropic's input_tokens leaves out cache reads.
-        return {"id": "msg_1", "type": "message", "role": "assistant", "model": model, "stop_reason": "end_turn",
-                "content": [{"type": "text", "text": text}],
+        return {"id": "msg_1", "type": "message", "role": "assistant", "model": model,
+                "stop_reason": "max_tokens" if output.length else "end_turn", "content": blocks,
                 "usage": {"input_tokens": usage["input"] - usage["cached"], "output_tokens": usage["output"],
                           "cache_read_input_tokens": usage["cached"], "cache_creation_input_tokens": 0,
                           "output_tokens_details": {"thinking_tokens": usage["reasoning"]}}}
+    parts: list[dict[str, Any]] = []
+    if output.think and thinking_config(request).get("includeThoughts"):   # thought summaries only when asked
+        parts.append({"text": REASONING_TEXT, "thought": True})
+    if text:
+        parts.append({"text": text})
+    content: dict[str, Any] = {"role": "model", **({"parts": parts} if parts else {})}
     # Gemini's candidatesTokenCount leaves out the thoughts.
-    return {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}],
+    return {"candidates": [{"content": content, "finishReason": "MAX_TOKENS" if output.length else "STOP"}],
             "modelVersion": model,
             "usageMetadata": {"promptTokenCount": usage["input"], "candidatesTokenCount": usage["output"] - usage["reasoning"],
                               "thoughtsTokenCount": usage["reasoning"], "cachedContentTokenCount": usage["cached"],
@@ -265,18 +372,20 @@ def _answer(wire: str, path: str, request: dict[str, Any], usage: dict[str, int]
 
 _STATUS_TEXT = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
                 429: "Too Many Requests", 500: "Internal Server Error"}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error"}
 _GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL"}
 
 
-def _error(wire: str, status: int, message: str, retry_after: float | None = None) -> bytes:
+def _error(wire: str, status: int, message: str, retry_after: float | None = None, param: str | None = None,
+           code: str | None = None) -> bytes:
     if wire == "anthropic":
-        body: dict[str, Any] = {"type": "error", "error": {"type": "rate_limit_error" if status == 429 else "api_error",
+        body: dict[str, Any] = {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"),
                                                            "message": message}}
     elif wire == "gemini":
         body = {"error": {"code": status, "message": message, "status": _GOOGLE_STATUS.get(status, "UNKNOWN")}}
     else:
         body = {"error": {"message": message, "type": "requests" if status == 429 else "invalid_request_error",
-                          "code": None}}
+                          "param": param, "code": code}}
     extra = {"retry-after": f"{retry_after:.3f}"} if retry_after is not None else {}
     return _http(status, body, headers=extra)
 

@@ -2,7 +2,10 @@
 debugging (off in training, where fresh samples are the point).
 
 The key is a digest of what determines a response: provider, model, endpoint,
-messages and sampling parameters (and, for simulated workers, the task hint).
+the worker's extra request body, messages, sampling and reasoning parameters (and,
+for simulated workers, the task hint). Fields added later (the reasoning level,
+extra_body) enter the key only when set, so entries made before them stay valid.
+An entry keeps the answer, the reasoning text apart from it and the finish reason.
 API keys are never part of a request, so they never reach the cache. A hit is
 returned with cost 0 (no money was spent) and its original token usage.
 
@@ -39,13 +42,17 @@ class ResponseCache:
             "reasoning_budget": request.reasoning_budget,
             "hint": dataclasses.asdict(request.hint) if request.hint is not None else None,
         }
+        if request.reasoning != "default":
+            fields["reasoning"] = request.reasoning
         return hashlib.sha256(json.dumps(fields, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
     def get(self, key: str) -> WorkerResponse | None:
         try:
             data = json.loads(self._path(key).read_text(encoding="utf-8"))
             response = WorkerResponse(text=data["text"], usage=Usage(**data["usage"]), latency_s=0.0,
-                                      cost_usd=0.0, simulated=bool(data["simulated"]))
+                                      cost_usd=0.0, simulated=bool(data["simulated"]),
+                                      reasoning=str(data.get("reasoning", "")),
+                                      finish_reason=str(data.get("finish_reason", "")))
         except (OSError, ValueError, KeyError, TypeError):
             self.misses += 1
             return None
@@ -58,7 +65,8 @@ class ResponseCache:
             path.parent.mkdir(parents=True, exist_ok=True)
             fsync_dir(self.folder)   # the new shard folder's own entry must survive too
         record = {"text": response.text, "usage": dataclasses.asdict(response.usage), "simulated": response.simulated,
-                  "cost_usd_when_made": response.cost_usd}
+                  "cost_usd_when_made": response.cost_usd, "reasoning": response.reasoning,
+                  "finish_reason": response.finish_reason}
         write_atomically(path, lambda out: json.dump(record, out, ensure_ascii=False))
 
     def _path(self, key: str) -> Path:

@@ -67,5 +67,11 @@ def cached(provider: Provider, config: WorkerConfig, folder: str) -> Provider:
     """`provider` answering from an on-disk cache in `folder` when it can."""
     from conductor_rl.workers.response_cache import CachedProvider, ResponseCache
 
-    identity = {"provider": config.provider, "model": config.model, "base_url": config.base_url, "worker": config.name}
+    identity: dict[str, object] = {"provider": config.provider, "model": config.model, "base_url": config.base_url,
+                                   "worker": config.name}
+    # Only when set, so that entries made before these settings existed keep their keys.
+    if config.extra_body:
+        identity["extra_body"] = config.extra_body
+    if config.fixed_temperature is not None:
+        identity["fixed_temperature"] = config.fixed_temperature
     return CachedProvider(provider, ResponseCache(folder), identity)

@@ -35,6 +35,8 @@ class WorkerRequest:
     temperature: float
     reasoning_budget: int | None = None
     hint: TaskHint | None = None
+    # "default", "off", "minimal", "low", "medium", "high" (conductor_rl/workers/request_shape.py).
+    reasoning: str = "default"
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,23 @@ class Usage:
 
 @dataclass(frozen=True)
 class WorkerResponse:
+    """`text` is the answer only; reasoning the provider returned apart (or inline in
+    <think> tags) is in `reasoning`, counted in `usage` and cost, and not shown to
+    later steps unless the worker's `reasoning_in_context` says so."""
+
     text: str
     usage: Usage = field(default_factory=Usage)
     latency_s: float = 0.0
     cost_usd: float = 0.0
     simulated: bool = False
+    reasoning: str = ""
+    # Why generation ended, in our words: "stop", "length" (the output budget ran out), "" (not reported).
+    finish_reason: str = ""
+
+    @property
+    def empty_after_length(self) -> bool:
+        """The budget ran out before any answer: the model spent it thinking."""
+        return self.finish_reason == "length" and not self.text.strip()
 
 
 class ProviderError(RuntimeError):

@@ -6,6 +6,13 @@ thoughts as output, so our output is candidates + thoughts and reasoning is the
 thoughts. `HttpOptions.timeout` is in milliseconds. Gemini gives its wait in the error body
 (`google.rpc.RetryInfo.retryDelay`, e.g. "17s") rather than a Retry-After header;
 both are read.
+
+Arguments per model (thinking_budget or thinking_level, include_thoughts, temperature,
+extra_body through HttpOptions) come from request_args.gemini_args. The answer is
+built from the first candidate's parts that are not thoughts (`part.thought`); thought
+parts (summaries, returned because include_thoughts asks for them) are the reasoning.
+The SDK's `response.text` skips thoughts too, but warns on every other part kind.
+finishReason MAX_TOKENS is "length", STOP is "stop".
 """
 
 from __future__ import annotations
@@ -24,8 +31,11 @@ from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequ
 from conductor_rl.workers.providers.errors import (
     connection_error, malformed_error, parse_retry_after, status_error, timeout_error,
 )
-from conductor_rl.workers.providers.http import HttpProvider, count, split_system
+from conductor_rl.workers.providers.http import HttpProvider, Reply, count
 from conductor_rl.workers.providers.keys import Secret
+from conductor_rl.workers.request_args import gemini_args
+
+FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length"}
 
 
 def _transport_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
@@ -66,30 +76,25 @@ class GoogleGenAIProvider(HttpProvider):
     def _make_client(self) -> genai.Client:
         return genai.Client(api_key=self._key.reveal(), http_options=self._options)
 
-    async def _call(self, request: WorkerRequest) -> tuple[str, Usage]:
-        system, messages = split_system(request.messages)
-        contents = [
-            types.Content(role="model" if m["role"] == "assistant" else "user", parts=[types.Part(text=m["content"])])
-            for m in messages
-        ]
-        config = types.GenerateContentConfig(
-            temperature=request.temperature, max_output_tokens=request.max_tokens, system_instruction=system,
-        )
-        if request.reasoning_budget is not None:
-            config.thinking_config = types.ThinkingConfig(thinking_budget=request.reasoning_budget)
-        response = await self._client.aio.models.generate_content(
-            model=self.config.model, contents=contents, config=config,
-        )
+    async def _call(self, request: WorkerRequest) -> Reply:
+        response = await self._client.aio.models.generate_content(**gemini_args(self.config, request))
         u = response.usage_metadata
         if u is None:
             raise malformed_error(self.name, "no usage_metadata in the response")
         thoughts = count(u.thoughts_token_count)
-        return response.text or "", Usage(
+        usage = Usage(
             input_tokens=count(u.prompt_token_count),
             output_tokens=count(u.candidates_token_count) + thoughts,
             reasoning_tokens=thoughts,
             cached_tokens=count(u.cached_content_token_count),
         )
+        candidate = response.candidates[0] if response.candidates else None
+        parts = (candidate.content.parts if candidate is not None and candidate.content is not None else None) or []
+        text = "".join(p.text for p in parts if p.text and not p.thought)
+        reasoning = "\n\n".join(p.text.strip() for p in parts if p.text and p.thought)
+        reason = candidate.finish_reason if candidate is not None else None
+        name = getattr(reason, "name", None) or (str(reason) if reason else "")
+        return Reply(text, usage, reasoning, FINISH_REASONS.get(name, name.lower()))
 
     def _map_error(self, err: BaseException) -> ProviderError | None:
         if isinstance(err, genai_errors.APIError):

@@ -1,7 +1,10 @@
 """What every HTTP provider shares: the key, the timer, the cost, the error
 mapping around one SDK call. Subclasses build the SDK client and implement
-`_call` (request -> text and usage) and `_map_error` (SDK exception ->
-ProviderError, or None for a bug that should raise as it is).
+`_call` (request -> `Reply`: answer, usage, reasoning, finish reason) and
+`_map_error` (SDK exception -> ProviderError, or None for a bug that should
+raise as it is). What each request carries per model (temperature, reasoning
+parameters, extra_body) comes from conductor_rl/workers/request_shape.py (what the
+model accepts) and request_args.py (each SDK's arguments).
 
 SDK retries are always off: our retry policy (conductor_rl/workers/retry.py) sees every
 attempt, so that the cluster-wide rate limiter counts each one.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from conductor_rl.config import WorkerConfig
@@ -18,6 +22,18 @@ from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequest, WorkerResponse
 from conductor_rl.workers.providers.errors import malformed_error
 from conductor_rl.workers.providers.keys import Secret, read_api_key
+from conductor_rl.workers.request_shape import ShapeError
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one SDK call gave: the answer alone, its usage, the reasoning text the provider
+    returned apart from it, and why generation ended ("stop", "length", another provider word, or "")."""
+
+    text: str
+    usage: Usage
+    reasoning: str = ""
+    finish_reason: str = ""
 
 
 class HttpProvider:
@@ -48,9 +64,12 @@ class HttpProvider:
     async def complete(self, request: WorkerRequest) -> WorkerResponse:
         started = time.perf_counter()
         try:
-            text, usage = await self._call(request)
+            reply = await self._call(request)
         except ProviderError:
             raise
+        except ShapeError as err:
+            # What the model's API would refuse is refused here, without spending a call.
+            raise ProviderError(f"worker {self.name!r}: {err}", kind="bad_request") from None
         except (KeyError, IndexError, AttributeError) as err:
             # The SDK parsed a body that lacks what a completion must have (no choices, no usage).
             raise malformed_error(self.name, err) from None
@@ -60,11 +79,12 @@ class HttpProvider:
                 raise
             raise mapped from None  # `from None`: the SDK's chain may hold request headers
         return WorkerResponse(
-            text=text, usage=usage, latency_s=time.perf_counter() - started,
-            cost_usd=cost_of(usage, self.config.price),
+            text=reply.text, usage=reply.usage, latency_s=time.perf_counter() - started,
+            cost_usd=cost_of(reply.usage, self.config.price), reasoning=reply.reasoning,
+            finish_reason=reply.finish_reason,
         )
 
-    async def _call(self, request: WorkerRequest) -> tuple[str, Usage]:
+    async def _call(self, request: WorkerRequest) -> Reply:
         raise NotImplementedError
 
     def _map_error(self, err: BaseException) -> ProviderError | None:
@@ -77,27 +97,6 @@ class HttpProvider:
 
     async def _close_client(self, client: Any) -> None:
         await client.close()
-
-
-def split_system(messages: list[dict[str, str]]) -> tuple[str | None, list[dict[str, str]]]:
-    """System messages joined into one instruction (Anthropic and Gemini take it apart)."""
-    system = [m["content"] for m in messages if m.get("role") == "system"]
-    rest = [m for m in messages if m.get("role") != "system"]
-    return ("\n\n".join(system) if system else None), rest
-
-
-def effort_for_budget(budget: int | None) -> str | None:
-    """OpenAI takes a reasoning *effort*, not a token budget: the nearest level.
-    None keeps the model's default; 0 asks for the least reasoning."""
-    if budget is None:
-        return None
-    if budget == 0:
-        return "minimal"
-    if budget <= 2048:
-        return "low"
-    if budget <= 8192:
-        return "medium"
-    return "high"
 
 
 def count(value: int | None) -> int:

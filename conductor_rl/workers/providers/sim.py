@@ -68,6 +68,7 @@ class SimProvider:
             latency_s=time.perf_counter() - started,
             cost_usd=cost_of(usage, self.config.price),
             simulated=True,
+            finish_reason="stop",   # a simulated answer is always whole, however few tokens it counts
         )
 
     async def aclose(self) -> None:
