@@ -550,6 +550,47 @@ def test_budget_spent_in_the_first_iteration_is_saved_with_the_starting_weights(
     assert latest_state(out)[1]["ledger"]["total"]["cost_usd"] == pytest.approx(spent, abs=1e-9)
 
 
+# ---------------------------------------------------------------- a worker lost to infrastructure errors
+
+def test_a_worker_whose_every_call_fails_stops_the_run_with_a_checkpoint_naming_it(
+        ray_cluster, tmp_path, light_system, capsys):
+    """The silent loss the guard exists for: every plan's worker fails (as GPT-5 refusing a
+    temperature would), its rollouts are dropped, and without the guard the run would go on."""
+    out = tmp_path / "run"
+    argv = overrides(out, "train.iterations=3", "train.report=false", "train.tensorboard=false",
+                     "workers.0.sim.fail_rate=1.0", "workers.0.max_retries=0", "train.infra_error_min_steps=4")
+    code, summary = run_json(argv, capsys)
+    assert code == 1 and summary["stopped"] == "infra_errors" and summary["iterations"] == 1, summary
+    assert "worker 'sim-math-expert' failed 100% of its" in summary["error"]
+    assert "train.max_infra_error_rate=0.25" in summary["error"]
+    assert records(out)[0]["worker_calls"]["sim-math-expert"]["failed"] >= QUESTIONS * ROLLOUTS
+    folder, state = latest_state(out)
+    assert state["iteration"] == 0 and state["infra_guard"]["windows"], "the guard's window is checkpointed"
+
+    # Off, the same run trains on (with every rollout dropped) to the end.
+    code, summary = run_json([*overrides(tmp_path / "off", "train.iterations=2", "train.report=false",
+                                         "train.tensorboard=false", "workers.0.sim.fail_rate=1.0",
+                                         "workers.0.max_retries=0", "train.max_infra_error_rate=null")], capsys)
+    assert code == 0 and summary["stopped"] == "finished" and summary["iterations"] == 2, summary
+    assert all(r["infra_error_rate"] == 1.0 for r in records(tmp_path / "off"))
+
+
+def test_a_worker_that_fails_its_preflight_stops_the_run_before_iteration_0(ray_cluster, tmp_path, light_system):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    out = tmp_path / "run"
+    argv = overrides(out, "train.iterations=2", "train.report=false", "train.tensorboard=false",
+                     "workers.2.provider=openai_compatible", "workers.2.model=m", "workers.2.max_retries=0",
+                     f"workers.2.base_url=http://127.0.0.1:{closed}/v1")
+    err = run_main(argv)
+    assert "a worker failed its preflight check (skip it with --no-check)" in str(err.code)
+    assert "FAIL sim-generalist: connection:" in str(err.code)
+    assert not (out / "metrics.jsonl").exists()
+
+
 # ---------------------------------------------------------------- crashed actors
 
 def process_gone(pid: int) -> bool:
