@@ -281,7 +281,10 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def roster_table(workers: list[BaseModel]) -> list[str]:
     dumps = [_flatten(w.model_dump(mode="json", exclude_defaults=True)) for w in workers]
     order = list(_flatten(workers[0].model_dump(mode="json")))  # declaration order
-    columns = sorted({k for d in dumps for k in d}, key=lambda k: order.index(k) if k in order else len(order))
+    # Keys the first worker lacks (a later one's `serve.*`) follow in the order they first appear:
+    # never a set's order, which changes with the hash seed.
+    seen = list(dict.fromkeys(k for d in dumps for k in d))
+    columns = sorted(seen, key=lambda k: (order.index(k), 0) if k in order else (len(order), seen.index(k)))
     lines = ["| Model | " + " | ".join(code(c) for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for i, d in enumerate(dumps):
         values = [cell(code(as_yaml(d[c]))) if c in d else "" for c in columns]
