@@ -38,8 +38,9 @@ class FakeLLMServerActor:
 class RemoteFakeLLMServer:
     """The same methods as FakeLLMServer (`stats` a property), served by the actor."""
 
-    def __init__(self, **kwargs) -> None:
-        self._actor = FakeLLMServerActor.remote(**kwargs)
+    def __init__(self, actor_options: dict | None = None, **kwargs) -> None:
+        """`actor_options`: Ray options of the server's actor (a multi-node test pins it to the head)."""
+        self._actor = FakeLLMServerActor.options(**(actor_options or {})).remote(**kwargs)
         self._urls = {p: ray.get(self._actor.base_url_for.remote(p)) for p in ("openai", "anthropic")}
 
     def base_url_for(self, provider: str) -> str:

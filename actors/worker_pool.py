@@ -13,6 +13,8 @@ a client that is a provider.
   flight first) and implements the provider interface, so `run_plan` takes it
   as a worker unchanged. Errors come back as the library's exceptions:
   `ProviderError` (also when a replica dies), `BudgetExceededError` among them.
+  A served worker's pool gets its servers' URLs (`base_urls`): replica i
+  calls server i % n, with at least one replica per server.
 
 The ledger's budget is fixed when it is created (`get_ledger(budget_usd=...)`);
 pools of a ledger without one skip the per-call budget check.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-from typing import Any
+from typing import Any, Sequence
 
 import ray
 
@@ -212,9 +214,16 @@ class WorkerPool:
     def __init__(self, config: WorkerConfig, replicas: int = 1, *, ledger: Any = None, seed: int = 0,
                  window_s: float = 60.0, headroom_s: float | None = None, num_cpus: float = 0.25,
                  resources: dict[str, float] | None = None, policy: RetryPolicy | None = None,
-                 limiter_scope: str = "") -> None:
+                 limiter_scope: str = "", base_urls: Sequence[str] | None = None) -> None:
+        """`base_urls`: the servers of a served worker (actors/served_worker.py), one per replica.
+        WorkerActor i calls server i % len(base_urls), and there are at least as many
+        WorkerActors as servers, so the pool's concurrency grows with the servers."""
         if replicas < 1:
             raise ValueError(f"replicas must be at least 1, got {replicas}")
+        if base_urls is not None and not base_urls:
+            raise ValueError(f"worker {config.name!r}: base_urls is empty; a served worker needs its servers' URLs")
+        if base_urls:
+            replicas = max(replicas, len(base_urls))
         self.name = config.name
         self.config = config
         self.simulated = config.provider == "sim"
@@ -232,9 +241,13 @@ class WorkerPool:
             options["resources"] = resources
         limiter_name = actor_name(self.limiter) if self.limiter is not None else None
         ledger_name = actor_name(self.ledger)
+        # The limiter above is keyed by the configured worker, so every server of a served worker shares it.
+        self.base_urls = [base_urls[i % len(base_urls)] if base_urls else config.base_url for i in range(replicas)]
         self.replicas = [
-            WorkerActor.options(**options).remote(config, key, limiter_name, ledger_name, policy, seed, check_budget)
-            for _ in range(replicas)
+            WorkerActor.options(**options).remote(
+                config.model_copy(update={"base_url": base_urls[i % len(base_urls)]}) if base_urls else config,
+                key, limiter_name, ledger_name, policy, seed, check_budget)
+            for i in range(replicas)
         ]
         self._in_flight = [0] * replicas
         self._turn = itertools.count()

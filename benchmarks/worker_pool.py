@@ -14,8 +14,14 @@ sliding window (60 per 10 s = 360 RPM), and our limiter uses the same window.
    full limit, SDK retries on (the openai SDK's defaults): its share and its 429s.
 3. No limit: calls/s through the pool against the same calls made directly with
    the provider in this process, at the same concurrency (goal: overhead < 5 %).
+4. Across nodes: the share of the limit and the 429s with 1, 4, 16 and 64
+   replicas spread evenly over the worker nodes of a Ray cluster of several
+   nodes on this machine (tests/ray_clusters.py: a raylet per node; the head
+   holds the driver, the limiter, the ledger and the server). Each replica asks
+   for 1/k of a node's `conductor_cpu_node`, k replicas per node, so the spread
+   is forced, and the figures give the replicas each node got.
 
-    python benchmarks/worker_pool.py [--json] [--windows N]
+    python benchmarks/worker_pool.py [--json] [--windows N] [--part all|local|nodes] [--nodes N]
 
 With --json the last line is one JSON object.
 """
@@ -181,19 +187,13 @@ def overhead_run(server, n: int, concurrency: int, rounds: int = 3) -> dict:
             "overhead": round(1 - best_direct / best_pool, 4)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--windows", type=int, default=3, help="windows of calls per measurement (default 3)")
-    args = parser.parse_args(argv)
-    os.environ[KEY_ENV] = "bench-key-not-secret"
+def local_parts(n: int) -> dict:
+    """Parts 1-3, on a cluster of one node in this process."""
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     from actors.fake_llm_server import RemoteFakeLLMServer
 
     server = RemoteFakeLLMServer()
-    n = args.windows * LIMIT
-    figures: dict = {"window_s": WINDOW_S, "limit_per_window": LIMIT, "limit_rpm": LIMIT * 60 / WINDOW_S,
-                     "latency_s": LATENCY_S, "calls_per_run": n, "goal_share": GOAL_SHARE, "pool": {}}
+    figures: dict = {"pool": {}}
     for replicas in (1, 2, 4):
         figures["pool"][str(replicas)] = limited_run(server, replicas, n)
         print(f"pool, {replicas} replica(s): {figures['pool'][str(replicas)]}", file=sys.stderr)
@@ -203,9 +203,81 @@ def main(argv: list[str] | None = None) -> int:
     print(f"no limit: {figures['no_limit']}", file=sys.stderr)
     figures["min_share"] = min(r["share_of_limit"] for r in figures["pool"].values())
     figures["max_429s"] = max(r["server_429s"] for r in figures["pool"].values())
-    figures["goals_met"] = figures["min_share"] >= GOAL_SHARE and figures["no_limit"]["overhead"] < GOAL_OVERHEAD
     server.stop()
     ray.shutdown()
+    return figures
+
+
+MULTINODE_REPLICAS = (1, 4, 16, 64)
+
+
+def multinode_run(nodes: int, n: int) -> dict:
+    """Part 4: the limited pool at each of MULTINODE_REPLICAS replicas, spread over `nodes` worker nodes."""
+    import math
+    from collections import Counter
+
+    from actors.fake_llm_server import RemoteFakeLLMServer
+    from actors.worker_pool import WorkerPool
+    from tests.ray_clusters import CPU_NODE, LocalCluster, ledger_on, limiter_on, on_node
+
+    local = LocalCluster(head_cpus=0)
+    runs: dict = {}
+    try:
+        for _ in range(nodes):
+            local.add_node(1, {CPU_NODE: 1})
+        local.connect()
+        head = local.head.node_id
+        server = RemoteFakeLLMServer(actor_options=on_node(head))
+        for replicas in MULTINODE_REPLICAS:
+            per_node = math.ceil(replicas / nodes)
+            server.reset(latency_s=LATENCY_S, rpm=LIMIT, window_s=WINDOW_S)
+            cfg, scope = config(server, rpm=LIMIT), uuid.uuid4().hex
+            headroom = max(0.02 * WINDOW_S, 0.25)   # get_rate_limiter's default
+            limiter = limiter_on(head, cfg, os.environ[KEY_ENV], WINDOW_S, headroom, scope)
+            pool = WorkerPool(cfg, replicas=replicas, ledger=ledger_on(head, uuid.uuid4().hex), window_s=WINDOW_S,
+                              num_cpus=0, resources={CPU_NODE: 1 / per_node}, limiter_scope=scope)
+            started = time.perf_counter()
+            where = ray.get([r.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
+                             for r in pool.replicas], timeout=600)   # every replica up before the calls
+            up_s = time.perf_counter() - started
+            done, took = asyncio.run(stamped([pool.complete(request(i)) for i in range(n)]))
+            asyncio.run(pool.aclose())
+            del limiter
+            spread = Counter(where)
+            runs[str(replicas)] = {**summarize(server, done, took), "replicas_per_node": sorted(spread.values()),
+                                   "nodes_used": len(spread), "replicas_up_s": round(up_s, 1),
+                                   "replicas_on_head": spread.get(head, 0)}
+            print(f"across {nodes} nodes, {replicas} replica(s): {runs[str(replicas)]}", file=sys.stderr)
+        server.stop()
+    finally:
+        left = local.shutdown()   # processes Cluster.shutdown left behind, killed since (0 expected)
+    return {"worker_nodes": nodes, "pool": runs, "leftover_processes": len(left),
+            "min_share": min(r["share_of_limit"] for r in runs.values()),
+            "max_429s": max(r["server_429s"] for r in runs.values())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--windows", type=int, default=3, help="windows of calls per measurement (default 3)")
+    parser.add_argument("--part", choices=("all", "local", "nodes"), default="all",
+                        help="local: parts 1-3 (one node); nodes: part 4 (several); default all")
+    parser.add_argument("--nodes", type=int, default=4, help="worker nodes of part 4 (default 4)")
+    args = parser.parse_args(argv)
+    os.environ[KEY_ENV] = "bench-key-not-secret"
+    n = args.windows * LIMIT
+    figures: dict = {"window_s": WINDOW_S, "limit_per_window": LIMIT, "limit_rpm": LIMIT * 60 / WINDOW_S,
+                     "latency_s": LATENCY_S, "calls_per_run": n, "goal_share": GOAL_SHARE}
+    if args.part in ("all", "local"):
+        figures.update(local_parts(n))
+    if args.part in ("all", "nodes"):
+        figures["across_nodes"] = multinode_run(args.nodes, n)
+    goals = []
+    if "pool" in figures:
+        goals.append(figures["min_share"] >= GOAL_SHARE and figures["no_limit"]["overhead"] < GOAL_OVERHEAD)
+    if "across_nodes" in figures:
+        goals.append(figures["across_nodes"]["min_share"] >= GOAL_SHARE)
+    figures["goals_met"] = all(goals)
     print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
     return 0
 

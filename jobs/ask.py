@@ -26,6 +26,7 @@ from typing import Sequence, TextIO
 from conductor_rl.config import Config, ConfigError
 from conductor_rl.data import load_dataset
 from conductor_rl.rollout.workflow import Task
+from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.workers.providers import MissingApiKeyError
 from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
 
@@ -82,7 +83,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     started_ray = not ray.is_initialized()
     log("starting Ray ..." if started_ray else "joining the running Ray cluster ...")
     start_ray(config)
-    pools = start_worker_pools(config, args.budget_usd, config.train.worker_replicas)
+    try:
+        pools = start_worker_pools(config, args.budget_usd, config.train.worker_replicas)
+    except ClusterTooSmallError as err:
+        raise SystemExit(f"error: {err}") from None
     stopped = None
     try:
         log("workers: " + ", ".join(f"Model {i} = {w.name} ({w.provider})" for i, w in enumerate(config.workers)))

@@ -22,6 +22,7 @@ import time
 from typing import Any, Sequence
 
 from conductor_rl.config import Config, ConfigError
+from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.workers.preflight import PreflightFailed, WorkerCheck, check_workers, format_checks
 from conductor_rl.workers.providers import MissingApiKeyError
 from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: not configuration overrides: {rest} (use key.sub=value)")
     try:
         checks, seconds = check(config)
-    except (ConfigError, MissingApiKeyError) as err:
+    except (ConfigError, MissingApiKeyError, ClusterTooSmallError) as err:
         raise SystemExit(f"error: {err}") from None
     print(format_checks(checks, seconds))
     if args.json:

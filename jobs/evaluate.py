@@ -42,6 +42,7 @@ from conductor_rl.evaluation.methods import Method
 from conductor_rl.evaluation.runner import Sample
 from conductor_rl.grading.verdict import SCORED_VERDICTS
 from conductor_rl.rollout.workflow import StepLimits
+from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.workers.preflight import PreflightFailed
 from conductor_rl.workers.providers import MissingApiKeyError, cached
 from jobs.check import preflight
@@ -210,7 +211,7 @@ class Runner:
         c = ev.config
         self.ev, self.store, self.stop = ev, store, stop
         budget = c.evaluate.budget_usd
-        self.workers = start_worker_pools(c, budget, c.train.worker_replicas)
+        self.workers = start_worker_pools(c, budget, c.train.worker_replicas, graders=True)
         cpus, _, custom = split_resources(c.cluster.grader)
         self.graders = GraderPool(c.grader, num_cpus=cpus, resources=custom or None)
         self.graders.wait_ready()
@@ -471,7 +472,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = evaluate(config)
     except (EvaluationError, ConfigError, ResumeMismatchError, MissingApiKeyError, MissingEvidenceError,
-            PreflightFailed) as err:
+            PreflightFailed, ClusterTooSmallError) as err:
         raise SystemExit(f"error: {err}") from None
     out = Path(summary["output_dir"])
     if args.json:

@@ -38,6 +38,7 @@ from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollout
                                            parse_rollout, ready_to_grade, unfinished)
 from conductor_rl.rollout.workflow import StepLimits
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints
+from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.run.infra_guard import InfraErrorGuard, InfraErrorRateExceeded
 from conductor_rl.run.log import RunDirError
 from conductor_rl.run.metrics import best_workers, iteration_metrics
@@ -296,7 +297,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: not configuration overrides: {rest} (use key.sub=value)")
     try:
         summary = train(config, resume=args.resume)
-    except (CheckpointError, ConfigError, RunDirError, MissingApiKeyError, ContaminationError, PreflightFailed) as err:
+    except (CheckpointError, ConfigError, RunDirError, MissingApiKeyError, ContaminationError, PreflightFailed,
+            ClusterTooSmallError) as err:
         raise SystemExit(f"error: {err}") from None
     except Exception as err:
         import ray.exceptions

