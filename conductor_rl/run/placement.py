@@ -73,11 +73,11 @@ class FitReport:
     demands: list[Demand]
     nodes: list[Node]
     fits: bool
-    unplaced: dict[str, int] = field(default_factory=dict)    # demand -> actors no node could take
-    added: dict[str, int] = field(default_factory=dict)       # node type -> nodes an autoscaler must add
-    needed: list[str] = field(default_factory=list)     # fixes that each must be made
-    fixes: list[str] = field(default_factory=list)      # then any one of these
-    may_grow: bool = False                                     # an autoscaler whose node types are unknown
+    unplaced: dict[str, int] = field(default_factory=dict)   # demand -> actors no node could take
+    added: dict[str, int] = field(default_factory=dict)      # node type -> nodes an autoscaler must add
+    needed: list[str] = field(default_factory=list)          # fixes that each must be made
+    fixes: list[str] = field(default_factory=list)           # then any one of these
+    may_grow: bool = False                                   # an autoscaler of unknown node types runs
 
     @property
     def asked(self) -> dict[str, float]:
@@ -132,8 +132,9 @@ class FitReport:
             lines.append(("Then any" if self.needed else "Fix, any") + " one of:")
             lines += [f"  - {fix}" for fix in self.fixes]
         if self.may_grow:
-            lines.append("An autoscaler runs whose node types Ray does not report to the job: if it can add nodes "
-                         "that fit, the job will wait for them (cluster.fit_check=warn or off turns this check down).")
+            lines.append("An autoscaler runs whose node types Ray does not report to the job, so the job starts "
+                         "anyway: what finds no node waits for what the autoscaler adds, if it adds nodes that fit "
+                         "(cluster.fit_check=off silences this warning).")
         return "\n".join(lines)
 
 
@@ -226,9 +227,12 @@ def _fixes(demands: list[Demand], nodes: list[Node]) -> tuple[list[str], list[st
         fixes += _cpu_fixes(demands, nodes)           # only CPUs are short: share them
     fixes += _fewer_actors(demands, nodes)
     short = {k: v for k, v in _shortfall(demands, nodes).items() if k not in missing}
-    if short:
-        fixes.append(f"add nodes with at least {_fmt(short)} more (`ray start --address=HEAD:6379 ...` on more "
-                     f"machines, or a larger max_workers of the node type in ray_cluster.yaml)")
+    unplaced = _pack(demands, nodes)[0]
+    if short or unplaced:
+        room = "; ".join(f"{n} x {d.what} {_fmt(d.asks())}" for d in demands if (n := unplaced.get(d.what)))
+        fixes.append("add nodes" + (f" ({_fmt(short)} more in all)" if short else "") + f" that can take {room} "
+                     f"(`ray start --address=HEAD:6379 ...` on more machines, or a larger max_workers of the "
+                     f"node type in ray_cluster.yaml)")
     return needed, fixes
 
 
@@ -373,7 +377,8 @@ def _override(d: Demand, resources: Mapping[str, float], gpu_off: bool = False) 
 
 
 def _relevant(resources: Mapping[str, float], asked: Mapping[str, float]) -> dict[str, float]:
-    return {k: v for k, v in resources.items() if k in asked}
+    """The node's amounts of what the job asks for; its CPUs always (Ray lists no CPU key for CPU 0)."""
+    return {**({"CPU": 0.0} if "CPU" in asked else {}), **{k: v for k, v in resources.items() if k in asked}}
 
 
 def _num(value: float) -> str:
