@@ -15,6 +15,14 @@ a client that is a provider.
   `ProviderError` (also when a replica dies), `BudgetExceededError` among them.
   A served worker's pool gets its servers' URLs (`base_urls`): replica i
   calls server i % n, with at least one replica per server.
+  A call whose replica dies or cannot be reached (its node was lost: Ray's own
+  task retries run out before the node's death is known) goes to another
+  replica; a replica seen failing is passed over for `SUSPECT_S` seconds, or
+  until it answers again.
+
+The ledger and the limiters live on the node of the process that creates them
+(the driver's): they ask for no resources, and Ray would otherwise put them on
+any node, a worker node that an autoscaler may take away with the run's costs.
 
 The ledger's budget is fixed when it is created (`get_ledger(budget_usd=...)`);
 pools of a ledger without one skip the per-call budget check.
@@ -28,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import time
 from typing import Any, Sequence
 
 import ray
@@ -45,6 +54,14 @@ from actors.metrics import RayMetricsObserver
 NAMESPACE = "conductor-rl"
 LEDGER_NAME = "ledger"
 MAX_WAITERS = 100_000  # limiter and ledger calls are tiny; every in-flight call may be waiting on one
+SUSPECT_S = 30.0       # a replica seen failing gets no new calls for this long (Ray restarts it meanwhile)
+
+
+def on_this_node() -> dict[str, Any]:
+    """Ray options that keep an actor on the caller's node (the driver's, for the ledger and limiters)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)}
 
 
 @ray.remote(num_cpus=0)
@@ -125,7 +142,7 @@ def get_rate_limiter(config: WorkerConfig, key: Secret, window_s: float = 60.0, 
     for _ in range(3):
         limiter = RateLimiterActor.options(
             name=limiter_name(config, key, scope), namespace=NAMESPACE, get_if_exists=True,
-            max_concurrency=MAX_WAITERS,
+            max_concurrency=MAX_WAITERS, **on_this_node(),
         ).remote(config.rpm, config.tpm, window_s, headroom)
         try:
             ray.get(limiter.__ray_ready__.remote())
@@ -138,7 +155,7 @@ def get_rate_limiter(config: WorkerConfig, key: Secret, window_s: float = 60.0, 
 def get_ledger(budget_usd: float | None = None, name: str = LEDGER_NAME):
     """The run's ledger (created with `budget_usd` by its first caller)."""
     return LedgerActor.options(name=name, namespace=NAMESPACE, get_if_exists=True,
-                               max_concurrency=MAX_WAITERS).remote(budget_usd)
+                               max_concurrency=MAX_WAITERS, **on_this_node()).remote(budget_usd)
 
 
 class _Remote:
@@ -250,32 +267,49 @@ class WorkerPool:
             for i in range(replicas)
         ]
         self._in_flight = [0] * replicas
+        self._failed_at = [float("-inf")] * replicas   # monotonic time a replica was last seen failing
         self._turn = itertools.count()
 
     def __repr__(self) -> str:
         return f"WorkerPool(name={self.name!r}, provider={self.config.provider!r}, replicas={len(self.replicas)})"
 
-    def _pick(self) -> int:
-        start = next(self._turn) % len(self.replicas)  # ties go round-robin
+    def _pick(self, exclude: frozenset[int] = frozenset()) -> int | None:
+        """The replica with the fewest calls in flight, ties round-robin; one seen failing in the last
+        `SUSPECT_S` seconds only when no other is left. None when every replica is in `exclude`."""
+        start = next(self._turn) % len(self.replicas)
         order = [(start + i) % len(self.replicas) for i in range(len(self.replicas))]
-        return min(order, key=lambda i: self._in_flight[i])
+        candidates = [i for i in order if i not in exclude]
+        if not candidates:
+            return None
+        now = time.monotonic()
+        return min(candidates, key=lambda i: (now - self._failed_at[i] < SUSPECT_S, self._in_flight[i]))
 
     async def complete(self, request: WorkerRequest) -> WorkerResponse:
+        """One call on a replica; where the replica dies or cannot be reached, on the next one, until each
+        has been tried once. A lost attempt's cost stays open in the ledger (settled at its worst case)."""
+        tried: set[int] = set()
         i = self._pick()
-        self._in_flight[i] += 1
-        try:
-            return await self.replicas[i].complete.remote(request)
-        except ray.exceptions.RayTaskError as err:
-            cause = err.cause
-            if isinstance(cause, ProviderError):  # BudgetExceededError included
-                raise cause from None
-            raise ProviderError(f"worker {self.name!r}: replica failed: {type(cause).__name__}: {cause}",
-                                kind="worker_exception") from None
-        except ray.exceptions.RayActorError as err:
-            raise ProviderError(f"worker {self.name!r}: replica {i} died ({type(err).__name__}); the call was lost "
-                                f"and can be retried", kind="replica_died", retryable=True) from None
-        finally:
-            self._in_flight[i] -= 1
+        while i is not None:
+            tried.add(i)
+            self._in_flight[i] += 1
+            try:
+                response = await self.replicas[i].complete.remote(request)
+                self._failed_at[i] = float("-inf")
+                return response
+            except ray.exceptions.RayTaskError as err:
+                cause = err.cause
+                if isinstance(cause, ProviderError):  # BudgetExceededError included
+                    raise cause from None
+                raise ProviderError(f"worker {self.name!r}: replica failed: {type(cause).__name__}: {cause}",
+                                    kind="worker_exception") from None
+            except ray.exceptions.RayActorError as err:
+                self._failed_at[i] = time.monotonic()
+                lost = f"replica {i} died ({type(err).__name__})"
+            finally:
+                self._in_flight[i] -= 1
+            i = self._pick(exclude=frozenset(tried))
+        raise ProviderError(f"worker {self.name!r}: {lost}, and no other replica could take the call; "
+                            f"it can be retried", kind="replica_died", retryable=True)
 
     async def aclose(self) -> None:
         for replica in self.replicas:

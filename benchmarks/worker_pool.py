@@ -217,8 +217,8 @@ def multinode_run(nodes: int, n: int) -> dict:
     from collections import Counter
 
     from actors.fake_llm_server import RemoteFakeLLMServer
-    from actors.worker_pool import WorkerPool
-    from tests.ray_clusters import CPU_NODE, LocalCluster, ledger_on, limiter_on, on_node
+    from actors.worker_pool import WorkerPool, get_ledger
+    from tests.ray_clusters import CPU_NODE, LocalCluster, on_node
 
     local = LocalCluster(head_cpus=0)
     runs: dict = {}
@@ -232,9 +232,8 @@ def multinode_run(nodes: int, n: int) -> dict:
             per_node = math.ceil(replicas / nodes)
             server.reset(latency_s=LATENCY_S, rpm=LIMIT, window_s=WINDOW_S)
             cfg, scope = config(server, rpm=LIMIT), uuid.uuid4().hex
-            headroom = max(0.02 * WINDOW_S, 0.25)   # get_rate_limiter's default
-            limiter = limiter_on(head, cfg, os.environ[KEY_ENV], WINDOW_S, headroom, scope)
-            pool = WorkerPool(cfg, replicas=replicas, ledger=ledger_on(head, uuid.uuid4().hex), window_s=WINDOW_S,
+            # The ledger and the limiter stay on the driver's node, the head (actors/worker_pool.py).
+            pool = WorkerPool(cfg, replicas=replicas, ledger=get_ledger(name=uuid.uuid4().hex), window_s=WINDOW_S,
                               num_cpus=0, resources={CPU_NODE: 1 / per_node}, limiter_scope=scope)
             started = time.perf_counter()
             where = ray.get([r.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
@@ -242,7 +241,6 @@ def multinode_run(nodes: int, n: int) -> dict:
             up_s = time.perf_counter() - started
             done, took = asyncio.run(stamped([pool.complete(request(i)) for i in range(n)]))
             asyncio.run(pool.aclose())
-            del limiter
             spread = Counter(where)
             runs[str(replicas)] = {**summarize(server, done, took), "replicas_per_node": sorted(spread.values()),
                                    "nodes_used": len(spread), "replicas_up_s": round(up_s, 1),

@@ -194,7 +194,7 @@ def train(config: Config, resume: bool = False) -> dict:
     guard.restore(state.get("infra_guard") if state else None)
     loop = Loop(config, system, stream, prompts, StopSignal(), version, best_workers(config.workers), guard=guard)
     how, done, saved = "finished", start - 1, start - 1   # last finished and last checkpointed iteration
-    why = None   # the message of a stop that is a failure (infra errors)
+    failure = None   # the message of a stop that is a failure (infra errors)
     try:
         if t.preflight:
             preflight(config, system.workers)
@@ -206,8 +206,8 @@ def train(config: Config, resume: bool = False) -> dict:
                 ray.get(system.ledger.start_iteration.remote(iteration))
                 try:
                     record, rollouts = train_iteration(loop, iteration)
-                except StopRun as why:
-                    how = str(why)
+                except StopRun as stop:
+                    how = str(stop)
                     break
                 ledger = ray.get(system.ledger.summary.remote())
                 record["cost_usd"] = ledger["by_iteration"].get(str(iteration), {}).get("cost_usd", 0.0)
@@ -224,7 +224,7 @@ def train(config: Config, resume: bool = False) -> dict:
                     loop.guard.check()
                 except InfraErrorRateExceeded as err:
                     log(f"stopping: {err}")
-                    how, why = "infra_errors", str(err)
+                    how, failure = "infra_errors", str(err)
                     save_checkpoint(checkpoints, loop, iteration, ledger)
                     saved = iteration
                     break
@@ -238,8 +238,8 @@ def train(config: Config, resume: bool = False) -> dict:
         run_log.close()
         system.shutdown()
     summary = run_summary(config, out, checkpoints, how, done)
-    if why:
-        summary["error"] = why
+    if failure:
+        summary["error"] = failure
     return summary
 
 

@@ -115,27 +115,7 @@ class LocalCluster:
 
 
 def on_node(node_id: str) -> dict[str, Any]:
-    """Ray options that pin an actor to one node (the head: where a run's driver keeps its ledger)."""
+    """Ray options that pin an actor to one node (a test's fake provider server on the head)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
-
-
-def ledger_on(node_id: str, name: str, budget_usd: float | None = None):
-    """A LedgerActor on `node_id`. The pool's own get_ledger asks for no resources, so Ray may put it on
-    any node, one that is then lost among them; a test of node loss keeps it on the head."""
-    from actors.worker_pool import MAX_WAITERS, NAMESPACE, LedgerActor
-
-    return LedgerActor.options(name=name, namespace=NAMESPACE, max_concurrency=MAX_WAITERS,
-                               **on_node(node_id)).remote(budget_usd)
-
-
-def limiter_on(node_id: str, config, key: str, window_s: float, headroom_s: float, scope: str = ""):
-    """The RateLimiterActor a WorkerPool of `config` (key `key`, `scope`) will find by name, created on
-    `node_id` first. Keep the handle as long as the pool: Ray ends an actor with its creator's handle."""
-    from actors.worker_pool import MAX_WAITERS, NAMESPACE, RateLimiterActor, limiter_name
-    from conductor_rl.workers.providers import Secret
-
-    return RateLimiterActor.options(name=limiter_name(config, Secret(key), scope), namespace=NAMESPACE,
-                                    get_if_exists=True, max_concurrency=MAX_WAITERS, **on_node(node_id)
-                                    ).remote(config.rpm, config.tpm, window_s, headroom_s)

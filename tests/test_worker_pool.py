@@ -107,6 +107,33 @@ def test_a_replica_that_dies_mid_call_is_reported(ray_cluster, server):
     assert isinstance(result, ProviderError) and result.kind == "replica_died" and result.retryable
 
 
+def test_a_call_whose_replica_dies_goes_to_another_and_the_lost_attempt_stays_open(ray_cluster, server):
+    """Two replicas; the one serving the call is killed mid-call. The call is answered by the other;
+    the lost attempt, which the server did receive, stays open in the ledger (its worst case counts).
+    The dead replica gets no more calls while the other one answers."""
+    server.reset(latency_s=2.0)
+    pool, ledger = make_pool(server, replicas=2)
+    picks = []
+    pick = pool._pick
+    pool._pick = lambda exclude=frozenset(): picks.append(pick(exclude)) or picks[-1]
+
+    async def go():
+        call = asyncio.ensure_future(pool.complete(request("lost")))
+        while (await asyncio.to_thread(lambda: server.stats.requests)) < 1:
+            await asyncio.sleep(0.05)
+        ray_cluster.kill(pool.replicas[picks[0]])
+        first = await call
+        server.reset(latency_s=0.0)
+        return first, await gather(pool, 4, "after")
+
+    first, after = asyncio.run(go())
+    assert first.text.startswith("echo:") and picks[1] != picks[0], picks
+    assert not [r for r in after if isinstance(r, Exception)], after
+    assert picks[2:] == [picks[1]] * 4, picks
+    assert ray_cluster.get(ledger.settle_open_calls.remote()) == 1   # the lost attempt, at its worst case
+    assert len(ray_cluster.get(ledger.entries.remote())) == 6
+
+
 def test_budget_stop_through_the_pool_keeps_every_finished_call(ray_cluster, server):
     from actors.worker_pool import get_ledger
 
