@@ -11,7 +11,8 @@ import ray
 import torch
 
 from conductor_rl.models import load_causal_lm, resolve_model
-from conductor_rl.policy.sampling import PlanShape, Sample, StaleWeightsError, TransformersSampler, VLLMSampler
+from conductor_rl.policy.sampling import (Sample, Shapes, StaleWeightsError, TransformersSampler, VLLMSampler,
+                                         shape_per_prompt)
 
 
 @ray.remote
@@ -37,7 +38,7 @@ class GeneratorActor:
 
     def sample(self, prompts: list[Any], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
                seed: int | None = None, min_version: int | None = None,
-               shape: PlanShape | None = None) -> list[list[Sample]]:
+               shape: Shapes = None) -> list[list[Sample]]:
         """`min_version`: refuse (StaleWeightsError) unless the held weights are at least this new."""
         if min_version is not None and self.sampler.weights_version < min_version:
             raise StaleWeightsError(
@@ -89,12 +90,13 @@ class GeneratorPool:
         ray.get([a.weights_version.remote() for a in self.actors])  # wait until every engine is up
 
     def sample(self, prompts: list[Any], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
-               seed: int | None = None, shape: PlanShape | None = None) -> list[list[Sample]]:
-        """G samples for each prompt (text or token ids), in prompt order."""
+               seed: int | None = None, shape: Shapes = None) -> list[list[Sample]]:
+        """G samples for each prompt (text or token ids), in prompt order; `shape`: one, or one per prompt."""
         shares = [list(range(i, len(prompts), len(self.actors))) for i in range(len(self.actors))]
+        shapes = shape_per_prompt(shape, len(prompts))
         min_version = self.version if self.require_fresh else None
         refs = [actor.sample.remote([prompts[j] for j in share], n, temperature, max_tokens, top_p,
-                                    None if seed is None else seed + i, min_version, shape)
+                                    None if seed is None else seed + i, min_version, [shapes[j] for j in share])
                 for i, (actor, share) in enumerate(zip(self.actors, shares)) if share]
         results: list[list[Sample]] = [[] for _ in prompts]
         for share, groups in zip([s for s in shares if s], ray.get(refs)):

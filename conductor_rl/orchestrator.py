@@ -43,6 +43,7 @@ from conductor_rl.config import Config, load_config
 from conductor_rl.data import Question
 from conductor_rl.grading import SCORED_VERDICTS, MathGrader
 from conductor_rl.plan import Plan
+from conductor_rl.plan.roster import with_workers
 from conductor_rl.rollout.rollouts import Rollout, run_rollout
 from conductor_rl.rollout.workflow import StepLimits, StepTrace, Task
 from conductor_rl.workers.guarded import GuardedProvider
@@ -203,14 +204,17 @@ class Orchestrator:
     @classmethod
     def from_config(cls, config: str | Path | Config | None = None, conductor: str | Path | None = None,
                     overrides: Sequence[str] = (), *, workers: Sequence[Provider] | None = None,
-                    budget_usd: float | None = None) -> Orchestrator:
+                    budget_usd: float | None = None, worker_names: Sequence[str] | None = None) -> Orchestrator:
         """Load the configuration (a YAML path, a `Config`, or None for the
         embedded configs/local.yaml) with `key.sub=value` overrides, and the
         Conductor (`conductor`: a model folder such as a checkpoint's `model/`,
         or a model name; default `conductor.model`). Without `workers`, the
         configured workers are built in this process, their spend capped at
-        `budget_usd` (None: no cap). Raises ConfigError naming a bad key."""
-        config = load_config(config, list(overrides))
+        `budget_usd` (None: no cap). `worker_names`: offer the Conductor only these
+        workers, renumbered in the pool's order (plan/roster.py; `workers`, if given,
+        is then one per named worker). Raises ConfigError naming a bad key, RosterError
+        an unknown worker."""
+        config = with_workers(load_config(config, list(overrides)), worker_names)
         if conductor is not None:   # set as is: a path is not YAML to parse
             model = config.conductor.model_copy(update={"model": str(conductor)})
             config = config.model_copy(update={"conductor": model})

@@ -4,6 +4,7 @@ runs it, and every step is shown.
     conductor-rl ask                                  # sample questions from data.questions
     conductor-rl ask "What is 17 * 23?" --reference 391 --kind numeric
     conductor-rl ask --config configs/local.yaml conductor.temperature=0.7 --json
+    conductor-rl ask "What is 17 * 23?" --workers sim-math-expert,sim-generalist   # a subset of the pool
 
 With no question, it takes `ask.sample_questions` questions from
 `data.questions` (which have reference answers, so the result is graded).
@@ -28,7 +29,8 @@ from conductor_rl.data import load_dataset
 from conductor_rl.rollout.workflow import Task
 from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.workers.providers import MissingApiKeyError
-from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
+from jobs.common import (add_config_arguments, add_workers_argument, check_workers_before_start, config_from_args,
+                         log)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget-usd", type=float, default=None,
                         help="stop starting worker calls once they cost this much (default: no cap)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    add_workers_argument(parser)
     add_config_arguments(parser)
 
 

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from conductor_rl.config import Config, ConfigError, is_override, load_config
+from conductor_rl.plan.roster import RosterError, parse_worker_names, with_workers
 from conductor_rl.workers.providers.keys import check_api_keys
 
 
@@ -14,6 +15,12 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="YAML configuration (default: the embedded configs/local.yaml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a configuration override; bare key.sub=value arguments work too")
+
+
+def add_workers_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", default=None, metavar="NAME,NAME",
+                        help="offer the Conductor only these workers, renumbered Model 0.. in the pool's order "
+                             "(adaptive pools, paper §3.2; default: every configured worker)")
 
 
 def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
@@ -31,7 +38,9 @@ def config_from_args(args: argparse.Namespace, positional: str | None = None) ->
     overrides, rest = split_overrides(items)
     try:
         config = load_config(args.config, [*overrides, *args.overrides])
-    except ConfigError as err:
+        if getattr(args, "workers", None) is not None:
+            config = with_workers(config, parse_worker_names(args.workers))
+    except (ConfigError, RosterError) as err:
         raise SystemExit(f"error: {err}") from None
     return config, rest
 

@@ -3,6 +3,7 @@
     conductor-rl evaluate                                        # evaluate.* of the configuration
     conductor-rl evaluate --method conductor:runs/local --method single:* --benchmark math500 --limit 20
     conductor-rl evaluate --config configs/paper.yaml evaluate.output_dir=runs/eval-paper --budget-usd 50
+    conductor-rl evaluate --config configs/paper.yaml --workers qwen3-32b,gemma-3-27b-it   # open-weight only
     ray job submit --working-dir . -- python -m jobs.evaluate --config configs/paper.yaml
 
 For each method and benchmark, questions go in batches: the method's plans (a
@@ -46,7 +47,8 @@ from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.workers.preflight import PreflightFailed
 from conductor_rl.workers.providers import MissingApiKeyError, cached
 from jobs.check import preflight
-from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
+from jobs.common import (add_config_arguments, add_workers_argument, check_workers_before_start, config_from_args,
+                         log)
 from jobs.run_control import StopRun, StopSignal, check_budget
 
 PILOT = "pilot"   # the benchmark name of the router's pilot records (left out of the table)
@@ -438,6 +440,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget-usd", type=float, default=None, help="stop cleanly at this spend (evaluate.budget_usd)")
     parser.add_argument("--output", default=None, help="output folder (evaluate.output_dir)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    add_workers_argument(parser)
     add_config_arguments(parser)
     parser.add_argument("--no-check", dest="overrides", action="append_const", const="evaluate.preflight=false",
                         help="skip the preflight request to every worker (evaluate.preflight)")

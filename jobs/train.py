@@ -32,6 +32,7 @@ from conductor_rl.data import Question, load_available, load_dataset
 from conductor_rl.data.overlap import ContaminationError, check_disjoint
 from conductor_rl.data.stream import QuestionStream
 from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
+from conductor_rl.plan.roster import Roster, draw_roster
 from conductor_rl.policy.batch import rollout_batch
 from conductor_rl.policy.generate import sample_seed
 from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, grade_request, needs_execution,
@@ -75,23 +76,25 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
     started = time.perf_counter()
     cursor = loop.stream.cursor
     try:
-        # 1. draw B questions
+        # 1. draw B questions, and the workers each one's prompt lists (all, or a drawn subset)
         questions = loop.stream.take(c.train.questions_per_iteration)
-        prompt_ids = [loop.prompts.ids(q.question) for q in questions]
+        rosters = [question_roster(c, iteration, q) for q in questions]
+        sizes = [None if r is None else len(r) for r in rosters]
+        prompt_ids = [loop.prompts.ids(q.question, k) for q, k in zip(questions, sizes)]
 
         # 2. generate G plans per question with the current policy
         with phases.timed("generate"):
             groups = system.generators.sample(
                 prompt_ids, c.train.rollouts_per_question,
                 c.conductor.temperature, c.conductor.max_new_tokens, c.conductor.top_p,
-                seed=sample_seed(c.train.seed, iteration), shape=loop.prompts.shape)
+                seed=sample_seed(c.train.seed, iteration), shape=[loop.prompts.shape_for(k) for k in sizes])
 
-        # 3. parse each completion into a plan (unparsable: reward 0)
+        # 3. parse each completion into a plan (unparsable, or naming an unlisted worker: reward 0)
         rollouts = [
             parse_rollout(Rollout(q.to_task(), c.conductor.response_prefix + s.text, group=g, sample=i,
-                                  completion_ids=s.token_ids, logprobs=s.logprobs),
+                                  completion_ids=s.token_ids, logprobs=s.logprobs, roster=roster),
                           len(c.workers), c.conductor.max_steps)
-            for g, (q, samples) in enumerate(zip(questions, groups)) for i, s in enumerate(samples)
+            for g, (q, roster, samples) in enumerate(zip(questions, rosters, groups)) for i, s in enumerate(samples)
         ]
 
         # 4-5. execute every plan on the worker pool, grade the final answers
@@ -128,6 +131,15 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
               **{f"time_{k}_s": v for k, v in phases.seconds.items()},
               "time_iteration_s": time.perf_counter() - started}
     return record, rollouts
+
+
+def question_roster(config: Config, iteration: int, question: Question) -> Roster | None:
+    """The workers a question's prompt lists this iteration: None (every worker) unless
+    `train.worker_subset` asks for subsets; the same draw on resume."""
+    size = config.train.worker_subset
+    if size is None:
+        return None
+    return draw_roster(len(config.workers), size, config.train.seed, f"{iteration}/{question.id}")
 
 
 def execute_and_grade(loop: Loop, rollouts: list[Rollout], iteration: int, phases: Phases) -> None:

@@ -236,6 +236,34 @@ def test_vllm_constrained_samples_are_plans(vllm_generator):
     assert len(lengths) > 1
 
 
+def test_vllm_gives_each_prompt_its_own_plan_shape(vllm_generator):
+    from conductor_rl.plan import parse_plan
+    from conductor_rl.policy.sampling import PlanShape
+
+    solo, team = ray.get(vllm_generator.sample.remote(
+        [PROMPT, PROMPT + " "], n=6, temperature=1.0, max_tokens=200, seed=5,
+        shape=[PlanShape(1, 3, max_subtask_tokens=8), PlanShape(3, 3, max_subtask_tokens=8)]))
+    assert {step.model_id for s in solo for step in parse_plan(s.text, n_workers=1, max_steps=3).steps} == {0}
+    assert {step.model_id for s in team for step in parse_plan(s.text, n_workers=3, max_steps=3).steps} - {0}
+
+
+@pytest.mark.slow  # loads and samples a real model
+def test_prompts_with_rosters_of_different_sizes_each_get_their_own_plan_shape():
+    """Adaptive pools (plan/roster.py): one batch, a prompt listing 1 model and one listing 3; each
+    prompt's plans name only the models it listed."""
+    from conductor_rl.plan import parse_plan
+    from conductor_rl.policy.sampling import PlanShape
+
+    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    one, three = PlanShape(1, 3, max_subtask_tokens=4), PlanShape(3, 3, max_subtask_tokens=4)
+    solo, team = TransformersSampler(model, tokenizer).sample(
+        [PROMPT, PROMPT + " "], n=4, temperature=1.0, max_tokens=100, seed=3, shape=[one, three])
+    assert {step.model_id for s in solo for step in parse_plan(s.text, n_workers=1, max_steps=3).steps} == {0}
+    assert {step.model_id for s in team for step in parse_plan(s.text, n_workers=3, max_steps=3).steps} - {0}
+    with pytest.raises(ValueError, match="2 plan shapes for 1 prompts"):
+        TransformersSampler(model, tokenizer).sample([PROMPT], n=1, temperature=1.0, max_tokens=8, shape=[one, one])
+
+
 @pytest.mark.slow  # loads and samples a real model
 def test_transformers_constrained_samples_are_plans():
     from conductor_rl.plan import parse_plan

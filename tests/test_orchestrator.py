@@ -233,3 +233,15 @@ def test_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
     assert answer.plan_error is None and answer.steps and answer.cost_usd > 0   # constrained: the plan parses
     assert answer.verdict in ("correct", "wrong")
     assert "sim-" in capsys.readouterr().out
+
+
+def test_a_users_worker_subset_is_renumbered_in_pool_order_and_only_it_runs():
+    from conductor_rl.plan.roster import RosterError
+
+    with Orchestrator.from_config(sim_config(), worker_names=["sim-generalist", "sim-math-expert"]) as o:
+        assert [w.name for w in o.config.workers] == ["sim-math-expert", "sim-generalist"]
+        answer = o.answer("What is 17 * 23?", reference="391", kind="numeric")
+    assert [s.model_id for s in answer.plan.steps] == [0, 1]
+    assert [s.worker for s in answer.steps] == ["sim-math-expert", "sim-generalist"]
+    with pytest.raises(RosterError, match="unknown worker.*'gpt-5'.*the pool has: sim-math-expert"):
+        Orchestrator.from_config(sim_config(), worker_names=["gpt-5"])

@@ -19,7 +19,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from conductor_rl.config import REASONING_LEVELS, WorkerConfig
-from conductor_rl.config.sections import _paper_workers
+from conductor_rl.config.workers import _paper_workers
 from conductor_rl.testing.fake_llm_server import REASONING_TEXT
 from conductor_rl.workers import request_shape
 from conductor_rl.workers.providers import ProviderError, WorkerRequest, build_provider

@@ -388,7 +388,7 @@ def test_train_two_iterations_with_served_workers(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run([sys.executable, "-m", "jobs.train", "--config", "configs/local-real.yaml",
                            "train.iterations=2", f"train.output_dir={out}", "train.progress=false",
-                           "train.report=false"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+                           "train.report=false", "train.rollouts_per_question=2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert re.search(r"served smollm2-precise at http://\S+/v1 in \d+ s", proc.stderr)
     assert re.search(r"served gemma3-270m-base at http://\S+/v1 in \d+ s", proc.stderr)

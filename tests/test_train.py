@@ -46,6 +46,7 @@ from conductor_rl.run.traces import read_traces, trace_files
 REPO = Path(__file__).resolve().parent.parent
 ITERATIONS = 2
 QUESTIONS, ROLLOUTS = 2, 4
+SUBSETS = "train.worker_subset=[1,2]"   # the shared runs draw rosters of 1-2 of the 3 workers (adaptive pools)
 # A hang guard, not a speed check: a test whose module fixture starts a run waits for it,
 # and on a loaded 2-core machine a run's first iteration alone has taken over five minutes.
 HANG_GUARD_S = 1500
@@ -77,11 +78,13 @@ def logged_iterations(run_dir: Path) -> list[int]:
     return [r["iteration"] for r in records(run_dir)]
 
 
-def questions_by_iteration(run_dir: Path) -> dict[int, list[str]]:
-    """{iteration: the question id of each group, in group order}, from the Parquet traces."""
-    groups: dict[int, dict[int, set[str]]] = {}
+def questions_by_iteration(run_dir: Path) -> dict[int, list[tuple[str, tuple[int, ...]]]]:
+    """{iteration: (question id, the workers its prompt listed) of each group, in group order}, from the
+    Parquet traces."""
+    groups: dict[int, dict[int, set]] = {}
     for row in read_traces(run_dir):
-        groups.setdefault(row["iteration"], {}).setdefault(row["group"], set()).add(row["question_id"])
+        groups.setdefault(row["iteration"], {}).setdefault(row["group"], set()).add(
+            (row["question_id"], tuple(row["roster"])))
     out = {}
     for iteration, by_group in groups.items():
         assert all(len(ids) == 1 for ids in by_group.values()), f"a group mixes questions: {by_group}"
@@ -254,7 +257,7 @@ def straight_run(ray_cluster, runs_root):
     from jobs.train import train
 
     out = runs_root / "straight"
-    summary = train(make_config(out, f"train.iterations={ITERATIONS}"))
+    summary = train(make_config(out, f"train.iterations={ITERATIONS}", SUBSETS))
     return SimpleNamespace(out=out, summary=summary)
 
 
@@ -262,8 +265,8 @@ def straight_run(ray_cluster, runs_root):
 def sigterm_run(runs_root):
     """`python -m jobs.train`, sent SIGTERM once it has logged iteration 0."""
     out = runs_root / "sigterm"
-    command = [sys.executable, "-m", "jobs.train", *overrides(out, f"train.iterations={ITERATIONS}", "train.report=false"),
-               "--json"]
+    command = [sys.executable, "-m", "jobs.train", *overrides(out, f"train.iterations={ITERATIONS}", "train.report=false",
+                                                             SUBSETS), "--json"]
     proc = subprocess.Popen(command, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     stdout: list[str] = []
@@ -305,7 +308,8 @@ def resumed_run(sigterm_run, ray_cluster):
 
     assert sigterm_run.returncode == 0, sigterm_run.stderr[-4000:]
     before = latest_state(sigterm_run.out)
-    summary = train(make_config(sigterm_run.out, f"train.iterations={ITERATIONS}", "train.report=false"), resume=True)
+    summary = train(make_config(sigterm_run.out, f"train.iterations={ITERATIONS}", "train.report=false", SUBSETS),
+                    resume=True)
     return SimpleNamespace(out=sigterm_run.out, summary=summary, resumed_from=before)
 
 
@@ -356,8 +360,28 @@ def test_resumed_run_draws_the_same_questions_as_a_straight_run(straight_run, re
     for iteration in range(ITERATIONS):
         assert len(straight[iteration]) == QUESTIONS
         assert resumed[iteration] == straight[iteration], f"iteration {iteration} drew other questions"
-    drawn = [q for iteration in range(ITERATIONS) for q in straight[iteration]]
+    drawn = [q for iteration in range(ITERATIONS) for q, _ in straight[iteration]]
     assert len(set(drawn)) == len(drawn), f"the stream must move on, not draw a question again: {straight}"
+    rosters = [roster for iteration in range(ITERATIONS) for _, roster in straight[iteration]]
+    assert all(1 <= len(r) <= 2 and set(r) <= {0, 1, 2} for r in rosters), rosters
+
+
+def test_plans_of_a_drawn_roster_run_only_on_its_workers_and_traces_map_ids_back(straight_run):
+    from conductor_rl.config import load_config as config_of
+
+    names = [w.name for w in config_of(None, []).workers]
+    ran_steps = 0
+    for row in read_traces(straight_run.out):
+        roster = list(row["roster"])
+        if row["plan"] is None:
+            continue
+        for step, ran in zip(row["plan"], row["steps"]):
+            assert step["pool_model_id"] == roster[step["model_id"]], (row["plan"], roster)
+            assert ran["worker"] == names[step["pool_model_id"]], (ran["worker"], step, roster)
+            ran_steps += 1
+    assert ran_steps, "no plan of the straight run ran: nothing was checked"
+    metrics = records(straight_run.out)[0]
+    assert 1 <= metrics["roster_size_mean"] <= 2 and set(metrics["worker_listed"]) == set(names)
 
 
 def test_a_run_repeats_iteration_0_exactly_given_the_seed(straight_run, sigterm_run):

@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .sections import Config, ConfigError
+from .sections import Config
+from .strict import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
 DEFAULT_CONFIG = "local.yaml"

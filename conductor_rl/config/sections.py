@@ -1,4 +1,5 @@
-"""The configuration's sections: pydantic models whose defaults reproduce the paper.
+"""The configuration's sections: pydantic models whose defaults reproduce the paper
+(the workers' own sections are in `workers.py`).
 
 Every model forbids unknown keys, so a typo fails at start with the key's path
 instead of being silently ignored (conductor_rl/config/loading.py names it).
@@ -6,59 +7,18 @@ instead of being silently ignored (conductor_rl/config/loading.py names it).
 
 from __future__ import annotations
 
-import types
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from conductor_rl.config.strict import Strict
+from conductor_rl.config.workers import WorkerConfig, _paper_workers
 from conductor_rl.plan.constrained import PLAN_START
-
-#: Worker providers that need no network and no key: simulated workers and local transformers models.
-OfflineProvider = Literal["sim", "local"]
-#: Worker providers that call a vendor's HTTP API with a key.
-HttpProvider = Literal["openai", "openai_compatible", "openai_responses", "anthropic", "google"]
-OFFLINE_PROVIDERS: tuple[str, ...] = get_args(OfflineProvider)
-HTTP_PROVIDERS: tuple[str, ...] = get_args(HttpProvider)
 
 #: Transports of vLLM's weight-transfer API (conductor_rl/policy/weight_transfer.py);
 #: `generator.weight_sync` also offers auto and object_store.
 WeightTransferTransport = Literal["nccl", "ipc", "gloo"]
 WEIGHT_TRANSFER_TRANSPORTS: tuple[str, ...] = get_args(WeightTransferTransport)
-
-
-class ConfigError(ValueError):
-    """A configuration file or override is invalid. The message names the key."""
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        # pydantic reads true as 1 for a number; `lr: true` is a mistake, not a learning rate of 1.
-        if info.field_name and _bool_for_a_number(cls.model_fields[info.field_name].annotation, value):
-            raise ValueError("expected a number, not true/false")
-        return value
-
-
-def _bool_for_a_number(annotation: Any, value: Any) -> bool:
-    """Whether `value` holds a bool where `annotation` wants a number (int, float, a
-    Literal of ints), directly or inside an optional, a dict's values, a list or a tuple."""
-    origin, args = get_origin(annotation), get_args(annotation)
-    if isinstance(value, bool):
-        if annotation in (int, float):
-            return True
-        if origin is Literal:
-            return all(type(arg) is int for arg in args)
-        if origin in (Union, types.UnionType):
-            return bool not in args and any(_bool_for_a_number(arg, value) for arg in args)
-        return False
-    if origin is dict and isinstance(value, dict):
-        return any(_bool_for_a_number(args[1], item) for item in value.values())
-    if origin in (list, tuple) and isinstance(value, (list, tuple)):
-        return any(_bool_for_a_number(arg, item) for arg in args if arg is not Ellipsis for item in value)
-    return False
 
 
 class ConductorConfig(Strict):
@@ -99,149 +59,6 @@ class ConductorConfig(Strict):
                 f"use '' or a start of {PLAN_START!r}"
             )
         return self
-
-
-class SimSpec(Strict):
-    """A simulated worker: answers correctly with probability `accuracy[domain]`
-    (plus `gain_with_context` when it may read earlier steps), otherwise a
-    plausible wrong answer. Its outputs are labelled simulated everywhere."""
-
-    accuracy: dict[str, float] = Field(default_factory=lambda: {"default": 0.5})
-    gain_with_context: float = Field(0.0, ge=-1.0, le=1.0)
-    latency_s: float = Field(0.0, ge=0.0, description="Mean simulated latency per call.")
-    latency_jitter: float = Field(0.0, ge=0.0, le=1.0, description="Relative +/- spread of the latency.")
-    output_tokens: int = Field(64, ge=1)
-    fail_rate: float = Field(0.0, ge=0.0, le=1.0, description="Share of calls that raise a provider error.")
-
-    @field_validator("accuracy")
-    @classmethod
-    def _probabilities(cls, value: dict[str, float]) -> dict[str, float]:
-        for domain, p in value.items():
-            if not 0.0 <= p <= 1.0:
-                raise ValueError(f"accuracy[{domain!r}] = {p} must be between 0 and 1")
-        return value
-
-
-class Price(Strict):
-    """USD per million tokens."""
-
-    input: float = Field(0.0, ge=0.0)
-    output: float = Field(0.0, ge=0.0)
-    cached_input: float = Field(0.0, ge=0.0)
-
-
-#: How much a worker reasons before it answers, whatever its provider calls it
-#: (conductor_rl/workers/request_shape.py maps it per provider and model).
-Reasoning = Literal["default", "off", "minimal", "low", "medium", "high"]
-REASONING_LEVELS: tuple[str, ...] = get_args(Reasoning)
-
-
-class ServeSpec(Strict):
-    """An open-weight worker the jobs serve themselves on the cluster: vLLM's
-    OpenAI-compatible server in a Ray actor per replica (actors/served_worker.py),
-    started before the first iteration and stopped at the end. Workers with the
-    same `serve` section share one deployment (Qwen3 with and without thinking)."""
-
-    model: str = Field(..., description="What vLLM loads: a hub name, a local folder, or an offline name "
-                       "('smollm2-135m'). Requests name it by the worker's `model`.")
-    replicas: int = Field(1, ge=1, description="Servers of this model; the pool spreads calls over them and "
-                          "its concurrency follows (replicas x worker concurrency).")
-    gpus: float = Field(0.0, ge=0.0, description="GPUs per replica (its tensor-parallel size when >= 1; 0: CPU).")
-    cpus: float = Field(1.0, ge=0.0, description="Logical CPUs per replica (Ray's bookkeeping).")
-    resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray resources per replica "
-                                        "(a node type of ray_cluster.yaml, e.g. {conductor_gpu_node: 0.01}).")
-    engine_args: dict[str, Any] = Field(default_factory=dict, description="vLLM server arguments, as its "
-                                        "command line names them without dashes: {max_model_len: 8192, "
-                                        "enforce_eager: true, reasoning_parser: qwen3}.")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment of the server process "
-                                "(e.g. VLLM_CPU_KVCACHE_SPACE); never a key.")
-    start_timeout_s: float = Field(900.0, gt=0.0, description="How long a replica may take to load and answer "
-                                   "its health check before the job stops with its log.")
-
-
-class WorkerConfig(Strict):
-    """One worker of the pool. The Conductor sees it only as 'Model <index>'."""
-
-    name: str
-    provider: Literal[OfflineProvider, HttpProvider]
-    model: str = ""
-    base_url: str | None = None
-    api_key_env: str | None = Field(None, description="Name of the environment variable holding the key.")
-    temperature: float = Field(0.2, ge=0.0, description="Sent where the model accepts it; reasoning models that "
-                               "only take their default (GPT-5, o-series) get none (see fixed_temperature).")
-    max_tokens: int = Field(4096, ge=1, description="Output tokens per call, reasoning included.")
-    reasoning: Reasoning = Field(
-        "default", description="How much the worker reasons: default (the model's own), off, minimal, low, medium, "
-        "high. Per provider: OpenAI reasoning_effort; Gemini thinking_budget (never below the model's minimum: "
-        "2.5 Pro cannot turn it off); Anthropic extended thinking off, or on with a budget; open models through "
-        "their chat template (Qwen3 enable_thinking). conductor_rl/workers/request_shape.py has the table.")
-    reasoning_budget: int | None = Field(None, ge=0, description="Thinking tokens, for providers that take a "
-                                         "budget (Gemini, Anthropic); overrides `reasoning`'s level there.")
-    fixed_temperature: bool | None = Field(None, description="The model refuses any temperature but its default "
-                                           "(None: from the model table; true: never send one).")
-    extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every request's JSON body "
-                                       "as is (vLLM's chat_template_kwargs or top_k, a provider's new option).")
-    reasoning_in_context: bool = Field(False, description="Show later steps this worker's reasoning text too "
-                                       "(off: only its answer; reasoning is always counted in tokens and cost).")
-    serve: ServeSpec | None = Field(None, description="Serve this open-weight model on the cluster instead of "
-                                    "calling `base_url` (provider openai_compatible only).")
-    timeout_s: float = Field(600.0, gt=0.0)
-    price: Price = Field(default_factory=Price)
-    sim: SimSpec | None = None
-    rpm: int | None = Field(None, ge=1, description="Requests per minute allowed for this worker's key and model, "
-                            "enforced across the whole cluster (None: no limit).")
-    tpm: int | None = Field(None, ge=1, description="Tokens per minute (input + max output, settled to the real "
-                            "usage after each call), enforced across the cluster (None: no limit).")
-    max_retries: int = Field(5, ge=0, description="Retries of a failed call (429, 5xx, timeouts, dropped "
-                             "connections); other 4xx fail at once. SDK retries are always off.")
-    concurrency: int = Field(256, ge=1, description="Calls in flight at once in each worker-pool replica; "
-                             "replicas x concurrency should reach B x G (the paper: 256), or steps queue.")
-
-    @model_validator(mode="after")
-    def _provider_fields(self) -> "WorkerConfig":
-        if self.provider == "sim" and self.sim is None:
-            raise ValueError(f"worker {self.name!r} uses provider 'sim' and needs a 'sim' section (accuracy per domain)")
-        if self.provider != "sim" and not self.model:
-            raise ValueError(f"worker {self.name!r} uses provider {self.provider!r} and needs 'model'")
-        if self.serve is not None:
-            if self.provider != "openai_compatible":
-                raise ValueError(f"worker {self.name!r}: 'serve' needs provider openai_compatible (vLLM's "
-                                 f"OpenAI-compatible server), not {self.provider!r}")
-            if self.base_url:
-                raise ValueError(f"worker {self.name!r}: give either 'serve' (the job starts the server) or "
-                                 f"'base_url' (a server that runs already), not both")
-        return self
-
-
-def _paper_workers() -> list[WorkerConfig]:
-    """The paper's pool (§4.1, app. A): temperature 0.2 where a model takes one, 4096 output
-    tokens, minimal reasoning; list prices (USD / 1M tokens); rate limits at each vendor's
-    published tier-1 figures (raise rpm/tpm to your account's). The open-weight models are
-    served on the cluster's GPU node by vLLM (one GPU each); Qwen3-32B runs with and without
-    thinking, as two workers on one server (seven workers, six models)."""
-    def api(name: str, provider: str, model: str, env: str, price: tuple[float, float, float], reasoning: str,
-            rpm: int, tpm: int) -> WorkerConfig:
-        return WorkerConfig(name=name, provider=provider, model=model, api_key_env=env, reasoning=reasoning,
-                            rpm=rpm, tpm=tpm, price=Price(input=price[0], output=price[1], cached_input=price[2]))
-
-    def served(name: str, model: str, reasoning: str, **engine_args: Any) -> WorkerConfig:
-        spec = ServeSpec(model=model, gpus=1, cpus=8, resources={"conductor_gpu_node": 0.01},
-                         engine_args={"max_model_len": 16384, "gpu_memory_utilization": 0.9, **engine_args})
-        return WorkerConfig(name=name, provider="openai_compatible", model=model, reasoning=reasoning, serve=spec)
-
-    return [
-        api("gpt-5", "openai", "gpt-5", "OPENAI_API_KEY", (1.25, 10.0, 0.125), "minimal", 500, 500_000),
-        api("gemini-2.5-pro", "google", "gemini-2.5-pro", "GOOGLE_API_KEY", (1.25, 10.0, 0.31), "minimal",
-            150, 2_000_000),
-        # Anthropic's tier 1 counts 30k input and 8k output tokens a minute apart; our limiter counts them together.
-        api("claude-sonnet-4", "anthropic", "claude-sonnet-4-20250514", "ANTHROPIC_API_KEY", (3.0, 15.0, 0.3), "off",
-            50, 38_000),
-        served("qwen3-32b", "Qwen/Qwen3-32B", "off", reasoning_parser="qwen3"),
-        served("qwen3-32b-thinking", "Qwen/Qwen3-32B", "default", reasoning_parser="qwen3"),
-        served("deepseek-r1-distill-qwen-32b", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "default",
-               reasoning_parser="deepseek_r1"),
-        served("gemma-3-27b-it", "google/gemma-3-27b-it", "default"),
-    ]
 
 
 class WorkflowConfig(Strict):
@@ -356,7 +173,26 @@ class TrainConfig(Strict):
                                   "(conductor_rl/data/stream.py says why).")
     preflight: bool = Field(True, description="Send one tiny request to every worker before the first iteration "
                             "and stop with the table if one fails (conductor-rl check; --no-check skips it).")
+    worker_subset: tuple[int, int] | None = Field(
+        None, description="Adaptive worker pools (paper §3.2): each question's prompt lists only k of the workers, "
+        "renumbered Model 0..k-1, k drawn per question from [low, high] (one number: always k), the subset drawn "
+        "from (train.seed, iteration, question id), so a resumed run draws the same (conductor_rl/plan/roster.py). "
+        "None: every worker, always.")
     tensorboard: bool = True
+
+    @field_validator("worker_subset", mode="before")
+    @classmethod
+    def _one_size(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return (value, value)
+        return value
+
+    @field_validator("worker_subset")
+    @classmethod
+    def _ordered_sizes(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None and not 1 <= value[0] <= value[1]:
+            raise ValueError(f"expected k or [low, high] with 1 <= low <= high, got {list(value)}")
+        return value
     report: bool = Field(True, description="Write report.md with plots at the end.")
     progress: bool = Field(True, description="Show a progress bar on stderr.")
 
@@ -487,3 +323,11 @@ class Config(Strict):
         if not workers:
             raise ValueError("at least one worker is needed")
         return workers
+
+    @model_validator(mode="after")
+    def _subset_fits_the_pool(self) -> "Config":
+        subset = self.train.worker_subset
+        if subset is not None and subset[1] > len(self.workers):
+            raise ValueError(f"train.worker_subset: rosters of up to {subset[1]} workers from a pool of "
+                             f"{len(self.workers)}; lower train.worker_subset or add workers")
+        return self

@@ -9,6 +9,7 @@ than in-distribution ones.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from conductor_rl.config import ConfigError
@@ -154,7 +155,8 @@ class ConductorPrompt:
     per question: training asks the same questions again and again.
 
     The text ends with the response prefix (the start of a plan, when the format
-    is constrained), so a completion continues it."""
+    is constrained), so a completion continues it. A question asked with a roster
+    of `n_workers` (plan/roster.py) lists that many models; by default, the pool."""
 
     def __init__(self, tokenizer: Any, n_workers: int, max_steps: int = 5, n_examples: int = 4,
                  response_prefix: str = "", shape: "PlanShape | None" = None) -> None:
@@ -164,7 +166,7 @@ class ConductorPrompt:
         self.n_examples = n_examples
         self.response_prefix = response_prefix
         self.shape = shape   # the plan format samples must follow (None: free text)
-        self._ids: dict[str, list[int]] = {}
+        self._ids: dict[tuple[str, int], list[int]] = {}
 
     @classmethod
     def from_config(cls, config: "Config", tokenizer: Any = None) -> "ConductorPrompt":
@@ -184,16 +186,23 @@ class ConductorPrompt:
             shape = PlanShape(len(config.workers), c.max_steps, c.max_subtask_tokens, c.response_prefix)
         return cls(tokenizer, len(config.workers), c.max_steps, c.n_examples, c.response_prefix, shape)
 
-    def text(self, question: str) -> str:
+    def text(self, question: str, n_workers: int | None = None) -> str:
         """The whole prompt, rendered with the model's chat template."""
-        messages = conductor_messages(question, self.n_workers, self.max_steps, self.n_examples)
+        messages = conductor_messages(question, n_workers or self.n_workers, self.max_steps, self.n_examples)
         return apply_chat_template(self.tokenizer, messages) + self.response_prefix
 
-    def ids(self, question: str) -> list[int]:
-        """The prompt's token ids (the same list on every call for a question)."""
-        if question not in self._ids:
-            self._ids[question] = self.tokenizer(self.text(question), add_special_tokens=False)["input_ids"]
-        return self._ids[question]
+    def ids(self, question: str, n_workers: int | None = None) -> list[int]:
+        """The prompt's token ids (the same list on every call for a question and roster size)."""
+        key = (question, n_workers or self.n_workers)
+        if key not in self._ids:
+            self._ids[key] = self.tokenizer(self.text(*key), add_special_tokens=False)["input_ids"]
+        return self._ids[key]
+
+    def shape_for(self, n_workers: int | None = None) -> "PlanShape | None":
+        """The plan format of a prompt listing `n_workers` models (None: free text)."""
+        if self.shape is None or not n_workers or n_workers == self.shape.n_workers:
+            return self.shape
+        return replace(self.shape, n_workers=n_workers)
 
 
 def fitting_questions(questions: Sequence["Question"], prompt: ConductorPrompt, max_model_len: int,

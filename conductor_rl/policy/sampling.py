@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence, Union
 
 import torch
 
@@ -37,6 +37,18 @@ class PlanShape:
     max_steps: int
     max_subtask_tokens: int = 96
     prefix: str = ""   # already at the end of the prompt (a start of 'model_id = [')
+
+
+#: One shape for every prompt, one per prompt (prompts with rosters of different sizes), or None.
+Shapes = Union[PlanShape, Sequence["PlanShape | None"], None]
+
+
+def shape_per_prompt(shape: Shapes, n_prompts: int) -> list["PlanShape | None"]:
+    if shape is None or isinstance(shape, PlanShape):
+        return [shape] * n_prompts
+    if len(shape) != n_prompts:
+        raise ValueError(f"{len(shape)} plan shapes for {n_prompts} prompts: give one shape, or one per prompt")
+    return list(shape)
 
 
 @dataclass(frozen=True)
@@ -91,21 +103,22 @@ class VLLMSampler:
         self.weights_version = 0
 
     def sample(self, prompts: list[Prompt], n: int, temperature: float, max_tokens: int,
-               top_p: float = 1.0, seed: int | None = None, shape: PlanShape | None = None) -> list[list[Sample]]:
+               top_p: float = 1.0, seed: int | None = None, shape: Shapes = None) -> list[list[Sample]]:
         """`prompts`: text, or token ids (what the learner will see, exactly)."""
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
-        guided = None
-        if shape is not None:
-            guided = StructuredOutputsParams(
+        def guided(shape: PlanShape | None) -> Any:
+            if shape is None:
+                return None
+            return StructuredOutputsParams(
                 regex=plan_regex(shape.n_workers, shape.max_steps, 4 * shape.max_subtask_tokens, shape.prefix))
         # One seed per prompt: a shared seed would give every prompt the same random draws,
         # so groups would not be independent samples of the policy.
         params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0,
                                  seed=None if seed is None else prompt_seed(seed, i),
-                                 skip_special_tokens=True, structured_outputs=guided)
-                  for i in range(len(prompts))]
+                                 skip_special_tokens=True, structured_outputs=guided(s))
+                  for i, s in enumerate(shape_per_prompt(shape, len(prompts)))]
         inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
         return [[_vllm_sample(c) for c in out.outputs] for out in outputs]
@@ -148,15 +161,24 @@ class TransformersSampler:
         self._format: PlanFormat | None = None
 
     def sample(self, prompts: list[Prompt], n: int, temperature: float, max_tokens: int,
-               top_p: float = 1.0, seed: int | None = None, shape: PlanShape | None = None) -> list[list[Sample]]:
-        constraint = None
-        if shape is not None:
-            if self._format is None or self._format.max_subtask_tokens != shape.max_subtask_tokens:
-                self._format = PlanFormat(self.tokenizer, shape.max_subtask_tokens)
-            constraint = PlanConstraint(self._format, shape.n_workers, shape.max_steps, shape.prefix)
-        groups = generate(self.model, self.tokenizer, prompts, max_new_tokens=max_tokens, n=n,
-                          temperature=temperature, top_p=top_p, seed=seed, constraint=constraint)
-        return [[_transformers_sample(g) for g in group] for group in groups]
+               top_p: float = 1.0, seed: int | None = None, shape: Shapes = None) -> list[list[Sample]]:
+        """Prompts of different plan shapes are generated in one batch per shape."""
+        shapes = shape_per_prompt(shape, len(prompts))
+        results: list[list[Sample]] = [[] for _ in prompts]
+        for one in dict.fromkeys(shapes):
+            members = [i for i, s in enumerate(shapes) if s == one]
+            groups = generate(self.model, self.tokenizer, [prompts[i] for i in members], max_new_tokens=max_tokens,
+                              n=n, temperature=temperature, top_p=top_p, seed=seed, constraint=self._constraint(one))
+            for i, group in zip(members, groups):
+                results[i] = [_transformers_sample(g) for g in group]
+        return results
+
+    def _constraint(self, shape: PlanShape | None) -> PlanConstraint | None:
+        if shape is None:
+            return None
+        if self._format is None or self._format.max_subtask_tokens != shape.max_subtask_tokens:
+            self._format = PlanFormat(self.tokenizer, shape.max_subtask_tokens)
+        return PlanConstraint(self._format, shape.n_workers, shape.max_steps, shape.prefix)
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         state = dict(named_tensors)

@@ -15,6 +15,7 @@ from conductor_rl import grading
 from conductor_rl.grading import GradeResult, MathGrader, Verdict
 from conductor_rl.grading.service import GradeRequest
 from conductor_rl.plan import Plan, PlanError, parse_plan
+from conductor_rl.plan.roster import Roster
 from conductor_rl.workers.providers.base import Provider
 from conductor_rl.rollout.workflow import StepLimits, Task, WorkflowResult, run_plan
 
@@ -35,6 +36,14 @@ class Rollout:
     logprobs: tuple[float, ...] = ()
     advantage: float | None = None
     attempts: int = 0   # executions of its plan (more than one after infrastructure errors)
+    roster: Roster | None = None   # the workers its prompt listed (None: the whole pool); plan ids index it
+
+    @property
+    def pool_plan(self) -> Plan | None:
+        """The plan with the pool's worker indices (the same plan when the prompt listed the whole pool)."""
+        if self.plan is None or self.roster is None:
+            return self.plan
+        return self.roster.pool_plan(self.plan)
 
     @property
     def infrastructure_error(self) -> str | None:
@@ -55,8 +64,10 @@ class Rollout:
             "reference": self.task.reference,
             "completion": self.completion,
             "plan": None if self.plan is None else [
-                {"model_id": s.model_id, "subtask": s.subtask, "access": s.access} for s in self.plan.steps
+                {"model_id": s.model_id, "pool_model_id": p.model_id, "subtask": s.subtask, "access": s.access}
+                for s, p in zip(self.plan.steps, self.pool_plan.steps)
             ],
+            "roster": None if self.roster is None else list(self.roster.workers),
             "plan_error": self.plan_error,
             "steps": [] if wf is None else [
                 {**{k: v for k, v in asdict(s).items() if k != "usage"}, "usage": asdict(s.usage)} for s in wf.steps
@@ -117,9 +128,11 @@ def grade_answer(task: Task, answer: str, math_grader: MathGrader | None = None)
 # completion, run every parsed plan at once, grade through any grading service.
 
 def parse_rollout(rollout: Rollout, n_workers: int, max_steps: int) -> Rollout:
-    """Parse the completion; an unparsable plan gets its reward (0) at once."""
+    """Parse the completion against its roster (else `n_workers`); an unparsable plan, or one
+    naming a model its prompt did not list, gets its reward (0) at once."""
     try:
-        rollout.plan = parse_plan(rollout.completion, n_workers=n_workers, max_steps=max_steps)
+        listed = len(rollout.roster) if rollout.roster is not None else n_workers
+        rollout.plan = parse_plan(rollout.completion, n_workers=listed, max_steps=max_steps)
     except PlanError as err:
         rollout.plan_error = err.reason
         rollout.reward = grading.reward(False, None)
@@ -139,11 +152,17 @@ def needs_execution(rollouts: Sequence[Rollout]) -> list[Rollout]:
 async def execute_rollouts(rollouts: Sequence[Rollout], workers: Sequence[Provider],
                            limits: StepLimits | Sequence[StepLimits], key: str = "") -> None:
     """Run every rollout's plan concurrently (a re-run replaces the failed
-    attempt's workflow). `key` seeds simulated workers per run."""
+    attempt's workflow). `key` seeds simulated workers per run. A rollout with a roster runs on
+    its roster's workers only: `workers` and `limits` are the whole pool's."""
+    per_worker = [limits] * len(workers) if isinstance(limits, StepLimits) else list(limits)
+
     async def run(rollout: Rollout) -> None:
         rollout.attempts += 1
         rollout.grade = None
-        rollout.workflow = await run_plan(rollout.plan, rollout.task, workers, limits,
+        roster = rollout.roster
+        rollout.workflow = await run_plan(rollout.plan, rollout.task,
+                                          workers if roster is None else roster.select(workers),
+                                          per_worker if roster is None else roster.select(per_worker),
                                           sample_key=f"{key}/{rollout.group}/{rollout.sample}/{rollout.attempts}")
     await asyncio.gather(*(run(r) for r in rollouts if r.plan is not None))
 

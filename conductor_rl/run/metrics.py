@@ -34,7 +34,12 @@ def final_worker(rollout: Rollout, worker_names: Sequence[str]) -> str | None:
     """The worker of the plan's last step: the one whose answer is graded."""
     if rollout.plan is None or not rollout.plan.steps:
         return None
-    return worker_names[rollout.plan.steps[-1].model_id]
+    return worker_names[rollout.pool_plan.steps[-1].model_id]
+
+
+def listed(rollout: Rollout, worker_names: Sequence[str]) -> list[str]:
+    """The workers the rollout's prompt listed."""
+    return list(worker_names) if rollout.roster is None else rollout.roster.select(worker_names)
 
 
 def iteration_metrics(rollouts: Sequence[Rollout], worker_names: Sequence[str],
@@ -45,7 +50,7 @@ def iteration_metrics(rollouts: Sequence[Rollout], worker_names: Sequence[str],
     dropped = [r for r in parsed if r.reward is None]
     n = max(len(rollouts), 1)
 
-    steps = Counter(worker_names[s.model_id] for r in parsed for s in r.plan.steps)
+    steps = Counter(worker_names[s.model_id] for r in parsed for s in r.pool_plan.steps)
     total_steps = max(sum(steps.values()), 1)
     by_domain: dict[str, Counter] = defaultdict(Counter)
     for r in parsed:
@@ -78,8 +83,14 @@ def iteration_metrics(rollouts: Sequence[Rollout], worker_names: Sequence[str],
             for domain, counts in sorted(by_domain.items())
         },
     }
+    if any(r.roster is not None for r in rollouts):
+        # Adaptive pools: how many workers the prompts listed, and how often each one was.
+        record["roster_size_mean"] = statistics.fmean(len(listed(r, worker_names)) for r in rollouts)
+        shown = Counter(name for r in rollouts for name in listed(r, worker_names))
+        record["worker_listed"] = {name: shown[name] / n for name in worker_names}
     if best:
-        judged = [r for r in parsed if r.task.domain in best]
+        # Judged where the best worker was listed: a prompt without it cannot choose it.
+        judged = [r for r in parsed if r.task.domain in best and best[r.task.domain] in listed(r, worker_names)]
         if judged:
             record["best_worker_share"] = sum(final_worker(r, worker_names) == best[r.task.domain]
                                               for r in judged) / len(judged)
