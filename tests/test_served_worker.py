@@ -298,86 +298,67 @@ def vllm_counters(base_url: str) -> dict[str, float]:
 
 
 @pytest.mark.slow
-def test_a_plan_runs_on_a_served_smollm2_and_the_ledger_matches_the_server(ray_cluster):
+def test_a_plan_runs_on_served_smollm2_replicas_and_the_ledger_matches_the_servers(ray_cluster):
+    """Two workers with the same serve section share one deployment (two names per server), of two
+    replicas: the pools spread their calls over both servers, the ledger holds exactly what the servers
+    counted, and a replica's actor killed with SIGKILL takes its server's whole process group along."""
     import ray
 
     from actors.served_worker import ServedWorkers
     from actors.worker_pool import WorkerPool, get_ledger
     from conductor_rl.plan import parse_plan
     from conductor_rl.rollout.workflow import StepLimits, Task, run_plan
+    from conductor_rl.workers.providers import WorkerRequest
 
-    # Two workers with the same serve section: one server, two names.
-    workers = [smollm2_worker(), smollm2_worker("smollm2-b", "smollm2-served-b")]
+    workers = [smollm2_worker(replicas=2), smollm2_worker("smollm2-b", "smollm2-served-b", replicas=2)]
     served = ServedWorkers.start(workers, log=print)
     try:
-        [[info]] = served.replicas
-        assert served.urls == [[info["base_url"]], [info["base_url"]]]
-        assert info["seconds"] < 600
-        before = vllm_counters(info["base_url"])
+        infos = served.replicas[0]
+        urls = [info["base_url"] for info in infos]
+        assert len(served.replicas) == 1 and len(set(urls)) == 2 and served.urls == [urls, urls]
+        assert all(info["seconds"] < 600 for info in infos)
+        before = [vllm_counters(u) for u in urls]
         ledger = get_ledger(None, name=f"ledger-served-{os.getpid()}")
         pools = [WorkerPool(w, 1, ledger=ledger, base_urls=served.urls_for(i)) for i, w in enumerate(workers)]
+        assert [len(p.replicas) for p in pools] == [2, 2]   # 1 asked, 2 servers: 2 WorkerActors each
         plan = parse_plan('model_id = [0, 1]\nsubtasks = ["What is 2 + 3?", "Check the answer."]\n'
                           'access_list = [[], [0]]', 2)
         limits = StepLimits(max_tokens=24, temperature=0.0, timeout_s=300)
-        result = asyncio.run(run_plan(plan, Task(id="t", question="What is 2 + 3?"), pools, limits))
+
+        async def go():
+            result = await run_plan(plan, Task(id="t", question="What is 2 + 3?"), pools, limits)
+            request = WorkerRequest([{"role": "user", "content": "Say hi."}], max_tokens=4, temperature=0.0)
+            await asyncio.gather(*(pools[0].complete(request) for _ in range(8)))
+            return result
+
+        result = asyncio.run(go())
         assert result.error is None, result.error
         assert all(s.response and s.usage.output_tokens > 0 for s in result.steps)
         entries = ray.get(ledger.entries.remote())
-        assert sorted(e.worker for e in entries) == ["smollm2", "smollm2-b"]
-        ledger_in = sum(e.usage.input_tokens for e in entries)
-        ledger_out = sum(e.usage.output_tokens for e in entries)
-        # The ledger holds what the server reported in each response's usage ...
-        assert (ledger_in, ledger_out) == (sum(s.usage.input_tokens for s in result.steps),
-                                           sum(s.usage.output_tokens for s in result.steps))
-        # ... and that is what vLLM itself counted.
-        after = vllm_counters(info["base_url"])
-        assert after["prompt_tokens"] - before["prompt_tokens"] == ledger_in
-        assert after["generation_tokens"] - before["generation_tokens"] == ledger_out
+        assert sorted(e.worker for e in entries) == ["smollm2"] * 9 + ["smollm2-b"]
+        [second] = [e for e in entries if e.worker == "smollm2-b"]
+        assert (second.usage.input_tokens, second.usage.output_tokens) == (result.steps[1].usage.input_tokens,
+                                                                           result.steps[1].usage.output_tokens)
+        # The ledger holds what the servers reported in each response's usage, and that is what vLLM
+        # itself counted, over both servers; both answered.
+        after = [vllm_counters(u) for u in urls]
+        for name, field in (("prompt_tokens", "input_tokens"), ("generation_tokens", "output_tokens")):
+            counted = sum(a[name] - b[name] for a, b in zip(after, before))
+            assert counted == sum(getattr(e.usage, field) for e in entries), name
+        assert all(a["generation_tokens"] > b["generation_tokens"] for a, b in zip(after, before)), (before, after)
         for pool in pools:
             asyncio.run(pool.aclose())
         ray.kill(ledger)
 
         # ray.kill is SIGKILL for the actor: the guard still ends the server's whole group.
-        guard = info["pgid"]
+        guard = infos[0]["pgid"]
         assert len(group_members(guard)) >= 3   # guard, API server, engine core
         ray.kill(served.actors[0][0])
         assert not wait_gone(guard, 30), "vLLM processes outlived their actor"
     finally:
         served.shutdown()
-
-
-@pytest.mark.slow
-def test_two_replicas_spread_the_pool_over_both_servers(ray_cluster):
-    from actors.served_worker import ServedWorkers
-    from actors.worker_pool import WorkerPool, get_ledger
-
-    import ray
-
-    worker = smollm2_worker(replicas=2).model_copy(update={"max_tokens": 4})
-    served = ServedWorkers.start([worker], log=print)
-    try:
-        urls = served.urls_for(0)
-        assert len(set(urls)) == 2
-        ledger = get_ledger(None, name=f"ledger-served2-{os.getpid()}")
-        pool = WorkerPool(worker, 1, ledger=ledger, base_urls=urls)   # 1 asked, 2 servers: 2 WorkerActors
-        assert len(pool.replicas) == 2 and pool.base_urls == urls
-        before = [vllm_counters(u)["generation_tokens"] for u in urls]
-
-        async def go():
-            from conductor_rl.workers.providers import WorkerRequest
-
-            request = WorkerRequest([{"role": "user", "content": "Say hi."}], max_tokens=4, temperature=0.0)
-            return await asyncio.gather(*(pool.complete(request) for _ in range(8)))
-
-        asyncio.run(go())
-        after = [vllm_counters(u)["generation_tokens"] for u in urls]
-        assert all(a > b for a, b in zip(after, before)), (before, after)   # both servers answered
-        asyncio.run(pool.aclose())
-        ray.kill(ledger)
-    finally:
-        served.shutdown()
-    for replica in served.replicas[0]:
-        assert not wait_gone(replica["pgid"], 30)
+    for info in infos:
+        assert not wait_gone(info["pgid"], 30)
 
 
 @pytest.mark.slow
