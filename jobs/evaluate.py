@@ -135,10 +135,12 @@ def conductor_of(method: Method, config: Config) -> Conducted:
         saved = json.loads(state_file.read_text())["config"]
         trained = validate_config(saved)
         training = trained.data.questions
-        if len(trained.workers) != len(config.workers):
-            raise EvaluationError(f"{method.name}: trained with {len(trained.workers)} workers "
-                                  f"({[w.name for w in trained.workers]}), evaluated with {len(config.workers)}; "
-                                  f"evaluate it on the pool it was trained for")
+        pool = [w.name for w in trained.workers]
+        subset = all(w.name in pool for w in config.workers)   # adaptive pools: any part of its pool
+        if len(trained.workers) != len(config.workers) and not subset:
+            raise EvaluationError(f"{method.name}: trained with {len(trained.workers)} workers ({pool}), evaluated "
+                                  f"with {[w.name for w in config.workers]}; evaluate it on the pool it was "
+                                  f"trained for, or on a subset of it (--workers)")
     conductor = trained.conductor.model_copy(update={"model": str(model)})
     return with_prompts(Conducted(method, config.model_copy(update={"conductor": conductor}), training))
 

@@ -173,21 +173,47 @@ def test_the_router_pilot_may_not_train_on_a_benchmark_question(tmp_path, no_clu
     assert "the router's pilot" in message and "disjoint" in message, message
 
 
-def test_a_checkpoint_is_not_evaluated_on_its_own_training_data(tmp_path, no_cluster):
-    """A checkpoint folder's state.json holds the configuration it was trained with. (The model folder
-    has tiny-qwen2's configuration and tokenizer, which evaluate loads first, and no weights.)"""
+def weightless_checkpoint(run: Path, trained) -> Path:
+    """A checkpoint folder whose state.json holds `trained`, the configuration it was trained with. (The model
+    folder has tiny-qwen2's configuration and tokenizer, which evaluate loads first, and no weights.)"""
     import shutil
 
     from conductor_rl.models import resolve_model
 
-    checkpoint = tmp_path / "run" / "checkpoints" / "ckpt-000001"
+    checkpoint = run / "checkpoints" / "ckpt-000001"
     (checkpoint / "model").mkdir(parents=True)
-    trained = load_config(None, ["data.questions=samples:mmlu", "conductor.model=tiny-qwen2"])
     (checkpoint / "state.json").write_text(json.dumps({"iteration": 1, "config": trained.model_dump(mode="json")}))
     for file in Path(resolve_model("tiny-qwen2")).iterdir():
         if file.suffix != ".safetensors":
             shutil.copy(file, checkpoint / "model" / file.name)
     (checkpoint / "model" / "model.safetensors").write_bytes(b"")
+    return checkpoint
+
+
+def test_a_checkpoint_is_evaluated_on_a_subset_of_its_pool_but_not_on_another_pool(tmp_path, no_cluster):
+    """Adaptive pools: `--workers` may pick any part of the pool a Conductor was trained with."""
+    from jobs.evaluate import main
+
+    trained = load_config(None, ["conductor.model=tiny-qwen2"])
+    mine = weightless_checkpoint(tmp_path / "mine", trained)
+    argv = ["--benchmark", "humaneval", "--method", f"conductor:{mine}", "--output", str(tmp_path / "out"),
+            "evaluate.progress=false", "evaluate.preflight=false", "--workers", WORKERS[2]]
+    with pytest.raises(AssertionError, match="went on to start Ray"):   # accepted: it got as far as Ray
+        main(argv)
+    renamed = trained.model_copy(update={"workers": [w.model_copy(update={"name": f"other-{i}"})
+                                                     for i, w in enumerate(trained.workers)]})
+    other = weightless_checkpoint(tmp_path / "other", renamed)
+    message = refused(["--benchmark", "humaneval", "--method", f"conductor:{other}", "--workers", WORKERS[2]],
+                      tmp_path / "out2")
+    assert "trained with 3 workers (['other-0', 'other-1', 'other-2'])" in message, message
+    assert "or on a subset of it (--workers)" in message, message
+
+
+def test_a_checkpoint_is_not_evaluated_on_its_own_training_data(tmp_path, no_cluster):
+    """A checkpoint folder's state.json holds the configuration it was trained with. (The model folder
+    has tiny-qwen2's configuration and tokenizer, which evaluate loads first, and no weights.)"""
+    checkpoint = weightless_checkpoint(tmp_path / "run", load_config(None, ["data.questions=samples:mmlu",
+                                                                         "conductor.model=tiny-qwen2"]))
     shared, total = shared_count("samples:mmlu", "mmlu:train")
     assert shared > 0
     for named in (checkpoint, tmp_path / "run"):   # the checkpoint folder, and the run folder holding it
