@@ -17,7 +17,7 @@ from conductor_rl.grading.service import GradeRequest
 from conductor_rl.plan import Plan, PlanError, parse_plan
 from conductor_rl.plan.roster import Roster
 from conductor_rl.workers.providers.base import Provider
-from conductor_rl.rollout.workflow import StepLimits, Task, WorkflowResult, run_plan
+from conductor_rl.rollout.workflow import StepLimits, Task, WorkflowResult, limits_per_worker, run_plan
 
 
 @dataclass
@@ -154,7 +154,7 @@ async def execute_rollouts(rollouts: Sequence[Rollout], workers: Sequence[Provid
     """Run every rollout's plan concurrently (a re-run replaces the failed
     attempt's workflow). `key` seeds simulated workers per run. A rollout with a roster runs on
     its roster's workers only: `workers` and `limits` are the whole pool's."""
-    per_worker = [limits] * len(workers) if isinstance(limits, StepLimits) else list(limits)
+    per_worker = limits_per_worker(limits, len(workers))
 
     async def run(rollout: Rollout) -> None:
         rollout.attempts += 1

@@ -120,6 +120,11 @@ class StepLimits:
                    show_question=config.workflow.show_question)
 
 
+def limits_per_worker(limits: StepLimits | Sequence[StepLimits], n_workers: int) -> list[StepLimits]:
+    """One StepLimits per worker, from one for all or a list of them."""
+    return [limits] * n_workers if isinstance(limits, StepLimits) else list(limits)
+
+
 async def run_plan(
     plan: Plan,
     task: Task,
@@ -129,7 +134,7 @@ async def run_plan(
 ) -> WorkflowResult:
     """Execute `plan` for `task`. `workers[i]` serves "Model i"; `limits` is one
     StepLimits for all workers or one per worker. Never raises for worker faults."""
-    per_worker = [limits] * len(workers) if isinstance(limits, StepLimits) else list(limits)
+    per_worker = limits_per_worker(limits, len(workers))
     start = time.perf_counter()
     traces = [
         StepTrace(index=i, model_id=s.model_id, worker=_worker_name(workers, s.model_id),
