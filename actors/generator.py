@@ -5,7 +5,7 @@ weights when the trainer demands fresh ones."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import ray
 import torch
@@ -37,7 +37,7 @@ class GeneratorActor:
         return self.sampler.weights_version
 
     def sample(self, prompts: list[Any], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
-               seed: int | None = None, min_version: int | None = None,
+               seed: int | list[int] | None = None, min_version: int | None = None,
                shape: Shapes = None) -> list[list[Sample]]:
         """`min_version`: refuse (StaleWeightsError) unless the held weights are at least this new."""
         if min_version is not None and self.sampler.weights_version < min_version:
@@ -90,13 +90,18 @@ class GeneratorPool:
         ray.get([a.weights_version.remote() for a in self.actors])  # wait until every engine is up
 
     def sample(self, prompts: list[Any], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
-               seed: int | None = None, shape: Shapes = None) -> list[list[Sample]]:
-        """G samples for each prompt (text or token ids), in prompt order; `shape`: one, or one per prompt."""
+               seed: int | Sequence[int] | None = None, shape: Shapes = None) -> list[list[Sample]]:
+        """G samples for each prompt (text or token ids), in prompt order; `shape`: one, or one per prompt;
+        `seed`: one (each engine derives its prompts' seeds from it), or one per prompt."""
         shares = [list(range(i, len(prompts), len(self.actors))) for i in range(len(self.actors))]
         shapes = shape_per_prompt(shape, len(prompts))
         min_version = self.version if self.require_fresh else None
+        def engine_seed(i: int, share: list[int]) -> int | list[int] | None:
+            if seed is None or isinstance(seed, int):
+                return None if seed is None else seed + i
+            return [seed[j] for j in share]
         refs = [actor.sample.remote([prompts[j] for j in share], n, temperature, max_tokens, top_p,
-                                    None if seed is None else seed + i, min_version, [shapes[j] for j in share])
+                                    engine_seed(i, share), min_version, [shapes[j] for j in share])
                 for i, (actor, share) in enumerate(zip(self.actors, shares)) if share]
         results: list[list[Sample]] = [[] for _ in prompts]
         for share, groups in zip([s for s in shares if s], ray.get(refs)):

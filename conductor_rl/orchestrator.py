@@ -44,7 +44,8 @@ from conductor_rl.data import Question
 from conductor_rl.grading import SCORED_VERDICTS, MathGrader
 from conductor_rl.plan import Plan
 from conductor_rl.plan.roster import with_workers
-from conductor_rl.rollout.rollouts import Rollout, run_rollout
+from conductor_rl.rollout.recursion import BatchedPlanWriter, Recursion
+from conductor_rl.rollout.rollouts import Rollout, inner_record, run_rollout
 from conductor_rl.rollout.workflow import StepLimits, StepTrace, Task
 from conductor_rl.workers.guarded import GuardedProvider
 from conductor_rl.workers.ledger import CostLedger
@@ -75,11 +76,13 @@ class AnswerStep:
     finished_s: float | None
     error: str | None               # "kind: message" when the step failed or was skipped
     simulated: bool
+    inner: dict | None = None       # a step given to the Conductor: its recursive call, with its own steps
 
     @classmethod
     def of(cls, trace: StepTrace) -> AnswerStep:
-        values = {f.name: getattr(trace, f.name) for f in fields(cls)}
-        return cls(**{**values, "access": tuple(trace.access), "messages": tuple(dict(m) for m in trace.messages)})
+        values = {f.name: getattr(trace, f.name) for f in fields(cls) if f.name != "inner"}
+        return cls(**{**values, "access": tuple(trace.access), "messages": tuple(dict(m) for m in trace.messages),
+                      "inner": None if trace.inner is None else inner_record(trace.inner)})
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,7 @@ class Orchestrator:
         self._thread.start()
         self._sampling = asyncio.Lock()    # used on its loop only
         self._closed = False
+        self.recursion = self._recursion()
 
     @classmethod
     def from_config(cls, config: str | Path | Config | None = None, conductor: str | Path | None = None,
@@ -282,11 +286,28 @@ class Orchestrator:
         attempts: list[Rollout] = []
         for i, completion in enumerate(completions):
             rollout = await run_rollout(completion.text, task, self.workers, self.limits,
-                                        self.config.conductor.max_steps, self._grader, sample_key=f"answer/{i}")
+                                        self.config.conductor.max_steps, self._grader, sample_key=f"answer/{i}",
+                                        recursion=self.recursion)
             attempts.append(rollout)
             if rollout.plan is not None:
                 break
         return Answer.of(attempts, completions, conductor_s)
+
+    def _recursion(self) -> Recursion | None:
+        """Recursive calls (conductor.max_depth >= 1; at inference every plan below it ends with one)
+        sample from the same in-process model, one batch for the calls made together, never at the
+        same time as a chunk's plans (one model, one lock)."""
+        c = self.config.conductor
+        if c.max_depth < 1 or not hasattr(self.conductor, "sample_ids"):
+            return None
+        from conductor_rl.plan.prompts import ConductorPrompt
+
+        def sample_batch(prompt_ids: list[list[int]], shapes: list[Any], seeds: list[int]) -> list[Any]:
+            return self.conductor.sample_ids(prompt_ids, shapes, seeds, self.temperature)
+
+        prompts = ConductorPrompt.from_config(self.config, tokenizer=self.conductor.tokenizer)
+        return Recursion(BatchedPlanWriter(sample_batch, lock=self._sampling), prompts, c.max_depth, c.max_steps,
+                         forced_below=c.max_depth, seed=c.seed)
 
     @property
     def temperature(self) -> float:
@@ -343,12 +364,15 @@ def as_task(question: str | Question | Task, reference: str | None, kind: str, i
     return Task(id=f"user/{index}", question=question, domain="default", reference=reference, answer_kind=kind)
 
 
-def in_process_workers(config: Config, budget_usd: float | None = None) -> tuple[list[GuardedProvider], CostLedger]:
+def in_process_workers(config: Config, budget_usd: float | None = None) -> tuple[list[Provider], CostLedger]:
     """Each configured worker behind its rate limiter, retries and one shared
     ledger, as a worker replica on the cluster calls it (actors/worker_pool.py)."""
     ledger = CostLedger(budget_usd)
     workers = []
     for w in config.workers:
+        if w.provider == "conductor":   # its steps are recursive calls (rollout/recursion.py), not API calls
+            workers.append(build_provider(w))
+            continue
         limiter = None
         if w.rpm is not None or w.tpm is not None:
             # Headroom as on the cluster (2 % of the window): jitter between a grant and the provider's clock.

@@ -158,17 +158,7 @@ def format_result(r: dict, config: Config) -> str:
         lines.append(f"Reward: {r['reward']} (unparsable plan)")
         return "\n".join(lines)
     lines.append(f"Workflow: {len(r['steps'])} step(s){sim}")
-    for s in r["steps"]:
-        access = "all" if s["access"] == list(range(s["index"])) and s["index"] else s["access"]
-        lines.append(f"  step {s['index']}: Model {s['model_id']} ({s['worker']}), reads {access}")
-        lines.append(f"    subtask: {_short(s['subtask'], 300)}")
-        if s["error"]:
-            lines.append(f"    ERROR: {s['error']}")
-        else:
-            lines.append(f"    answer:  {_short(s['response'] or '', 300)}")
-            lines.append(f"    tokens {s['usage']['input_tokens']} in / {s['usage']['output_tokens']} out, "
-                         f"cost ${s['cost_usd']:.6f}, latency {s['latency_s']:.2f}s"
-                         + (" (simulated)" if s["simulated"] else ""))
+    lines.extend(step_lines(r["steps"], "  "))
     if r["infrastructure_error"]:
         lines.append(f"Infrastructure error: {r['infrastructure_error']} -> no reward (retried or dropped in training)")
     lines.append(f"Final answer: {_short(r['final_answer'] or '', 300)}")
@@ -178,6 +168,35 @@ def format_result(r: dict, config: Config) -> str:
         lines.append(f"Verdict: {r['grade_detail']}")
     lines.append(f"Total cost ${r['cost_usd']:.6f}, workflow wall time {r['wall_s']:.2f}s{sim}")
     return "\n".join(lines)
+
+
+def step_lines(steps: list[dict], indent: str) -> list[str]:
+    """Each step; a step given to the Conductor shows its recursive call's plan and steps, indented."""
+    lines = []
+    for s in steps:
+        access = "all" if s["access"] == list(range(s["index"])) and s["index"] else list(s["access"])
+        who = "the Conductor, forced" if s["model_id"] < 0 else f"Model {s['model_id']} ({s['worker']})"
+        lines.append(f"{indent}step {s['index']}: {who}, reads {access}")
+        lines.append(f"{indent}  subtask: {_short(s['subtask'], 300)}")
+        inner = s.get("inner")
+        if inner is not None:
+            if inner["at_limit"]:
+                lines.append(f"{indent}  depth {inner['depth']}: past conductor.max_depth, the answer stands")
+            elif inner["kept"]:
+                lines.append(f"{indent}  depth {inner['depth']}: the Conductor kept the answer (three empty lists)")
+            elif inner["plan_error"]:
+                lines.append(f"{indent}  depth {inner['depth']}: plan could not be parsed: {inner['plan_error']}")
+            else:
+                lines.append(f"{indent}  depth {inner['depth']}: the Conductor planned again:")
+                lines.extend(step_lines(inner["steps"], indent + "    "))
+        if s["error"]:
+            lines.append(f"{indent}  ERROR: {s['error']}")
+        else:
+            lines.append(f"{indent}  answer:  {_short(s['response'] or '', 300)}")
+            lines.append(f"{indent}  tokens {s['usage']['input_tokens']} in / {s['usage']['output_tokens']} out, "
+                         f"cost ${s['cost_usd']:.6f}, latency {s['latency_s']:.2f}s"
+                         + (" (simulated)" if s["simulated"] else ""))
+    return lines
 
 
 def _short(text: str, limit: int) -> str:

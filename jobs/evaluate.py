@@ -42,6 +42,7 @@ from conductor_rl.evaluation import (BaselineContext, EvalRecord, MethodError, M
 from conductor_rl.evaluation.methods import Method
 from conductor_rl.evaluation.runner import Sample
 from conductor_rl.grading.verdict import SCORED_VERDICTS
+from conductor_rl.rollout.recursion import Recursion, generator_writer
 from conductor_rl.rollout.workflow import StepLimits
 from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.workers.preflight import PreflightFailed
@@ -126,7 +127,8 @@ def prepare(config: Config) -> Evaluation:
 def conductor_of(method: Method, config: Config) -> Conducted:
     """A trained Conductor plans with the prompt it was trained with (its checkpoint's configuration)."""
     if method.checkpoint is None:
-        return with_prompts(Conducted(method, config, None))
+        untrained = config.model_copy(update={"conductor": with_depth(config.conductor, method)})
+        return with_prompts(Conducted(method, untrained, None))
     model = method.checkpoint   # parse_method resolved it to the model folder
     state_file = model.parent / "state.json"
     trained = config
@@ -142,7 +144,13 @@ def conductor_of(method: Method, config: Config) -> Conducted:
                                   f"with {[w.name for w in config.workers]}; evaluate it on the pool it was "
                                   f"trained for, or on a subset of it (--workers)")
     conductor = trained.conductor.model_copy(update={"model": str(model)})
-    return with_prompts(Conducted(method, config.model_copy(update={"conductor": conductor}), training))
+    return with_prompts(Conducted(method, config.model_copy(update={"conductor": with_depth(conductor, method)}),
+                                  training))
+
+
+def with_depth(conductor: Any, method: Method) -> Any:
+    """`conductor:<...>@depth=N` evaluates the Conductor with recursion depth N."""
+    return conductor if method.depth is None else conductor.model_copy(update={"max_depth": method.depth})
 
 
 def with_prompts(conducted: Conducted) -> Conducted:
@@ -293,7 +301,8 @@ class Runner:
             else:
                 made = baseline_samples(method, benchmark, batch, repeats, self.context)
             samples = [[made[i][r] for r in rs] for i, rs in enumerate(wanted)]
-            rollouts = asyncio.run(run_batch(batch, samples, wanted, self.pool))
+            recursion = None if generators is None else generators[3]
+            rollouts = asyncio.run(run_batch(batch, samples, wanted, self.pool, recursion))
             records = [record_of(method.name, benchmark, r, self.pool.prices) for r in rollouts
                        if not stopped_by_budget(r)]
             self.store.append(records)
@@ -305,7 +314,7 @@ class Runner:
 
     # -- the Conductor's plans: sampled by the vLLM generator pool
 
-    def start_conductor(self, method: Method) -> tuple[Any, Any, Config]:
+    def start_conductor(self, method: Method) -> tuple[Any, Any, Config, Any]:
         import ray
 
         from actors.generator import GeneratorPool
@@ -316,11 +325,23 @@ class Runner:
         _, options = generator_placement(c, ray.cluster_resources().get("GPU", 0) > 0)
         log(f"{method.name}: starting the generator ({c.generator.backend}, {c.conductor.model}) ...")
         pool = GeneratorPool(c.conductor.model, c.generator, seed=c.conductor.seed, resources=options)
-        return pool, conducted.prompts, c
+        return pool, conducted.prompts, c, self.recursion_of(method, pool, conducted.prompts, c)
 
-    def conductor_samples(self, generators: tuple[Any, Any, Config], method: Method, benchmark: str, number: int,
-                          batch: Sequence[Question], repeats: int) -> list[list[Sample]]:
-        pool, prompts, c = generators
+    def recursion_of(self, method: Method, pool: Any, prompts: Any, c: Config) -> Recursion | None:
+        """Recursive calls sample from the method's generator. At inference every plan below the
+        maximum depth (`@depth=N`, else the checkpoint's conductor.max_depth) ends with one."""
+        if c.conductor.max_depth < 1:
+            return None
+        temperature = c.conductor.temperature if self.ev.config.evaluate.temperature is None \
+            else self.ev.config.evaluate.temperature
+        writer = generator_writer(pool, temperature, c.conductor.max_new_tokens, c.conductor.top_p)
+        return Recursion(writer, prompts, c.conductor.max_depth, c.conductor.max_steps,
+                         forced_below=c.conductor.max_depth,
+                         seed=stable_seed(c.conductor.seed, method.name))
+
+    def conductor_samples(self, generators: tuple[Any, Any, Config, Any], method: Method, benchmark: str,
+                          number: int, batch: Sequence[Question], repeats: int) -> list[list[Sample]]:
+        pool, prompts, c, _ = generators
         temperature = c.conductor.temperature if self.ev.config.evaluate.temperature is None \
             else self.ev.config.evaluate.temperature
         room = c.generator.max_model_len - c.conductor.max_new_tokens

@@ -7,7 +7,7 @@
 
 One iteration (paper §3.1, app. A), as `train_iteration` numbers its steps:
   1 draw B questions → 2 generate G plans each → 3 parse → 4 execute every plan on
-  the worker pool → 5 grade → 6 group-relative advantages → 7 learn (one GRPO
+  the worker pool (with recursive calls to the Conductor, conductor.max_depth) → 5 grade → 6 group-relative advantages → 7 learn (one GRPO
   step) → 8 sync weights to the generators → 9 log; `train` then logs (metrics,
   TensorBoard, Ray dashboard, Parquet traces) and checkpoints.
 
@@ -35,6 +35,7 @@ from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
 from conductor_rl.plan.roster import Roster, draw_roster
 from conductor_rl.policy.batch import rollout_batch
 from conductor_rl.policy.generate import sample_seed
+from conductor_rl.rollout.recursion import Recursion, forced_groups, generator_writer
 from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, grade_request, needs_execution,
                                            parse_rollout, ready_to_grade, unfinished)
 from conductor_rl.rollout.workflow import StepLimits
@@ -66,6 +67,7 @@ class Loop:
     best: dict[str, str] = field(default_factory=dict)
     guard: InfraErrorGuard = field(default_factory=lambda: InfraErrorGuard(None))
     observer: PhaseObserver | None = None   # hears each phase as it ends (benchmarks/iteration.py)
+    recursion: Recursion | None = None      # how plans call the Conductor again (conductor.max_depth >= 1)
 
 
 def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
@@ -89,10 +91,13 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
                 c.conductor.temperature, c.conductor.max_new_tokens, c.conductor.top_p,
                 seed=sample_seed(c.train.seed, iteration), shape=[loop.prompts.shape_for(k) for k in sizes])
 
-        # 3. parse each completion into a plan (unparsable, or naming an unlisted worker: reward 0)
+        # 3. parse each completion into a plan (unparsable, or naming an unlisted worker: reward 0);
+        #    under recursive training, the forced groups' plans will end with a call to the Conductor
+        forced = recursion_forced(c, len(questions), iteration)
         rollouts = [
             parse_rollout(Rollout(q.to_task(), c.conductor.response_prefix + s.text, group=g, sample=i,
-                                  completion_ids=s.token_ids, logprobs=s.logprobs, roster=roster),
+                                  completion_ids=s.token_ids, logprobs=s.logprobs, roster=roster,
+                                  forced=g in forced, discount=c.train.recursion.discount if g in forced else 0.0),
                           len(c.workers), c.conductor.max_steps)
             for g, (q, roster, samples) in enumerate(zip(questions, rosters, groups)) for i, s in enumerate(samples)
         ]
@@ -142,6 +147,22 @@ def question_roster(config: Config, iteration: int, question: Question) -> Roste
     return draw_roster(len(config.workers), size, config.train.seed, f"{iteration}/{question.id}")
 
 
+def recursion_forced(config: Config, n_groups: int, iteration: int) -> set[int]:
+    """The groups forced to recurse this iteration: none unless the Conductor may recurse."""
+    if config.conductor.max_depth < 1:
+        return set()
+    return forced_groups(n_groups, config.train.recursion.forced_share, config.train.seed, iteration)
+
+
+def training_recursion(config: Config, generators: Any, prompts: ConductorPrompt) -> Recursion | None:
+    """Recursive calls sample from the training generators, as the root plans do (None: max_depth 0)."""
+    c = config.conductor
+    if c.max_depth < 1:
+        return None
+    writer = generator_writer(generators, c.temperature, c.max_new_tokens, c.top_p)
+    return Recursion(writer, prompts, c.max_depth, c.max_steps, seed=config.train.seed)
+
+
 def execute_and_grade(loop: Loop, rollouts: list[Rollout], iteration: int, phases: Phases) -> None:
     """Run the parsed plans and grade their answers, in rounds: a round retries
     what an infrastructure error left without a reward, up to `train.rollout_attempts`;
@@ -155,7 +176,8 @@ def execute_and_grade(loop: Loop, rollouts: list[Rollout], iteration: int, phase
         loop.stop.check()
         to_run = needs_execution(todo)
         with phases.timed("execute", to_run):
-            asyncio.run(execute_rollouts(to_run, system.workers, limits, key=f"{c.train.seed}/{iteration}"))
+            asyncio.run(execute_rollouts(to_run, system.workers, limits, key=f"{c.train.seed}/{iteration}",
+                                         recursion=loop.recursion))
         loop.guard.observe(r.workflow for r in to_run)   # before a re-run replaces a failed attempt
         check_budget(system)
         to_grade = ready_to_grade(todo)
@@ -204,7 +226,8 @@ def train(config: Config, resume: bool = False) -> dict:
     dashboard = TrainMetrics()
     guard = InfraErrorGuard(t.max_infra_error_rate, t.infra_error_window, t.infra_error_min_steps)
     guard.restore(state.get("infra_guard") if state else None)
-    loop = Loop(config, system, stream, prompts, StopSignal(), version, best_workers(config.workers), guard=guard)
+    loop = Loop(config, system, stream, prompts, StopSignal(), version, best_workers(config.workers), guard=guard,
+                recursion=training_recursion(config, system.generators, prompts))
     how, done, saved = "finished", start - 1, start - 1   # last finished and last checkpointed iteration
     failure = None   # the message of a stop that is a failure (infra errors)
     try:

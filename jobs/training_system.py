@@ -179,7 +179,7 @@ class WorkerPools:
         import ray
 
         for pool in self.pools:
-            for replica in pool.replicas:
+            for replica in getattr(pool, "replicas", ()):   # the Conductor's own seat has none
                 ray.kill(replica)
         ray.kill(self.ledger)
         if self.served is not None:
@@ -194,6 +194,7 @@ def start_worker_pools(config: Config, budget_usd: float | None, replicas: int =
     their vLLM servers first, and their pools one WorkerActor per server at least."""
     from actors.served_worker import ServedWorkers, served_workers_on
     from actors.worker_pool import WorkerPool, get_ledger
+    from conductor_rl.workers.providers.conductor import ConductorSeat
 
     if not checked:   # `graders`: the caller starts the grader pool next (evaluate), so it must fit too
         import ray
@@ -204,7 +205,10 @@ def start_worker_pools(config: Config, budget_usd: float | None, replicas: int =
     try:
         ledger = get_ledger(budget_usd, name=f"ledger-{uuid.uuid4().hex[:12]}")
         cpus, _, custom = split_resources(config.cluster.worker)
-        pools = [WorkerPool(w, replicas, ledger=ledger, seed=config.conductor.seed, num_cpus=cpus,
+        # The Conductor's own seat (provider: conductor) is no actor: the workflow engine turns its steps
+        # into recursive calls to the generator.
+        pools = [ConductorSeat(w.name) if w.provider == "conductor" else
+                 WorkerPool(w, replicas, ledger=ledger, seed=config.conductor.seed, num_cpus=cpus,
                             resources=custom or None, base_urls=served.urls_for(i) if served is not None else None)
                  for i, w in enumerate(config.workers)]
     except BaseException:

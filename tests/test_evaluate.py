@@ -570,3 +570,28 @@ def test_data_mix_picks_informative_questions_by_a_pilot_that_a_second_run_reuse
     assert (Path(f"{output}.pilot") / "records.jsonl").read_bytes() == pilot_bytes
     assert [q.id for q in load_dataset(f"mixture:{output}")] == [q.id for q in mixture]
     print(f"data mix: {first_s:.0f} s, again {second_s:.0f} s")
+
+
+# ---------------------------------------------------------------- the recursive Conductor at test time
+
+def test_a_depth_makes_every_plan_end_with_a_call_to_the_conductor_whose_calls_are_counted(ray_cluster, tmp_path):
+    """conductor:untrained@depth=0 is the plain Conductor; @depth=1 ends every plan with a recursive call,
+    sampled by the method's vLLM generator (empty plans allowed there), whose plan's worker calls count."""
+    from conductor_rl.evaluation import RecordStore
+    from jobs.evaluate import evaluate
+
+    out = tmp_path / "out"
+    methods = ["conductor:untrained@depth=0", "conductor:untrained@depth=1"]
+    summary = evaluate(load_config(None, overrides(out, ["samples:math500"], methods, "evaluate.repeats=2",
+                                                   "evaluate.limit=4")))
+    assert summary["stopped"] == "finished", summary
+    records = RecordStore(out).records()
+    by = {m: [r for r in records if r.method == m] for m in methods}
+    assert all(len(rs) == 4 * 2 for rs in by.values())
+    assert all(r.verdict != "error" and r.error is None for rs in by.values() for r in rs)
+    plain, deep = by["conductor:untrained@depth=0"], by["conductor:untrained@depth=1"]
+    assert all(r.calls == r.steps == len(r.workers) for r in plain)
+    # At depth 1 a call either kept the answer (as many calls as root steps) or planned again (more).
+    assert all(r.calls >= r.steps for r in deep)
+    assert any(r.calls > r.steps for r in deep), "no recursive call wrote a plan"
+    assert any(r.calls == r.steps for r in deep), "no recursive call kept the answer"

@@ -40,6 +40,8 @@ def fake_run(root: Path, iterations: tuple[int, ...]) -> Path:
     ("random", Method("random", "random")),
     ("oracle", Method("oracle", "oracle")),
     ("conductor:untrained", Method("conductor:untrained", "conductor")),
+    ("conductor:untrained@depth=2", Method("conductor:untrained@depth=2", "conductor", depth=2)),
+    ("conductor:untrained@depth=0", Method("conductor:untrained@depth=0", "conductor", depth=0)),
 ])
 def test_parse_method(name, expected):
     assert parse_method(name, WORKERS) == expected
@@ -55,6 +57,9 @@ def test_parse_method(name, expected):
     ("reflect:gpt-5:21", "got '21'"),
     ("moa:gpt-5", "moa takes no argument"),
     ("single:*", "expand_methods"),
+    ("conductor:untrained@depth=9", "after '@' write depth=N with N from 0 to 8"),
+    ("conductor:untrained@deep=2", "got 'deep=2'"),
+    ("conductor:untrained@depth=", "got 'depth='"),
 ])
 def test_bad_method_names_say_what_is_allowed_on_one_line(name, says):
     with pytest.raises(MethodError) as info:
@@ -116,3 +121,10 @@ def test_a_folder_that_is_not_a_model_is_refused(tmp_path):
     (tmp_path / "run" / "checkpoints" / "ckpt-000005.partial").mkdir(parents=True)
     with pytest.raises(MethodError, match="incomplete"):
         resolve_checkpoint(tmp_path / "run")
+
+
+def test_a_checkpoint_with_a_depth_is_its_own_method_on_the_same_model(tmp_path):
+    run = fake_run(tmp_path / "run", (1,))
+    plain, deep = parse_method(f"conductor:{run}", WORKERS), parse_method(f"conductor:{run}@depth=3", WORKERS)
+    assert plain.checkpoint == deep.checkpoint and plain.depth is None and deep.depth == 3
+    assert deep.name == f"conductor:{run}@depth=3" != plain.name

@@ -247,6 +247,16 @@ def test_vllm_gives_each_prompt_its_own_plan_shape(vllm_generator):
     assert {step.model_id for s in team for step in parse_plan(s.text, n_workers=3, max_steps=3).steps} - {0}
 
 
+def test_vllm_with_allow_empty_samples_empty_and_full_plans(vllm_generator):
+    from conductor_rl.plan import Plan, parse_plan
+    from conductor_rl.policy.sampling import PlanShape
+
+    [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=8, temperature=1.0, max_tokens=200, seed=5,
+                                                   shape=PlanShape(3, 3, max_subtask_tokens=8, allow_empty=True)))
+    plans = [parse_plan(s.text, n_workers=3, max_steps=3, allow_empty=True) for s in group]
+    assert Plan(()) in plans and any(p.steps for p in plans)
+
+
 @pytest.mark.slow  # loads and samples a real model
 def test_prompts_with_rosters_of_different_sizes_each_get_their_own_plan_shape():
     """Adaptive pools (plan/roster.py): one batch, a prompt listing 1 model and one listing 3; each
@@ -276,3 +286,17 @@ def test_transformers_constrained_samples_are_plans():
         assert parse_plan(s.text, n_workers=3, max_steps=4).steps and s.finish_reason == "stop"
         expected = recompute_logprobs(model, tokenizer, s.token_ids)   # unconstrained log-probs
         assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < 1e-4
+
+
+@pytest.mark.slow  # loads and samples a real model
+def test_transformers_sampler_with_allow_empty_samples_empty_and_full_plans():
+    from conductor_rl.plan import Plan, parse_plan
+    from conductor_rl.policy.sampling import PlanShape
+
+    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    [group] = TransformersSampler(model, tokenizer).sample(
+        [PROMPT], n=8, temperature=1.0, max_tokens=100, seed=1,
+        shape=PlanShape(3, 3, max_subtask_tokens=4, allow_empty=True))
+    plans = [parse_plan(s.text, n_workers=3, max_steps=3, allow_empty=True) for s in group]
+    assert all(s.finish_reason == "stop" for s in group)
+    assert Plan(()) in plans and any(p.steps for p in plans)   # the model chose both: stop, and go on

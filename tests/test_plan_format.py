@@ -144,3 +144,101 @@ def test_choice_mask_covers_every_sampled_worker_id(tiny_qwen2):
         assert 0 < sum(mask) < len(ids)
         digits = [i for i, t in enumerate(ids) if tokenizer.decode([t]).strip().isdigit()][: len(plan.steps)]
         assert all(mask[i] for i in digits)
+
+
+EMPTY_PLAN = "model_id = []\nsubtasks = []\naccess_list = []\n"
+
+
+@pytest.mark.parametrize("prefix", ["", "model_id = ["])
+def test_plan_regex_matches_the_empty_plan_only_when_allowed(prefix):
+    import re
+
+    from conductor_rl.plan.constrained import plan_regex
+
+    strict = re.compile(plan_regex(n_workers=3, max_steps=2, max_subtask_chars=10, prefix=prefix))
+    loose = re.compile(plan_regex(n_workers=3, max_steps=2, max_subtask_chars=10, prefix=prefix, allow_empty=True))
+    assert loose.fullmatch(EMPTY_PLAN[len(prefix):]) and not strict.fullmatch(EMPTY_PLAN[len(prefix):])
+    good = 'model_id = [2, 0]\nsubtasks = ["solve it", "check"]\naccess_list = [[], "all"]\n'
+    assert strict.fullmatch(good[len(prefix):]) and loose.fullmatch(good[len(prefix):])
+    for bad in [good.replace("[2, 0]", "[3, 0]"), good.replace('"solve it", ', ""),
+                EMPTY_PLAN.rstrip("\n"),                                         # the empty plan cut short
+                EMPTY_PLAN.replace("subtasks = []", 'subtasks = ["x"]'),        # lists of different lengths
+                EMPTY_PLAN.replace("access_list = []", "access_list = [[]]"),
+                'model_id = [0, 1, 2]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], [], []]\n']:
+        assert not loose.fullmatch(bad[len(prefix):]) and not strict.fullmatch(bad[len(prefix):]), bad
+
+
+def _favour_close(fmt, proc, prompt_len, vocab, limit=80):
+    """Greedy through `proc` with the "]" token scored highest: the completion's token ids,
+    and the tokens the processor allowed at the first free (not forced) step."""
+    ids = torch.zeros((1, prompt_len), dtype=torch.long)
+    first_free = None
+    for _ in range(limit):
+        scores = torch.zeros((1, vocab))
+        scores[0, fmt.close] = 10.0
+        out = proc(ids, scores)
+        allowed = set(torch.nonzero(out[0] > float("-inf")).flatten().tolist())
+        if first_free is None and len(allowed) > 1:
+            first_free = allowed
+        token = int(out[0].argmax())
+        if token == fmt.eos:
+            return ids[0, prompt_len:].tolist(), first_free
+        ids = torch.cat([ids, torch.tensor([[token]])], dim=-1)
+    raise AssertionError("no end of sequence")
+
+
+@pytest.mark.parametrize("model", ["tiny_qwen2", "smollm2"])
+@pytest.mark.parametrize("prefix", ["", "model_id = ["])
+def test_allow_empty_processor_can_write_exactly_the_empty_plan(request, model, prefix):
+    from conductor_rl.plan import Plan
+    from conductor_rl.plan.constrained import choice_mask
+
+    _, tokenizer = request.getfixturevalue(model)
+    fmt = PlanFormat(tokenizer, max_subtask_tokens=3)
+    digits = {fmt.digit[d] for d in "012"}
+
+    ids, first = _favour_close(fmt, fmt.processor(1, 3, 2, prefix, allow_empty=True), 1, len(tokenizer))
+    assert first == digits | {fmt.close}
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    assert prefix + text == EMPTY_PLAN
+    assert parse_plan(prefix + text, 3, 2, allow_empty=True) == Plan(())
+    # the "]" is the one choice: the rest was forced
+    assert choice_mask(tokenizer, ids + [fmt.eos], prefix) == [1 if i == fmt.close else 0 for i in ids] + [0]
+
+    # without allow_empty "]" cannot come first: the same scores give a plan with steps
+    ids, first = _favour_close(fmt, fmt.processor(1, 3, 2, prefix), 1, len(tokenizer))
+    assert first == digits
+    assert parse_plan(prefix + tokenizer.decode(ids, skip_special_tokens=True), 3, 2).steps
+
+
+def test_allow_empty_does_not_let_a_list_close_after_a_separator(tiny_qwen2):
+    _, tokenizer = tiny_qwen2
+    fmt = PlanFormat(tokenizer)
+    proc = fmt.processor(prompt_len=1, n_workers=2, max_steps=3, prefix="model_id = [", allow_empty=True)
+    ids = torch.zeros((1, 1), dtype=torch.long)
+    proc(ids, torch.zeros((1, len(tokenizer))))
+    for token in [fmt.digit["1"], fmt.comma] + fmt.encode(" "):   # "1, " written: an id must follow
+        ids = torch.cat([ids, torch.tensor([[token]])], dim=-1)
+        scores = proc(ids, torch.zeros((1, len(tokenizer))))
+    allowed = set(torch.nonzero(scores[0] > float("-inf")).flatten().tolist())
+    assert allowed == {fmt.digit["0"], fmt.digit["1"]}
+
+
+@pytest.mark.parametrize("model", ["tiny_qwen2", "smollm2"])
+@pytest.mark.parametrize("prefix", ["", "model_id = ["])
+def test_choice_mask_on_the_empty_plan_marks_only_its_closing_bracket(request, model, prefix):
+    from conductor_rl.plan.constrained import PLAN_START, choice_mask
+
+    _, tokenizer = request.getfixturevalue(model)
+    ids = tokenizer.encode(EMPTY_PLAN[len(prefix):], add_special_tokens=False) + [tokenizer.eos_token_id]
+    mask = choice_mask(tokenizer, ids, prefix)
+    # the tokenizer's own encoding may join "]" to its neighbours (" []\n"): that one token is the choice
+    spans, end = [], len(prefix)
+    for k in range(len(ids)):
+        start, end = end, len(prefix) + len(tokenizer.decode(ids[: k + 1], skip_special_tokens=True))
+        spans.append((start, end))
+    bracket = len(PLAN_START)
+    assert mask == [int(a <= bracket < b) for a, b in spans]
+    assert sum(mask) == 1 and "]" in tokenizer.decode([ids[mask.index(1)]])
+    # an empty plan cut off by the token limit is not a whole plan: every token stays
+    assert choice_mask(tokenizer, ids[:-4], prefix) == [1] * (len(ids) - 4)

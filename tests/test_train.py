@@ -445,14 +445,20 @@ class _FakeGenerators:
     def __init__(self, spread: int) -> None:
         self.spread = spread
 
-    def sample(self, prompts, n, *_args, **_kwargs):
-        from conductor_rl.policy.sampling import Sample
+    def sample(self, prompts, n, *_args, seed=None, shape=None, **_kwargs):
+        from conductor_rl.policy.sampling import Sample, shape_per_prompt
 
         def plan(worker: int) -> str:   # what follows the response prefix "model_id = ["
             return f'{worker}]\nsubtasks = ["Answer the question."]\naccess_list = [[]]'
 
-        return [[Sample(plan(i % self.spread), (11, 12, 13), (-1.0, -1.0, -1.0), "stop") for i in range(n)]
-                for _ in prompts]
+        def recursive(call_seed: int) -> Sample:   # a recursive call: keep the answer on an even seed
+            text = "]\nsubtasks = []\naccess_list = []\n" if call_seed % 2 == 0 else plan(0)
+            return Sample(text, (21, 22), (-2.0, -2.0), "stop")
+
+        shapes = shape_per_prompt(shape, len(prompts))
+        return [[recursive(seed[j])] if shapes[j] is not None and shapes[j].allow_empty else
+                [Sample(plan(i % self.spread), (11, 12, 13), (-1.0, -1.0, -1.0), "stop") for i in range(n)]
+                for j in range(len(prompts))]
 
     def load_weights(self, *_args) -> None:
         pass
@@ -462,10 +468,15 @@ class _FakeGenerators:
 
 
 class _FakeLearners:
-    """Stands in for the DeepSpeed learner group: no step, a one-file checkpoint."""
+    """Stands in for the DeepSpeed learner group: no step, a one-file checkpoint; keeps the batches."""
+
+    def __init__(self) -> None:
+        self.batches = []
 
     def train_step(self, batch):
         from conductor_rl.policy.learner import StepStats
+
+        self.batches.append(batch)
 
         return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0.0, sum(map(len, batch.completion_ids)), 0.0)
 
@@ -498,12 +509,66 @@ def light_system(monkeypatch):
         graders = GraderPool(config.grader, num_cpus=0.5)
         graders.wait_ready()
         generators, learners = _FakeGenerators(build.spread), _FakeLearners()
+        build.learners = learners
         return ts.TrainingSystem(generators, learners, WeightSync(learners, generators, "object_store"),
                                  workers.pools, graders, workers.ledger)
 
     build.spread = 1
     monkeypatch.setattr(ts, "build_system", build)
     return build
+
+
+# ---------------------------------------------------------------- recursive training
+
+def test_recursive_training_forces_half_the_groups_discounts_the_kept_answers_and_trains_inner_tokens(
+        ray_cluster, tmp_path, light_system):
+    """conductor.max_depth=1 (the paper's recursive mode): in half of each batch's groups every
+    rollout ends with a forced call, whose plan (or empty lists) the stand-in generator writes; a
+    forced rollout that kept its answer earns 0.75 of its reward; recursive completions are rows of
+    the learner batch with their rollout's advantage. The pool also seats the Conductor itself."""
+    from conductor_rl.config import validate_config
+    from conductor_rl.rollout.recursion import forced_groups
+    from jobs.train import train
+
+    light_system.spread = 3
+    out = tmp_path / "run"
+    config = make_config(out, "train.iterations=2", "train.report=false", "train.tensorboard=false",
+                         "train.questions_per_iteration=4", "conductor.max_depth=1")
+    raw = config.model_dump(mode="json")
+    raw["workers"].append({"name": "conductor", "provider": "conductor"})
+    summary = train(validate_config(raw))
+    assert summary["stopped"] == "finished", summary
+
+    rows = read_traces(out)
+    kinds = set()
+    for iteration in range(2):
+        forced = forced_groups(4, 0.5, config.train.seed, iteration)
+        assert len(forced) == 2
+        for row in (r for r in rows if r["iteration"] == iteration):
+            assert row["forced_recursion"] == (row["group"] in forced)
+            last = row["steps"][-1]
+            if row["group"] not in forced:
+                assert row["recursive_calls"] == 0 and last["inner"] is None
+                continue
+            call = last["inner"]
+            assert row["recursive_calls"] == 1 and call["depth"] == 1 and call["forced"] and last["model_id"] == -1
+            assert row["final_answer"] == call["answer"]
+            if row["reward"] is None:
+                continue
+            base = {"correct": 1.0, "wrong": 0.5}[row["verdict"]]
+            assert row["reward"] == (0.75 * base if call["kept"] else base)
+            kinds.add(call["kept"])
+    assert kinds == {True, False}, "both a kept and a recursive answer must have been seen"
+    metrics = records(out)
+    assert all(m["recursive_calls_per_rollout"] == 0.5 and m["forced_rollouts"] == 2 * ROLLOUTS for m in metrics)
+    # The learner's rows: each trained rollout's plan and, for forced ones, its recursive call's completion.
+    inner_rows = [i for b in light_system.learners.batches for i, ids in enumerate(b.completion_ids) if ids == [21, 22]]
+    assert inner_rows, "no recursive completion reached the learner"
+    for batch in light_system.learners.batches:
+        roots = [i for i, ids in enumerate(batch.completion_ids) if ids != [21, 22]]
+        inner = [i for i, ids in enumerate(batch.completion_ids) if ids == [21, 22]]
+        assert all(batch.old_logprobs[i] == [-2.0, -2.0] for i in inner)
+        assert {batch.advantages[i] for i in inner} <= {batch.advantages[i] for i in roots}
 
 
 # ---------------------------------------------------------------- budget

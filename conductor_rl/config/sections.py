@@ -50,6 +50,11 @@ class ConductorConfig(Strict):
     max_subtask_tokens: int = Field(96, ge=1, description="Longest subtask under constrain_format.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     seed: int = 0
+    max_depth: int = Field(
+        0, ge=0, le=8, description="Recursive Conductor (paper §3.2): how deep the Conductor may call itself, "
+        "by a plan's step given to a `provider: conductor` worker or by the forced calls of recursive training "
+        "(train.recursion) and of evaluate's conductor:<ckpt>@depth=N. 0: never; a step given to the Conductor "
+        "then keeps the answer so far (conductor_rl/rollout/recursion.py).")
 
     @model_validator(mode="after")
     def _prefix_fits_the_format(self) -> "ConductorConfig":
@@ -141,6 +146,19 @@ class AskConfig(Strict):
     temperature: float | None = Field(None, ge=0.0, description="Conductor temperature for ask (None: conductor.temperature).")
 
 
+class RecursionConfig(Strict):
+    """Recursive training (paper §3.2), on when conductor.max_depth >= 1."""
+
+    forced_share: float = Field(
+        0.5, ge=0.0, le=1.0, description="Share of each batch's questions whose every rollout ends with a forced "
+        "recursive call: the Conductor sees its plan and answer and writes a new plan or three empty lists "
+        "(paper: half). Drawn per (train.seed, iteration), the same on resume.")
+    discount: float = Field(
+        0.25, ge=0.0, le=1.0, description="In a forced group, a rollout whose recursive calls all kept the answer "
+        "(the non-recursive alternative) earns (1 - discount) x its reward (paper: 0.25; the formula is ours, "
+        "docs/architecture.md).")
+
+
 class TrainConfig(Strict):
     """The GRPO loop (jobs/train.py; paper §3.1, app. A): B questions x G rollouts per iteration."""
 
@@ -178,6 +196,7 @@ class TrainConfig(Strict):
         "renumbered Model 0..k-1, k drawn per question from [low, high] (one number: always k), the subset drawn "
         "from (train.seed, iteration, question id), so a resumed run draws the same (conductor_rl/plan/roster.py). "
         "None: every worker, always.")
+    recursion: RecursionConfig = Field(default_factory=RecursionConfig)
     tensorboard: bool = True
 
     @field_validator("worker_subset", mode="before")
@@ -322,6 +341,11 @@ class Config(Strict):
             raise ValueError(f"worker names must be unique; repeated: {duplicates}")
         if not workers:
             raise ValueError("at least one worker is needed")
+        seats = [w.name for w in workers if w.provider == "conductor"]
+        if len(seats) > 1:
+            raise ValueError(f"one worker may be the Conductor itself (provider: conductor), not {seats}")
+        if len(seats) == len(workers):
+            raise ValueError("the pool needs a worker besides the Conductor itself (provider: conductor)")
         return workers
 
     @model_validator(mode="after")

@@ -9,8 +9,9 @@ from pydantic import Field, field_validator, model_validator
 
 from conductor_rl.config.strict import Strict
 
-#: Worker providers that need no network and no key: simulated workers and local transformers models.
-OfflineProvider = Literal["sim", "local"]
+#: Worker providers that need no network and no key: simulated workers, local transformers models,
+#: and the Conductor itself (a step given to it is a recursive call, conductor_rl/rollout/recursion.py).
+OfflineProvider = Literal["sim", "local", "conductor"]
 #: Worker providers that call a vendor's HTTP API with a key.
 HttpProvider = Literal["openai", "openai_compatible", "openai_responses", "anthropic", "google"]
 OFFLINE_PROVIDERS: tuple[str, ...] = get_args(OfflineProvider)
@@ -117,7 +118,7 @@ class WorkerConfig(Strict):
     def _provider_fields(self) -> "WorkerConfig":
         if self.provider == "sim" and self.sim is None:
             raise ValueError(f"worker {self.name!r} uses provider 'sim' and needs a 'sim' section (accuracy per domain)")
-        if self.provider != "sim" and not self.model:
+        if self.provider not in ("sim", "conductor") and not self.model:
             raise ValueError(f"worker {self.name!r} uses provider {self.provider!r} and needs 'model'")
         if self.serve is not None:
             if self.provider != "openai_compatible":

@@ -6,6 +6,8 @@ name                       what answers a question
 ``conductor:<path>``       a trained Conductor: a run folder, a checkpoint
                            folder or a Hugging Face model folder
 ``conductor:untrained``    the configured base model with its few-shot prompt
+``conductor:<...>@depth=N`` either, recursive: after each plan at a depth below
+                           N the Conductor is called again (test-time scaling)
 ``single:<worker>``        one worker, asked the question
 ``reflect:<worker>[:<n>]`` one worker, then n-1 rounds of critique and
                            revision of its own answer (n calls; default 5)
@@ -26,6 +28,10 @@ Decisions:
   ``reflect:gpt-5:50`` should not spend fifty calls per question.
 - ``conductor:<path>`` keeps the path as written in its name (the row label)
   and resolves the model folder at once, so a wrong path fails before any call.
+- ``@depth=N`` (0 to `MAX_DEPTH`) sets the Conductor's maximum recursion depth and
+  makes every plan below it end with a call to the Conductor, which writes a new
+  plan or keeps the answer (conductor_rl/rollout/recursion.py); ``@depth=0`` is the
+  plain Conductor under another row label.
 """
 
 from __future__ import annotations
@@ -56,11 +62,12 @@ Kind = Literal["conductor", "single", "reflect", "moa", "router", "random", "ora
 KINDS: tuple[str, ...] = ("conductor", "single", "reflect", "moa", "router", "random", "oracle")
 DEFAULT_ROUNDS = 5  # the paper's "GPT-5 with 5x self-reflection" (Table 7)
 MAX_ROUNDS = 20
+MAX_DEPTH = 8   # conductor.max_depth's own limit
 UNTRAINED = "untrained"
 # The rows of the paper's comparison (Table 7), one per worker where a worker is named: evaluate.methods' default.
 DEFAULT_METHODS: tuple[str, ...] = tuple(EvaluateConfig().methods)
 _NO_ARGUMENT = ("moa", "router", "random", "oracle")
-_ALLOWED = ("conductor:<checkpoint or run folder>, conductor:untrained, single:<worker>, "
+_ALLOWED = ("conductor:<checkpoint or run folder>[@depth=N], conductor:untrained, single:<worker>, "
             "reflect:<worker>[:<rounds>], moa, router, random, oracle")
 _WEIGHTS = ("*.safetensors", "*.bin")
 
@@ -80,6 +87,7 @@ class Method:
     worker: int | None = None
     rounds: int | None = None
     checkpoint: Path | None = None
+    depth: int | None = None    # conductor:<...>@depth=N (None: the checkpoint's own conductor.max_depth)
 
     @property
     def is_conductor(self) -> bool:
@@ -122,12 +130,25 @@ def parse_method(name: str, worker_names: Sequence[str]) -> Method:
     if kind == "reflect" and rest:
         return _reflect(text, rest, worker_names)
     if kind == "conductor" and rest:
+        rest, depth = _depth(text, rest)
         if rest == UNTRAINED:
-            return Method(text, "conductor")
-        return Method(text, "conductor", checkpoint=resolve_checkpoint(rest))
+            return Method(text, "conductor", depth=depth)
+        return Method(text, "conductor", checkpoint=resolve_checkpoint(rest), depth=depth)
     if kind in _NO_ARGUMENT:
         raise MethodError(f"method {name!r}: {kind} takes no argument; write just {kind!r}")
     raise MethodError(f"unknown method {name!r}; allowed: {_ALLOWED}")
+
+
+def _depth(name: str, rest: str) -> tuple[str, int | None]:
+    """Split ``<checkpoint>@depth=N`` into the checkpoint and N."""
+    if "@" not in rest:
+        return rest, None
+    rest, _, option = rest.rpartition("@")
+    match = re.fullmatch(r"depth=(\d+)", option)
+    if not match or int(match.group(1)) > MAX_DEPTH:
+        raise MethodError(f"method {name!r}: after '@' write depth=N with N from 0 to {MAX_DEPTH} "
+                          f"(conductor:<checkpoint>@depth=2), got {option!r}")
+    return rest, int(match.group(1))
 
 
 def expand_methods(names: Sequence[str], worker_names: Sequence[str]) -> list[str]:

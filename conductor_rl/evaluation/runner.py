@@ -32,6 +32,7 @@ from conductor_rl.plan import Plan
 from conductor_rl.plan.language import render_plan
 from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, grade_request, needs_execution,
                                            parse_rollout, ready_to_grade, unfinished)
+from conductor_rl.rollout.recursion import Recursion
 from conductor_rl.rollout.workflow import StepLimits
 from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.providers.base import Provider
@@ -75,9 +76,10 @@ def stopped_by_budget(rollout: Rollout) -> bool:
 
 
 async def run_batch(questions: Sequence[Question], samples: Sequence[Sequence[Sample]],
-                    repeats: Sequence[Sequence[int]], pool: Pool) -> list[Rollout]:
+                    repeats: Sequence[Sequence[int]], pool: Pool, recursion: "Recursion | None" = None) -> list[Rollout]:
     """Run and grade `samples[i][j]`, repeat `repeats[i][j]` of question i. An
-    infrastructure failure is run again, up to `pool.attempts` times in all."""
+    infrastructure failure is run again, up to `pool.attempts` times in all.
+    `recursion`: how a Conductor's plans call it again (rollout/recursion.py)."""
     rollouts: list[Rollout] = []
     for question, made, numbers in zip(questions, samples, repeats):
         for sample, repeat in zip(made, numbers):
@@ -94,7 +96,8 @@ async def run_batch(questions: Sequence[Question], samples: Sequence[Sequence[Sa
         by_repeat: dict[int, list[Rollout]] = {}
         for rollout in needs_execution(todo):
             by_repeat.setdefault(rollout.sample, []).append(rollout)
-        await asyncio.gather(*(execute_rollouts(group, pool.for_repeat(repeat), pool.limits, key="eval")
+        await asyncio.gather(*(execute_rollouts(group, pool.for_repeat(repeat), pool.limits, key="eval",
+                                                recursion=recursion)
                                for repeat, group in by_repeat.items()))
         to_grade = ready_to_grade(todo)
         if to_grade:
@@ -107,7 +110,7 @@ async def run_batch(questions: Sequence[Question], samples: Sequence[Sequence[Sa
 def record_of(method: str, benchmark: str, rollout: Rollout, prices: Sequence[Price]) -> EvalRecord:
     """The record of one finished sample (see `stopped_by_budget` for those that are not)."""
     wf, plan = rollout.workflow, rollout.plan
-    steps = [] if wf is None else wf.steps
+    steps = [] if wf is None else wf.worker_steps()   # recursive calls' steps included
     if rollout.plan_error is not None:
         verdict = "plan_error"
     elif rollout.reward is None:

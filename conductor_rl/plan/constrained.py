@@ -15,6 +15,10 @@ Fixed text is forced token by token (from the tokenizer's own encoding of it),
 so the decoded completion is exactly the plan text and `parse_plan` reads it.
 The paper's Conductor reasons before its lists; constrained plans do not, and
 the default (off) keeps the paper's behaviour.
+
+With `allow_empty` the model may also close `model_id` at once and write the
+empty plan (three `[]` lists, "stop: keep the current answer"), which is how a
+recursive Conductor call declines to go on.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PLAN_START = "model_id = ["
+# What follows PLAN_START in the empty plan (allow_empty): its "]" is the one choice.
+EMPTY_TAIL = "]\nsubtasks = []\naccess_list = []\n"
 
 
 class PlanFormatError(ValueError):
@@ -75,22 +81,27 @@ class PlanFormat:
             raise PlanFormatError(f"the tokenizer has no single token for {char!r}")
         return ids[0]
 
-    def processor(self, prompt_len: int, n_workers: int, max_steps: int, prefix: str = "") -> "PlanLogitsProcessor":
+    def processor(self, prompt_len: int, n_workers: int, max_steps: int, prefix: str = "",
+                  allow_empty: bool = False) -> "PlanLogitsProcessor":
         """A logits processor for one `generate` call. `prefix` is the response
-        prefix already in the prompt; it must be the start of 'model_id = ['."""
+        prefix already in the prompt; it must be the start of 'model_id = ['.
+        `allow_empty`: the empty plan (no steps) may be written too."""
         if not PLAN_START.startswith(prefix):
             raise PlanFormatError(f"with a constrained format the response prefix must be a start of {PLAN_START!r}, got {prefix!r}")
-        return PlanLogitsProcessor(self, prompt_len, n_workers, max_steps, self.encode(PLAN_START[len(prefix):]))
+        return PlanLogitsProcessor(self, prompt_len, n_workers, max_steps, self.encode(PLAN_START[len(prefix):]),
+                                   allow_empty)
 
 
 class PlanLogitsProcessor:
     """transformers LogitsProcessor: masks every token the plan format forbids."""
 
-    def __init__(self, fmt: PlanFormat, prompt_len: int, n_workers: int, max_steps: int, start: list[int]) -> None:
+    def __init__(self, fmt: PlanFormat, prompt_len: int, n_workers: int, max_steps: int, start: list[int],
+                 allow_empty: bool = False) -> None:
         if n_workers < 1 or max_steps < 1:
             raise PlanFormatError("need at least one worker and one step")
         self.fmt, self.prompt_len, self.n_workers, self.max_steps = fmt, prompt_len, n_workers, max_steps
         self.start = start
+        self.allow_empty = allow_empty
         self.rows: list[_Row] = []
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
@@ -121,6 +132,8 @@ class PlanLogitsProcessor:
             allowed = [f.digit[d] for d in "0123456789" if self._id_ok(row.number + d)]
             if row.number:
                 allowed += [f.close] + ([f.comma] if row.ids + 1 < self.max_steps else [])
+            elif row.ids == 0 and self.allow_empty:
+                allowed.append(f.close)     # "model_id = []": the empty plan
             return allowed
         if row.mode == "text":
             if row.text_tokens >= f.max_subtask_tokens:
@@ -147,6 +160,11 @@ class PlanLogitsProcessor:
             digit = next((d for d, t in f.digit.items() if t == token), None)
             if digit is not None:
                 row.number += digit
+                return
+            if not row.number:             # "]" before any id: the empty plan (only allowed with allow_empty)
+                # The "]" is written; force the rest from the tokenizer's own encoding of it,
+                # as for a non-empty plan, so the decoded text is exactly the empty plan.
+                self._force(row, EMPTY_TAIL[1:], "done")
                 return
             row.ids += 1
             row.number = ""
@@ -183,11 +201,13 @@ class PlanLogitsProcessor:
             row.mode, row.then = then, ""
 
 
-def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400, prefix: str = "") -> str:
+def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400, prefix: str = "",
+               allow_empty: bool = False) -> str:
     """The same plan format as a regular expression, for engines with
     regex-guided decoding (vLLM's structured outputs). One alternative per
     plan length keeps the three lists equally long. `prefix`: text already in
-    the prompt (a start of 'model_id = ['), which the completion continues."""
+    the prompt (a start of 'model_id = ['), which the completion continues.
+    `allow_empty`: one more alternative, the empty plan."""
     if not PLAN_START.startswith(prefix):
         raise PlanFormatError(f"prefix {prefix!r} must be a start of {PLAN_START!r}")
     if not 1 <= n_workers <= 10:
@@ -202,7 +222,10 @@ def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400, pre
         accesses = "\\[\\]" + (", " + access) * (k - 1)
         return f"{ids}\\]\\nsubtasks = \\[{subtasks}\\]\\naccess_list = \\[{accesses}\\]\\n"
 
-    return PLAN_START[len(prefix):].replace("[", "\\[") + "(" + "|".join(plan(k) for k in range(1, max_steps + 1)) + ")"
+    plans = [plan(k) for k in range(1, max_steps + 1)]
+    if allow_empty:
+        plans.append(EMPTY_TAIL.replace("[", "\\[").replace("]", "\\]").replace("\n", "\\n"))
+    return PLAN_START[len(prefix):].replace("[", "\\[") + "(" + "|".join(plans) + ")"
 
 
 def choice_mask(tokenizer: Any, completion_ids: list[int], prefix: str = "", subtasks: bool = True) -> list[int]:
@@ -211,13 +234,14 @@ def choice_mask(tokenizer: Any, completion_ids: list[int], prefix: str = "", sub
 
     Choices: the worker ids and the list's separators and closing bracket (how
     many steps), each subtask's text and closing quote (what, and how long), and
-    each access entry after the first. The rest ("]\\nsubtasks = [\\"", ", ",
-    "access_list = [", the first step's "[]", the end of text) is dictated by the
-    format: under the constrained policy its probability is 1 and its gradient 0,
-    so the GRPO loss leaves it out rather than spend the update making the model
-    better at text it cannot get wrong. A token that straddles format text and a
-    choice counts as a choice. A completion that is not a whole plan (cut off by
-    the token limit) keeps every token.
+    each access entry after the first; in the empty plan (`allow_empty`), its "]".
+    The rest ("]\\nsubtasks = [\\"", ", ", "access_list = [", the first step's
+    "[]", the end of text) is dictated by the format: under the constrained
+    policy its probability is 1 and its gradient 0, so the GRPO loss leaves it
+    out rather than spend the update making the model better at text it cannot
+    get wrong. A token that straddles format text and a choice counts as a
+    choice. A completion that is not a whole plan (cut off by the token limit)
+    keeps every token.
 
     `subtasks=False` leaves the subtask text out too (`train.subtask_text_in_loss`):
     where the reward cannot depend on a subtask's wording (simulated workers), the
@@ -245,6 +269,9 @@ def _choice_chars(plan: str, subtasks: bool = True) -> list[bool] | None:
     if not plan.startswith(PLAN_START):
         return None
     at = len(PLAN_START)
+    if plan.startswith(EMPTY_TAIL, at):          # the empty plan: its "]" is the choice (no steps)
+        chosen[at] = True
+        return chosen
     close = plan.find("]", at)
     if close < 0:
         return None

@@ -92,6 +92,32 @@ def conductor_messages(question: str, n_workers: int, max_steps: int = 5, n_exam
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+RECURSION_NOTE = """
+
+You are called again on a question a workflow has already answered: you see the workflow that ran and its answer.
+If the answer may be wrong or incomplete, write a new workflow to improve it; every step of it is shown the answer so far.
+If the answer is right, keep it: write three empty lists.
+model_id = []
+subtasks = []
+access_list = []"""
+
+
+def recursive_messages(question: str, n_workers: int, parent: str, answer_so_far: str, max_steps: int = 5,
+                       n_examples: int = 4) -> list[dict[str, str]]:
+    """The chat messages of a recursive call (paper §3.2): the Conductor's own prompt, told
+    that it may stop, then the workflow that ran (`parent`, the calling Conductor's
+    completion) and the answer it reached."""
+    system, user = conductor_messages(question, n_workers, max_steps, n_examples)
+    shown = answer_so_far if len(answer_so_far) <= MAX_SHOWN_ANSWER_CHARS else \
+        "[...] " + answer_so_far[-MAX_SHOWN_ANSWER_CHARS:]
+    return [{"role": "system", "content": system["content"] + RECURSION_NOTE},
+            {"role": "user", "content": f"{user['content']}\n\nThe workflow that ran:\n{parent.strip()}\n\n"
+                                        f"Its answer:\n{shown or '(no answer)'}"}]
+
+
+# The answer a recursive call is shown is cut from the front past this: the prompt must fit the generator.
+MAX_SHOWN_ANSWER_CHARS = 2_000
+
 WORKER_SYSTEM = "You are a capable assistant working on one step of a larger task. Be correct and concise."
 
 
@@ -100,13 +126,19 @@ def worker_messages(
     context: Sequence[tuple[int, str, str]] = (),
     question: str | None = None,
     max_context_chars: int = 32_000,
+    answer_so_far: str | None = None,
 ) -> list[dict[str, str]]:
     """The chat messages for one step: the subtask plus the earlier (index,
     subtask, answer) triples its access list selects. Long answers are cut
-    from the front so the most recent conclusions survive."""
+    from the front so the most recent conclusions survive. `answer_so_far`: in a
+    recursive call's plan, the answer that plan is to improve (every step sees it)."""
     parts = []
     if question is not None:
         parts.append(f"Original question:\n{question}")
+    if answer_so_far:
+        if len(answer_so_far) > max_context_chars:
+            answer_so_far = "[...] " + answer_so_far[-max_context_chars:]
+        parts.append(f"Answer so far (from an earlier workflow; improve or correct it):\n{answer_so_far}")
     if context:
         budget = max(max_context_chars // len(context), 200)
         shown = []
@@ -198,11 +230,18 @@ class ConductorPrompt:
             self._ids[key] = self.tokenizer(self.text(*key), add_special_tokens=False)["input_ids"]
         return self._ids[key]
 
-    def shape_for(self, n_workers: int | None = None) -> "PlanShape | None":
-        """The plan format of a prompt listing `n_workers` models (None: free text)."""
-        if self.shape is None or not n_workers or n_workers == self.shape.n_workers:
-            return self.shape
-        return replace(self.shape, n_workers=n_workers)
+    def shape_for(self, n_workers: int | None = None, allow_empty: bool = False) -> "PlanShape | None":
+        """The plan format of a prompt listing `n_workers` models (None: free text);
+        `allow_empty`: three empty lists are a plan too (a recursive call's "keep the answer")."""
+        if self.shape is None:
+            return None
+        return replace(self.shape, n_workers=n_workers or self.shape.n_workers, allow_empty=allow_empty)
+
+    def recursive_ids(self, question: str, n_workers: int, parent: str, answer_so_far: str) -> list[int]:
+        """The token ids of a recursive call's prompt (not cached: each call's is its own)."""
+        messages = recursive_messages(question, n_workers, parent, answer_so_far, self.max_steps, self.n_examples)
+        text = apply_chat_template(self.tokenizer, messages) + self.response_prefix
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def fitting_questions(questions: Sequence["Question"], prompt: ConductorPrompt, max_model_len: int,

@@ -8,7 +8,9 @@ is compared within its question's group:
 - a group whose rewards are all equal carries no information (advantages 0):
   with `drop_uninformative` it is left out of the batch, else it is kept and
   adds only compute (and, under a KL term, its pull to the reference);
-- a rollout with no completion tokens has nothing to learn from.
+- a rollout with no completion tokens has nothing to learn from;
+- a recursive call's completion (rollout/recursion.py) is a row of its own, with
+  its own prompt and the advantage of the rollout it belongs to.
 Under the constrained plan format, the format's own text is out of the loss
 (`conductor_rl.plan.constrained.choice_mask`).
 """
@@ -53,13 +55,16 @@ def rollout_batch(rollouts: Sequence[Rollout], prompt_ids: Sequence[Sequence[int
             kept.extend(members)
         elif not drop_uninformative:
             kept.extend(members)
-    kept = [r for r in kept if r.completion_ids]
-    if not informative or not kept:
+    # One row per completion: the rollout's plan, then each recursive call's, all with the rollout's advantage.
+    rows = [(list(prompt_ids[r.group]), list(r.completion_ids), list(r.logprobs), r.advantage)
+            for r in kept if r.completion_ids]
+    rows += [(list(c.prompt_ids), list(c.completion_ids), list(c.logprobs), r.advantage)
+             for r in kept for c in r.inner_calls if c.completion_ids]
+    if not informative or not rows:
         return None, informative
-    completions = [list(r.completion_ids) for r in kept]
+    prompts, completions, logprobs, advantages = (list(column) for column in zip(*rows))
     masks = None
     if format_tokenizer is not None:
         masks = [choice_mask(format_tokenizer, ids, response_prefix, subtasks=subtask_text_in_loss)
                  for ids in completions]
-    return RolloutBatch([list(prompt_ids[r.group]) for r in kept], completions, [list(r.logprobs) for r in kept],
-                        [r.advantage for r in kept], loss_masks=masks), informative
+    return RolloutBatch(prompts, completions, logprobs, advantages, loss_masks=masks), informative

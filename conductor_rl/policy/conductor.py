@@ -14,7 +14,7 @@ from conductor_rl.models import load_causal_lm
 from conductor_rl.plan.constrained import PlanFormat
 from conductor_rl.plan.prompts import ConductorPrompt
 from conductor_rl.policy.generate import PlanConstraint, generate
-from conductor_rl.policy.sampling import PlanShape
+from conductor_rl.policy.sampling import PlanShape, Sample, TransformersSampler
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class Conductor:
             model, tokenizer = load_causal_lm(config.model, config.dtype)
         self.model, self.tokenizer = model, tokenizer
         self._format: PlanFormat | None = None  # token tables, built on the first constrained call
+        self._sampler: TransformersSampler | None = None   # recursive calls' sampler, on the first one
 
     def prompt(self, question: str, n_workers: int) -> str:
         """The full prompt text, ending with the response prefix: what training's
@@ -63,6 +64,18 @@ class Conductor:
         c = self.config
         shape = PlanShape(n_workers, c.max_steps, c.max_subtask_tokens, c.response_prefix) if c.constrain_format else None
         return ConductorPrompt(self.tokenizer, n_workers, c.max_steps, c.n_examples, c.response_prefix, shape).text(question)
+
+    def sample_ids(self, prompt_ids: Sequence[Sequence[int]], shapes: Sequence["PlanShape | None"],
+                   seeds: Sequence[int], temperature: float | None = None) -> list[Sample]:
+        """One completion per prompt (token ids, each with its plan shape and seed): what a
+        recursive call samples (conductor_rl/rollout/recursion.py)."""
+        c = self.config
+        if self._sampler is None:
+            self._sampler = TransformersSampler(self.model, self.tokenizer)
+        groups = self._sampler.sample([list(p) for p in prompt_ids], 1, c.temperature if temperature is None
+                                      else temperature, c.max_new_tokens, top_p=c.top_p, seed=list(seeds),
+                                      shape=list(shapes))
+        return [group[0] for group in groups]
 
     def write_plans(
         self, question: str, n_workers: int, n: int = 1, seed: int | None = None, temperature: float | None = None

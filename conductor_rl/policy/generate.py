@@ -39,6 +39,7 @@ class PlanConstraint:
     n_workers: int
     max_steps: int
     prefix: str = ""   # already at the end of the prompt (a start of 'model_id = [')
+    allow_empty: bool = False   # the empty plan (no steps) may be sampled too
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,16 @@ def prompt_seed(seed: int, index: int) -> int:
     """The seed of prompt `index` in a call seeded with `seed`. A shared seed would
     give every prompt the same random draws, so groups would not be independent."""
     return (seed * 7919 + index * 1_000_003) % (2**31)
+
+
+def seeds_per_prompt(seed: int | Sequence[int], n_prompts: int) -> list[int]:
+    """Each prompt's seed: derived from one seed (`prompt_seed`), or given one per prompt
+    (calls batched together by chance, such as recursive calls, keep their own draws)."""
+    if isinstance(seed, int):
+        return [prompt_seed(seed, i) for i in range(n_prompts)]
+    if len(seed) != n_prompts:
+        raise ValueError(f"{len(seed)} seeds for {n_prompts} prompts: give one seed, or one per prompt")
+    return [int(s) for s in seed]
 
 
 def sample_seed(seed: int, iteration: int) -> int:
@@ -95,7 +106,7 @@ def generate(
     n: int = 1,
     temperature: float = 1.0,
     top_p: float = 1.0,
-    seed: int | None = None,
+    seed: int | Sequence[int] | None = None,
     constraint: PlanConstraint | None = None,
     stop: Callable[[str], bool] | None = None,
 ) -> list[list[Generation]]:
@@ -103,7 +114,8 @@ def generate(
 
     temperature 0 is greedy. `stop(text)` is asked after each token with the
     completion's text so far; True ends that completion there (the token kept).
-    `seed` None draws a fresh seed (still without touching torch's global state).
+    `seed` None draws a fresh seed (still without touching torch's global state);
+    a list gives each prompt its own (`seeds_per_prompt`).
     """
     if max_new_tokens < 1 or n < 1:
         raise ValueError(f"need max_new_tokens >= 1 and n >= 1, got {max_new_tokens} and {n}")
@@ -118,10 +130,11 @@ def generate(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(ends)
 
     base = torch.Generator().seed() if seed is None else seed
-    generators = [torch.Generator(device=device).manual_seed(prompt_seed(base, i)) for i in range(len(prompts))]
+    generators = [torch.Generator(device=device).manual_seed(s) for s in seeds_per_prompt(base, len(prompts))]
     mask = None
     if constraint is not None:
-        mask = constraint.format.processor(width, constraint.n_workers, constraint.max_steps, constraint.prefix)
+        mask = constraint.format.processor(width, constraint.n_workers, constraint.max_steps, constraint.prefix,
+                                           constraint.allow_empty)
     top_p_warper = None
     if top_p < 1.0:
         from transformers import TopPLogitsWarper

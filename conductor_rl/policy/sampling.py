@@ -24,7 +24,7 @@ import torch
 
 from conductor_rl.plan.constrained import PlanFormat, plan_regex
 from conductor_rl.policy.precision import engine_dtype
-from conductor_rl.policy.generate import Generation, PlanConstraint, Prompt, generate, prompt_seed
+from conductor_rl.policy.generate import Generation, PlanConstraint, Prompt, generate, seeds_per_prompt
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class PlanShape:
     max_steps: int
     max_subtask_tokens: int = 96
     prefix: str = ""   # already at the end of the prompt (a start of 'model_id = [')
+    allow_empty: bool = False   # the empty plan ("stop, keep the current answer") may be sampled too
 
 
 #: One shape for every prompt, one per prompt (prompts with rosters of different sizes), or None.
@@ -103,8 +104,9 @@ class VLLMSampler:
         self.weights_version = 0
 
     def sample(self, prompts: list[Prompt], n: int, temperature: float, max_tokens: int,
-               top_p: float = 1.0, seed: int | None = None, shape: Shapes = None) -> list[list[Sample]]:
-        """`prompts`: text, or token ids (what the learner will see, exactly)."""
+               top_p: float = 1.0, seed: int | Sequence[int] | None = None,
+               shape: Shapes = None) -> list[list[Sample]]:
+        """`prompts`: text, or token ids (what the learner will see, exactly); `seed`: one, or one per prompt."""
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -112,11 +114,13 @@ class VLLMSampler:
             if shape is None:
                 return None
             return StructuredOutputsParams(
-                regex=plan_regex(shape.n_workers, shape.max_steps, 4 * shape.max_subtask_tokens, shape.prefix))
+                regex=plan_regex(shape.n_workers, shape.max_steps, 4 * shape.max_subtask_tokens, shape.prefix,
+                                 allow_empty=shape.allow_empty))
         # One seed per prompt: a shared seed would give every prompt the same random draws,
         # so groups would not be independent samples of the policy.
+        seeds = None if seed is None else seeds_per_prompt(seed, len(prompts))
         params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0,
-                                 seed=None if seed is None else prompt_seed(seed, i),
+                                 seed=None if seeds is None else seeds[i],
                                  skip_special_tokens=True, structured_outputs=guided(s))
                   for i, s in enumerate(shape_per_prompt(shape, len(prompts)))]
         inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
@@ -161,14 +165,18 @@ class TransformersSampler:
         self._format: PlanFormat | None = None
 
     def sample(self, prompts: list[Prompt], n: int, temperature: float, max_tokens: int,
-               top_p: float = 1.0, seed: int | None = None, shape: Shapes = None) -> list[list[Sample]]:
+               top_p: float = 1.0, seed: int | Sequence[int] | None = None,
+               shape: Shapes = None) -> list[list[Sample]]:
         """Prompts of different plan shapes are generated in one batch per shape."""
         shapes = shape_per_prompt(shape, len(prompts))
+        seeds = None if seed is None else seeds_per_prompt(seed, len(prompts))
         results: list[list[Sample]] = [[] for _ in prompts]
         for one in dict.fromkeys(shapes):
             members = [i for i, s in enumerate(shapes) if s == one]
             groups = generate(self.model, self.tokenizer, [prompts[i] for i in members], max_new_tokens=max_tokens,
-                              n=n, temperature=temperature, top_p=top_p, seed=seed, constraint=self._constraint(one))
+                              n=n, temperature=temperature, top_p=top_p,
+                              seed=None if seeds is None else [seeds[i] for i in members],
+                              constraint=self._constraint(one))
             for i, group in zip(members, groups):
                 results[i] = [_transformers_sample(g) for g in group]
         return results
@@ -178,7 +186,7 @@ class TransformersSampler:
             return None
         if self._format is None or self._format.max_subtask_tokens != shape.max_subtask_tokens:
             self._format = PlanFormat(self.tokenizer, shape.max_subtask_tokens)
-        return PlanConstraint(self._format, shape.n_workers, shape.max_steps, shape.prefix)
+        return PlanConstraint(self._format, shape.n_workers, shape.max_steps, shape.prefix, shape.allow_empty)
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         state = dict(named_tensors)

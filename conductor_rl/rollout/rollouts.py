@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from conductor_rl import grading
 from conductor_rl.grading import GradeResult, MathGrader, Verdict
 from conductor_rl.grading.service import GradeRequest
 from conductor_rl.plan import Plan, PlanError, parse_plan
 from conductor_rl.plan.roster import Roster
+from conductor_rl.rollout.recursion import discounted_reward
 from conductor_rl.workers.providers.base import Provider
-from conductor_rl.rollout.workflow import StepLimits, Task, WorkflowResult, limits_per_worker, run_plan
+from conductor_rl.rollout.workflow import (InnerCall, StepLimits, StepTrace, Task, WorkflowResult, limits_per_worker,
+                                           run_plan)
+
+if TYPE_CHECKING:
+    from conductor_rl.rollout.recursion import Recursion
 
 
 @dataclass
@@ -37,6 +42,13 @@ class Rollout:
     advantage: float | None = None
     attempts: int = 0   # executions of its plan (more than one after infrastructure errors)
     roster: Roster | None = None   # the workers its prompt listed (None: the whole pool); plan ids index it
+    forced: bool = False           # its group was forced to recurse (recursive training)
+    discount: float = 0.0          # of the reward when, forced, it did not recurse (rollout/recursion.py)
+
+    @property
+    def inner_calls(self) -> list[InnerCall]:
+        """Its recursive calls, at every depth (none without recursion)."""
+        return [] if self.workflow is None else self.workflow.inner_calls()
 
     @property
     def pool_plan(self) -> Plan | None:
@@ -69,9 +81,7 @@ class Rollout:
             ],
             "roster": None if self.roster is None else list(self.roster.workers),
             "plan_error": self.plan_error,
-            "steps": [] if wf is None else [
-                {**{k: v for k, v in asdict(s).items() if k != "usage"}, "usage": asdict(s.usage)} for s in wf.steps
-            ],
+            "steps": [] if wf is None else [step_record(s) for s in wf.steps],
             "final_answer": None if wf is None else wf.final_answer,
             "verdict": None if self.grade is None else self.grade.verdict.value,
             "extracted_answer": None if self.grade is None else self.grade.extracted,
@@ -86,7 +96,28 @@ class Rollout:
             "completion_tokens": len(self.completion_ids),
             "advantage": self.advantage,
             "attempts": self.attempts,
+            "recursive_calls": len(self.inner_calls),
+            "forced_recursion": self.forced,
         }
+
+
+def step_record(step: StepTrace) -> dict[str, Any]:
+    """A step as a JSON-ready dict; a step given to the Conductor carries its recursive call
+    (`inner`) with the inner plan's own steps: the recursion tree."""
+    record = {k: v for k, v in asdict(step).items() if k not in ("usage", "inner")}
+    record["usage"] = asdict(step.usage)
+    record["inner"] = None if step.inner is None else inner_record(step.inner)
+    return record
+
+
+def inner_record(call: InnerCall) -> dict[str, Any]:
+    wf = call.workflow
+    return {"depth": call.depth, "forced": call.forced, "at_limit": call.at_limit, "kept": call.kept,
+            "completion": call.completion, "completion_tokens": len(call.completion_ids),
+            "plan": None if call.plan is None else [
+                {"model_id": s.model_id, "subtask": s.subtask, "access": s.access} for s in call.plan.steps],
+            "plan_error": call.plan_error, "answer": call.answer,
+            "steps": [] if wf is None else [step_record(s) for s in wf.steps]}
 
 
 async def run_rollout(
@@ -97,6 +128,7 @@ async def run_rollout(
     max_steps: int = 5,
     math_grader: MathGrader | None = None,
     sample_key: str = "",
+    recursion: "Recursion | None" = None,
 ) -> Rollout:
     rollout = Rollout(task=task, completion=completion)
     try:
@@ -105,9 +137,14 @@ async def run_rollout(
         rollout.plan_error = err.reason
         rollout.reward = grading.reward(False, None)
         return rollout
-    rollout.workflow = await run_plan(rollout.plan, task, workers, limits, sample_key=sample_key)
+    rollout.workflow = await run_plan(rollout.plan, task, workers, limits, sample_key=sample_key,
+                                      recursion=None if recursion is None else recursion.for_plan(completion))
     if rollout.workflow.error:
         return rollout  # reward stays None: not the policy's fault
+    if rollout.workflow.plan_error:
+        rollout.plan_error = rollout.workflow.plan_error
+        rollout.reward = grading.reward(False, None)
+        return rollout
     grade = await asyncio.to_thread(grade_answer, task, rollout.workflow.final_answer or "", math_grader)
     apply_grade(rollout, grade)
     return rollout
@@ -150,26 +187,34 @@ def needs_execution(rollouts: Sequence[Rollout]) -> list[Rollout]:
 
 
 async def execute_rollouts(rollouts: Sequence[Rollout], workers: Sequence[Provider],
-                           limits: StepLimits | Sequence[StepLimits], key: str = "") -> None:
+                           limits: StepLimits | Sequence[StepLimits], key: str = "",
+                           recursion: "Recursion | None" = None) -> None:
     """Run every rollout's plan concurrently (a re-run replaces the failed
     attempt's workflow). `key` seeds simulated workers per run. A rollout with a roster runs on
-    its roster's workers only: `workers` and `limits` are the whole pool's."""
+    its roster's workers only: `workers` and `limits` are the whole pool's. `recursion`: how
+    plans call the Conductor again (a forced rollout ends with one call at least)."""
     per_worker = limits_per_worker(limits, len(workers))
 
     async def run(rollout: Rollout) -> None:
         rollout.attempts += 1
         rollout.grade = None
         roster = rollout.roster
+        inner = None if recursion is None else recursion.for_plan(
+            rollout.completion, forced_below=max(recursion.forced_below, 1) if rollout.forced else None)
         rollout.workflow = await run_plan(rollout.plan, rollout.task,
                                           workers if roster is None else roster.select(workers),
                                           per_worker if roster is None else roster.select(per_worker),
-                                          sample_key=f"{key}/{rollout.group}/{rollout.sample}/{rollout.attempts}")
+                                          sample_key=f"{key}/{rollout.group}/{rollout.sample}/{rollout.attempts}",
+                                          recursion=inner)
+        if not rollout.workflow.error and rollout.workflow.plan_error:
+            rollout.plan_error = rollout.workflow.plan_error   # the policy's failure, at some depth: reward 0
+            rollout.reward = grading.reward(False, None)
     await asyncio.gather(*(run(r) for r in rollouts if r.plan is not None))
 
 
 def ready_to_grade(rollouts: Sequence[Rollout]) -> list[Rollout]:
     """Finished workflows not graded yet, or whose grading failed (graded again)."""
-    return [r for r in rollouts if r.workflow is not None and not r.workflow.error
+    return [r for r in rollouts if r.workflow is not None and not r.workflow.error and not r.workflow.plan_error
             and (r.grade is None or r.grade.verdict is Verdict.ERROR)]
 
 
@@ -188,4 +233,8 @@ def apply_grade(rollout: Rollout, result: GradeResult) -> None:
                              f"worker {last.worker!r} used its whole output budget ({last.usage.output_tokens} "
                              f"tokens, {last.usage.reasoning_tokens} reasoning) and wrote no answer")
     rollout.grade = result
-    rollout.reward = None if result.verdict is Verdict.ERROR else grading.reward(True, result.verdict)
+    if result.verdict is Verdict.ERROR:
+        rollout.reward = None
+        return
+    rollout.reward = discounted_reward(grading.reward(True, result.verdict), rollout.forced, rollout.inner_calls,
+                                       rollout.discount)

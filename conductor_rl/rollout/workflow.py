@@ -8,8 +8,11 @@ infrastructure error, steps that have not started are skipped (their result
 could no longer count), and calls already in flight finish so that their cost
 is recorded.
 
-A worker is anything with `async complete(WorkerRequest) -> WorkerResponse`;
-that is also how the Conductor itself will join the pool (recursion).
+A worker is anything with `async complete(WorkerRequest) -> WorkerResponse`.
+The Conductor itself may sit in the pool (`provider: conductor`): a step given
+to it is a recursive call (conductor_rl/rollout/recursion.py), whose result,
+an `InnerCall` with the inner plan's own steps, hangs under the step, so a
+trace holds the whole recursion tree.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from conductor_rl.workers.providers.base import Provider, ProviderError, TaskHin
 
 if TYPE_CHECKING:
     from conductor_rl.config import Config, WorkerConfig
+    from conductor_rl.rollout.recursion import Recursion
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,42 @@ class StepTrace:
     simulated: bool = False
     reasoning: str = ""              # the worker's reasoning text, never its answer (WorkerResponse)
     finish_reason: str = ""          # "stop", "length" or "" (not reported)
+    inner: "InnerCall | None" = None  # a step given to the Conductor: its recursive call
 
     @property
     def empty_after_length(self) -> bool:
         """The worker's output budget ran out before it wrote any answer."""
         return self.error is None and self.finish_reason == "length" and not (self.response or "").strip()
+
+
+@dataclass
+class InnerCall:
+    """One recursive call of the Conductor (paper §3.2): shown the question, the plan
+    that called it (`parent`) and the answer so far, it wrote a plan that ran at
+    `depth` (`workflow`), or three empty lists, which keep the answer so far."""
+
+    depth: int
+    current_answer: str              # the answer so far, kept when the call writes no plan
+    forced: bool = False             # made by the engine after a plan, not by a plan's step
+    prompt_ids: tuple[int, ...] = ()
+    completion: str = ""             # what the Conductor wrote (prefix included)
+    completion_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    plan: Plan | None = None
+    plan_error: str | None = None    # the completion did not parse: the rollout's reward is 0
+    workflow: "WorkflowResult | None" = None
+    at_limit: bool = False           # beyond the maximum depth: no call was made, the answer stands
+
+    @property
+    def kept(self) -> bool:
+        """The answer so far stands: empty lists, or the depth limit."""
+        return self.plan_error is None and self.workflow is None
+
+    @property
+    def answer(self) -> str | None:
+        if self.plan_error is not None:
+            return None
+        return self.current_answer if self.workflow is None else self.workflow.final_answer
 
 
 @dataclass
@@ -73,7 +108,7 @@ class WorkflowResult:
 
     @property
     def final_answer(self) -> str | None:
-        return None if self.error or not self.steps else self.steps[-1].response
+        return None if self.error or self.plan_error or not self.steps else self.steps[-1].response
 
     @property
     def cost_usd(self) -> float:
@@ -87,6 +122,32 @@ class WorkflowResult:
             reasoning_tokens=sum(s.usage.reasoning_tokens for s in self.steps),
             cached_tokens=sum(s.usage.cached_tokens for s in self.steps),
         )
+
+    def inner_calls(self) -> list[InnerCall]:
+        """Every recursive call in the tree below this workflow, parents before their children."""
+        calls = []
+        for step in self.steps:
+            if step.inner is not None:
+                calls.append(step.inner)
+                if step.inner.workflow is not None:
+                    calls.extend(step.inner.workflow.inner_calls())
+        return calls
+
+    def worker_steps(self) -> list[StepTrace]:
+        """The steps that called a worker, at every depth (a step given to the Conductor is not one)."""
+        steps = []
+        for step in self.steps:
+            if step.inner is None:
+                steps.append(step)
+            elif step.inner.workflow is not None:
+                steps.extend(step.inner.workflow.worker_steps())
+        return steps
+
+    @property
+    def plan_error(self) -> str | None:
+        """Why a recursive call's plan did not parse, at any depth (None: every plan parsed)."""
+        return next((f"recursive call at depth {c.depth}: {c.plan_error}" for c in self.inner_calls()
+                     if c.plan_error is not None), None)
 
     @property
     def simulated(self) -> bool:
@@ -131,9 +192,14 @@ async def run_plan(
     workers: Sequence[Provider],
     limits: StepLimits | Sequence[StepLimits] = StepLimits(),
     sample_key: str = "",
+    recursion: "Recursion | None" = None,
+    answer_so_far: str | None = None,
 ) -> WorkflowResult:
     """Execute `plan` for `task`. `workers[i]` serves "Model i"; `limits` is one
-    StepLimits for all workers or one per worker. Never raises for worker faults."""
+    StepLimits for all workers or one per worker. Never raises for worker faults.
+    `recursion`: how a step given to the Conductor (and, where it forces one, the end
+    of the plan) calls the Conductor again; without it such a step keeps the answer so
+    far. `answer_so_far`: the answer an inner plan improves on, shown to every step."""
     per_worker = limits_per_worker(limits, len(workers))
     start = time.perf_counter()
     traces = [
@@ -158,15 +224,68 @@ async def run_plan(
             if failed.is_set():
                 trace.error = "skipped: an earlier step failed"
                 return
-            await _call_worker(trace, traces, task, workers, per_worker, sample_key, start)
-            if trace.error:
+            if is_conductor(workers, trace.model_id):
+                # The answer so far: the latest step it may read, else the one this plan improves on.
+                current = (traces[max(trace.access)].response or "") if trace.access else (answer_so_far or "")
+                await _call_conductor(trace, task, workers, per_worker, sample_key, start, recursion, current)
+            else:
+                await _call_worker(trace, traces, task, workers, per_worker, sample_key, start, answer_so_far)
+            if trace.error or (trace.inner is not None and trace.inner.answer is None):
                 failed.set()
         finally:
             done[trace.index].set()
 
     await asyncio.gather(*(run_step(t) for t in traces))
-    first_error = next((f"step {t.index}: {t.error}" for t in traces if t.error and not t.error.startswith("skipped")), None)
-    return WorkflowResult(steps=traces, wall_s=time.perf_counter() - start, error=first_error)
+    result = WorkflowResult(steps=traces, wall_s=time.perf_counter() - start, error=_first_error(traces))
+    if recursion is not None and recursion.forces_call and traces and not failed.is_set() \
+            and not any(t.inner is not None for t in traces):
+        # The recursive training mode and test-time review: the plan's answer goes back to the Conductor.
+        forced = StepTrace(index=len(traces), model_id=FORCED_CALL, worker=CONDUCTOR_NAME,
+                           subtask="(forced) improve the answer so far, or keep it", access=[len(traces) - 1])
+        traces.append(forced)
+        await _call_conductor(forced, task, workers, per_worker, sample_key, start, recursion,
+                              traces[-2].response or "", forced=True)
+        result = WorkflowResult(steps=traces, wall_s=time.perf_counter() - start, error=_first_error(traces))
+    return result
+
+
+FORCED_CALL = -1             # the model id of a forced call's step: no "Model i" of the plan made it
+CONDUCTOR_NAME = "conductor"
+
+
+def is_conductor(workers: Sequence[Provider], model_id: int) -> bool:
+    """Is "Model `model_id`" the Conductor itself (`provider: conductor`)?"""
+    return 0 <= model_id < len(workers) and getattr(workers[model_id], "is_conductor", False)
+
+
+def _first_error(traces: Sequence[StepTrace]) -> str | None:
+    return next((f"step {t.index}: {t.error}" for t in traces if t.error and not t.error.startswith("skipped")), None)
+
+
+async def _call_conductor(trace: StepTrace, task: Task, workers: Sequence[Provider], limits: Sequence[StepLimits],
+                          sample_key: str, start: float, recursion: "Recursion | None", current: str,
+                          forced: bool = False) -> None:
+    """A step given to the Conductor: a recursive call, whose inner plan's totals are the step's."""
+    from conductor_rl.rollout.recursion import keep_answer
+
+    trace.started_s = time.perf_counter() - start
+    try:
+        if recursion is None:   # a plan run without a Conductor to call (a baseline's, a check's)
+            inner = keep_answer(0, current, forced, at_limit=True)
+        else:
+            inner = await recursion.call(task, current, workers, limits, f"{sample_key}/{trace.index}", forced)
+    except Exception as err:   # the generator failed: infrastructure, retried like a worker's failure
+        trace.error = f"conductor: {type(err).__name__}: {err}"
+    else:
+        trace.inner = inner
+        trace.response = inner.answer
+        wf = inner.workflow
+        if wf is not None:
+            trace.usage, trace.cost_usd, trace.simulated = wf.usage, wf.cost_usd, wf.simulated
+            if wf.error:
+                trace.error = f"inner plan: {wf.error}"
+    trace.finished_s = time.perf_counter() - start
+    trace.latency_s = trace.finished_s - trace.started_s
 
 
 async def _call_worker(
@@ -177,6 +296,7 @@ async def _call_worker(
     limits: Sequence[StepLimits],
     sample_key: str,
     start: float,
+    answer_so_far: str | None = None,
 ) -> None:
     if not 0 <= trace.model_id < len(workers):
         # parse_plan rejects these; kept so a hand-built Plan cannot crash the engine.
@@ -186,12 +306,13 @@ async def _call_worker(
     context = [(j, traces[j].subtask, _readable_output(traces[j], limits)) for j in trace.access]
     trace.messages = worker_messages(
         trace.subtask, context, question=task.question if limit.show_question else None,
-        max_context_chars=limit.max_context_chars,
+        max_context_chars=limit.max_context_chars, answer_so_far=answer_so_far,
     )
     hint = None
     if getattr(worker, "simulated", False):
+        visible = ((answer_so_far,) if answer_so_far else ()) + tuple(a for _, _, a in context)
         hint = TaskHint(task.id, task.domain, task.reference, task.answer_kind,
-                        visible_answers=tuple(a for _, _, a in context), sample_key=f"{sample_key}/{trace.index}")
+                        visible_answers=visible, sample_key=f"{sample_key}/{trace.index}")
     request = WorkerRequest(trace.messages, limit.max_tokens, limit.temperature, limit.reasoning_budget, hint,
                             reasoning=limit.reasoning)
     trace.started_s = time.perf_counter() - start

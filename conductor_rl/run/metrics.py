@@ -73,7 +73,8 @@ def iteration_metrics(rollouts: Sequence[Rollout], worker_names: Sequence[str],
         "empty_after_length_steps": sum(s.empty_after_length for r in parsed if r.workflow for s in r.workflow.steps),
         "retried_rollouts": sum(r.attempts > 1 for r in rollouts),
         "steps_per_plan": statistics.fmean(len(r.plan.steps) for r in parsed) if parsed else 0.0,
-        "conductor_tokens": sum(len(r.completion_ids) for r in rollouts),
+        "conductor_tokens": sum(len(r.completion_ids) + sum(len(c.completion_ids) for c in r.inner_calls)
+                                for r in rollouts),
         "worker_input_tokens": usage_in,
         "worker_output_tokens": usage_out,
         "cost_usd": sum(r.workflow.cost_usd for r in rollouts if r.workflow is not None),
@@ -88,6 +89,13 @@ def iteration_metrics(rollouts: Sequence[Rollout], worker_names: Sequence[str],
         record["roster_size_mean"] = statistics.fmean(len(listed(r, worker_names)) for r in rollouts)
         shown = Counter(name for r in rollouts for name in listed(r, worker_names))
         record["worker_listed"] = {name: shown[name] / n for name in worker_names}
+    made = [c for r in rollouts for c in r.inner_calls if not c.at_limit]
+    if made or any(r.forced for r in rollouts):
+        # Recursion: how often the Conductor was called again, and how often it kept the answer.
+        record["recursive_calls_per_rollout"] = len(made) / n
+        record["recursion_kept_share"] = sum(c.kept for c in made) / max(len(made), 1)
+        record["recursion_depth_max"] = max((c.depth for c in made), default=0)
+        record["forced_rollouts"] = sum(r.forced for r in rollouts)
     if best:
         # Judged where the best worker was listed: a prompt without it cannot choose it.
         judged = [r for r in parsed if r.task.domain in best and best[r.task.domain] in listed(r, worker_names)]

@@ -74,6 +74,9 @@ async def check_worker(worker: Any, config: WorkerConfig, timeout_s: float = 120
     if config.provider == "sim":
         check.status, check.problem = "skip", "simulated: nothing to reach, not probed"
         return check
+    if config.provider == "conductor":
+        check.status, check.problem = "skip", "the Conductor itself: a step given to it is a recursive call"
+        return check
     started = time.perf_counter()
     try:
         async with asyncio.timeout(timeout_s):

@@ -33,6 +33,10 @@ __all__ = [
 def build_provider(config: WorkerConfig, seed: int = 0, api_key: Secret | None = None) -> Provider:
     """A provider for `config`. `api_key` overrides the environment (a driver hands
     its key to worker actors on nodes that lack the variable)."""
+    if config.provider == "conductor":
+        from conductor_rl.workers.providers.conductor import ConductorSeat
+
+        return ConductorSeat(config.name)
     if config.provider == "sim":
         from conductor_rl.workers.providers.sim import SimProvider
 
@@ -64,7 +68,10 @@ def build_provider(config: WorkerConfig, seed: int = 0, api_key: Secret | None =
 
 
 def cached(provider: Provider, config: WorkerConfig, folder: str) -> Provider:
-    """`provider` answering from an on-disk cache in `folder` when it can."""
+    """`provider` answering from an on-disk cache in `folder` when it can (the Conductor's
+    own seat is never cached: its steps are recursive calls, sampled afresh)."""
+    if config.provider == "conductor":
+        return provider
     from conductor_rl.workers.response_cache import CachedProvider, ResponseCache
 
     identity: dict[str, object] = {"provider": config.provider, "model": config.model, "base_url": config.base_url,

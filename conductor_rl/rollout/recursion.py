@@ -1,0 +1,184 @@
+"""The recursive Conductor (paper §3.2): the Conductor is called again on its own workflow.
+
+A recursive call sees the question, the plan of the Conductor that called it and
+the answer so far (the output of the step before it), and writes a new plan,
+which runs with every step shown that answer, or three empty lists, which keep
+the answer. A call is made two ways:
+- a plan gives a step to the Conductor itself (a pool worker with `provider: conductor`);
+- the engine forces one after a plan ends (`Recursion.forced_below`): the paper's
+  recursive training forces one call in half of each batch; at inference (`ask`,
+  `Orchestrator`, `evaluate`'s `conductor:<ckpt>@depth=N`) every plan below the
+  maximum depth ends with one: test-time scaling, stopped early by empty lists.
+Inner calls sample from the same generator, with the same weights, as their root:
+they run inside the execution phase, before the learner steps.
+
+Decisions where the paper is silent:
+- Depth: the root plan is depth 0, a call it makes writes a plan at depth 1.
+  Past `max_depth` no call is made: the step keeps the answer so far (`at_limit`).
+- A recursive call whose completion does not parse (only possible without the
+  constrained format, or cut off) is the policy's failure: reward 0, like an
+  unparsable root plan. A call the generator failed to answer is an
+  infrastructure error, retried as a worker's would be.
+- The non-recursive discount: in a group that was forced to recurse, a rollout in
+  which no recursive call wrote a plan (every call kept the answer) gets
+  r' = (1 - d) * r, with d = `train.recursion.discount` (the paper's 0.25): a
+  kept correct answer earns 0.75 against 1 for a recursive one, a kept wrong one
+  0.375 against 0.5, an unparsable plan 0 either way (`discounted_reward`).
+- Every recursive call's completion tokens are in the loss as rows of their own,
+  with the advantage of the rollout they belong to (policy/batch.py): the
+  reward judged the whole tree, so every choice in it shares the credit.
+- Each call samples with its own seed, derived from the run's seed and the
+  call's place (rollout, attempt, step path), so which calls happen to be
+  batched together changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+
+from conductor_rl.plan import PlanError, parse_plan
+from conductor_rl.rollout.workflow import InnerCall, StepLimits, Task, run_plan
+from conductor_rl.workers.providers.base import Provider
+
+if TYPE_CHECKING:
+    from conductor_rl.plan.prompts import ConductorPrompt
+    from conductor_rl.policy.sampling import PlanShape, Sample
+
+
+class PlanWriter(Protocol):
+    """What samples a recursive call's plan: the generator (training, evaluation) or the in-process model."""
+
+    async def write(self, prompt_ids: Sequence[int], shape: "PlanShape | None", seed: int) -> "Sample": ...
+
+
+@dataclass(frozen=True)
+class Recursion:
+    """How a plan calls the Conductor again, as seen from a plan at `depth` written by `parent`."""
+
+    writer: PlanWriter
+    prompts: "ConductorPrompt"
+    max_depth: int
+    max_steps: int
+    forced_below: int = 0     # a plan at a depth below this ends with a forced call (unless it made one)
+    seed: int = 0
+    depth: int = 0
+    parent: str = ""          # the completion whose plan is running
+
+    @property
+    def forces_call(self) -> bool:
+        return self.depth < min(self.forced_below, self.max_depth)
+
+    def for_plan(self, completion: str, forced_below: int | None = None) -> "Recursion":
+        """The recursion of a root plan written as `completion`."""
+        return replace(self, depth=0, parent=completion,
+                       forced_below=self.forced_below if forced_below is None else forced_below)
+
+    async def call(self, task: Task, current: str, workers: Sequence[Provider], limits: Sequence[StepLimits],
+                   key: str, forced: bool = False) -> InnerCall:
+        """One recursive call at `self.depth + 1`, on the workers (the roster) of the calling plan."""
+        depth = self.depth + 1
+        if depth > self.max_depth:
+            return keep_answer(depth, current, forced, at_limit=True)
+        prompt_ids = self.prompts.recursive_ids(task.question, len(workers), self.parent, current)
+        sample = await self.writer.write(prompt_ids, self.prompts.shape_for(len(workers), allow_empty=True),
+                                         call_seed(self.seed, f"{task.id}|{key}"))
+        call = InnerCall(depth, current, forced, tuple(prompt_ids), self.prompts.response_prefix + sample.text,
+                         tuple(sample.token_ids), tuple(sample.logprobs))
+        try:
+            call.plan = parse_plan(call.completion, n_workers=len(workers), max_steps=self.max_steps,
+                                   allow_empty=True)
+        except PlanError as err:
+            call.plan_error = err.reason
+            return call
+        if call.plan.steps:
+            call.workflow = await run_plan(call.plan, task, workers, limits, sample_key=f"{key}/r",
+                                           recursion=replace(self, depth=depth, parent=call.completion),
+                                           answer_so_far=current)
+        return call
+
+
+def keep_answer(depth: int, current: str, forced: bool = False, at_limit: bool = False) -> InnerCall:
+    """A call that keeps the answer so far without asking the Conductor."""
+    return InnerCall(depth, current, forced, at_limit=at_limit)
+
+
+def call_seed(seed: int, key: str) -> int:
+    """A recursive call's sampling seed: a function of the run's seed and the call's place only."""
+    digest = hashlib.sha256(f"recursion|{seed}|{key}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % (2**31)
+
+
+def recursed(calls: Sequence[InnerCall]) -> bool:
+    """Did any recursive call write a plan that ran (not only keep the answer)?"""
+    return any(c.workflow is not None for c in calls)
+
+
+def discounted_reward(reward: float, forced: bool, calls: Sequence[InnerCall], discount: float) -> float:
+    """The paper's recursive training: in a forced group, the non-recursive alternative earns (1 - d) r."""
+    return reward * (1.0 - discount) if forced and not recursed(calls) else reward
+
+
+def forced_groups(n_groups: int, share: float, seed: int, iteration: int) -> set[int]:
+    """The groups of a batch whose rollouts are forced to recurse: round(share * n) of them,
+    drawn per (seed, iteration), so a resumed run forces the same."""
+    import random
+
+    digest = hashlib.sha256(f"forced|{seed}|{iteration}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    return set(rng.sample(range(n_groups), round(share * n_groups)))
+
+
+class BatchedPlanWriter:
+    """A `PlanWriter` over a batch sampler: calls made within `window_s` of each other are
+    sampled together (a generator is much faster on one batch than on calls one by one).
+    `sample_batch(prompt_ids, shapes, seeds)` returns one Sample per prompt; it runs in a thread."""
+
+    def __init__(self, sample_batch: Callable[[list[list[int]], list[Any], list[int]], list["Sample"]],
+                 window_s: float = 0.05, lock: asyncio.Lock | None = None) -> None:
+        """`lock`: held while sampling, when the model has other users on the same event loop."""
+        self.sample_batch = sample_batch
+        self.window_s = window_s
+        self.lock = lock
+        self._pending: list[tuple[list[int], Any, int, asyncio.Future]] = []
+        self._flush: asyncio.Future | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def write(self, prompt_ids: Sequence[int], shape: "PlanShape | None", seed: int) -> "Sample":
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:   # a new event loop (one per execution round): nothing of the last one is live
+            self._loop, self._pending, self._flush = loop, [], None
+        future = loop.create_future()
+        self._pending.append((list(prompt_ids), shape, seed, future))
+        if self._flush is None or self._flush.done():
+            self._flush = asyncio.ensure_future(self._sample_pending())
+        return await future
+
+    async def _sample_pending(self) -> None:
+        # Calls made while a batch is being sampled wait for the next batch of this same loop.
+        while self._pending:
+            await asyncio.sleep(self.window_s)
+            batch, self._pending = self._pending, []
+            try:
+                async with self.lock or contextlib.nullcontext():
+                    samples = await asyncio.to_thread(self.sample_batch, [b[0] for b in batch],
+                                                      [b[1] for b in batch], [b[2] for b in batch])
+            except Exception as err:
+                for *_, future in batch:
+                    if not future.done():
+                        future.set_exception(err)
+                continue
+            for (*_, future), sample in zip(batch, samples):
+                if not future.done():
+                    future.set_result(sample)
+
+
+def generator_writer(generators: Any, temperature: float, max_tokens: int, top_p: float = 1.0) -> BatchedPlanWriter:
+    """Recursive calls sampled by a GeneratorPool (or anything with its `sample`), one completion each."""
+    def sample_batch(prompt_ids: list[list[int]], shapes: list[Any], seeds: list[int]) -> list["Sample"]:
+        groups = generators.sample(prompt_ids, 1, temperature, max_tokens, top_p, seed=seeds, shape=shapes)
+        return [group[0] for group in groups]
+    return BatchedPlanWriter(sample_batch)
