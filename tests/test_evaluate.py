@@ -350,6 +350,7 @@ def test_baselines_make_the_calls_their_shape_says_and_samples_are_labelled_simu
     planned = [r for r in conductor if r["verdict"] != "plan_error"]
     assert len(planned) >= len(conductor) // 2, [r["error"] for r in conductor]
     assert all(1 <= r["steps"] <= load_config(None).conductor.max_steps for r in planned)
+    assert all(r["calls"] == r["steps"] for r in planned), "without recursion a plan makes one call a step"
     # HumanEval answers are graded by running their tests: both verdicts occur, none is an error.
     code = [r for r in rows if r["benchmark"] == benchmarks[1]]
     assert {r["verdict"] for r in code} >= {"correct", "wrong"} and "error" not in {r["verdict"] for r in code}
@@ -575,23 +576,21 @@ def test_data_mix_picks_informative_questions_by_a_pilot_that_a_second_run_reuse
 # ---------------------------------------------------------------- the recursive Conductor at test time
 
 def test_a_depth_makes_every_plan_end_with_a_call_to_the_conductor_whose_calls_are_counted(ray_cluster, tmp_path):
-    """conductor:untrained@depth=0 is the plain Conductor; @depth=1 ends every plan with a recursive call,
-    sampled by the method's vLLM generator (empty plans allowed there), whose plan's worker calls count."""
+    """conductor:untrained@depth=1 ends every plan with a recursive call, sampled by the method's vLLM
+    generator (empty plans allowed there), whose plan's worker calls count in the records. (The
+    plain Conductor's records, calls equal to steps, are the shared run's conductor:untrained.)"""
     from conductor_rl.evaluation import RecordStore
     from jobs.evaluate import evaluate
 
     out = tmp_path / "out"
-    methods = ["conductor:untrained@depth=0", "conductor:untrained@depth=1"]
-    summary = evaluate(load_config(None, overrides(out, ["samples:math500"], methods, "evaluate.repeats=2",
+    method = "conductor:untrained@depth=1"
+    summary = evaluate(load_config(None, overrides(out, ["samples:math500"], [method], "evaluate.repeats=2",
                                                    "evaluate.limit=4")))
     assert summary["stopped"] == "finished", summary
     records = RecordStore(out).records()
-    by = {m: [r for r in records if r.method == m] for m in methods}
-    assert all(len(rs) == 4 * 2 for rs in by.values())
-    assert all(r.verdict != "error" and r.error is None for rs in by.values() for r in rs)
-    plain, deep = by["conductor:untrained@depth=0"], by["conductor:untrained@depth=1"]
-    assert all(r.calls == r.steps == len(r.workers) for r in plain)
-    # At depth 1 a call either kept the answer (as many calls as root steps) or planned again (more).
-    assert all(r.calls >= r.steps for r in deep)
-    assert any(r.calls > r.steps for r in deep), "no recursive call wrote a plan"
-    assert any(r.calls == r.steps for r in deep), "no recursive call kept the answer"
+    assert len(records) == 4 * 2 and {r.method for r in records} == {method}
+    assert all(r.verdict != "error" and r.error is None for r in records)
+    # A call either kept the answer (as many calls as root steps) or planned again (more).
+    assert all(r.calls >= r.steps == len(r.plan) for r in records)
+    assert any(r.calls > r.steps for r in records), "no recursive call wrote a plan"
+    assert any(r.calls == r.steps for r in records), "no recursive call kept the answer"

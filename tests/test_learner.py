@@ -141,32 +141,6 @@ def grouped_batch(groups=3, size=4, seed=1):
     return RolloutBatch(prompts, completions, old, adv)
 
 
-def test_shared_prompt_gives_the_gradient_of_whole_sequences(ray_cluster):
-    """Running a group's prompt once, its completions packed after it, is exact: the
-    same step as running every row's whole sequence (the path gradient checkpointing
-    takes), with micro-batches that split groups and 1-token completions. In float32:
-    under bf16 autocast (`auto` on a bf16 CPU) the two orders of arithmetic round apart."""
-    from actors.learner import LearnerGroup
-
-    def make(**overrides):
-        return LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=3, adam_eps=1e-3,
-                                                        precision="float32", **overrides), total_steps=10)
-
-    shared = make()
-    try:
-        whole = make(gradient_checkpointing=True)
-        try:
-            batch = grouped_batch()
-            a, b = shared.train_step(batch), whole.train_step(batch)
-            assert a.tokens == b.tokens == sum(len(c) for c in batch.completion_ids)
-            assert a.loss == pytest.approx(b.loss, abs=1e-5)
-            assert torch.allclose(flat_weights(shared), flat_weights(whole), atol=1e-6)
-        finally:
-            whole.shutdown()   # the module's other groups stay up; the session cluster has 8 CPUs
-    finally:
-        shared.shutdown()
-
-
 def whole_sequence_logprobs(batch):
     """Each completion token's log-prob under tiny-qwen2, one whole sequence at a time."""
     model, _ = load_causal_lm("tiny-qwen2", "float32")
@@ -177,6 +151,46 @@ def whole_sequence_logprobs(batch):
             logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1]
             out.append(torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(prompt):, None])[:, 0])
     return out
+
+
+def test_shared_prompt_and_a_partial_loss_mask_give_the_masked_loss_of_whole_sequences(ray_cluster):
+    """Running a group's prompt once, its completions packed after it, is exact: the same
+    loss and step as running every row's whole sequence (the path gradient checkpointing
+    takes), with micro-batches that split groups and 1-token completions. With a loss mask
+    that keeps a few tokens (and a row with none) the loss is the masked GRPO loss of each
+    whole sequence's own log-probs. In float32: under bf16 autocast (`auto` on a bf16 CPU)
+    the two orders of arithmetic round apart. (One test: each learner group costs seconds.)"""
+    from actors.learner import LearnerGroup
+    from conductor_rl.policy.grpo import grpo_loss
+
+    batch = grouped_batch(seed=5)
+    rng = random.Random(5)
+    masks = [[int(rng.random() < 0.3) for _ in c] for c in batch.completion_ids]
+    masks[0] = [0] * len(masks[0])   # a row wholly out of the loss
+    batch = replace(batch, loss_masks=masks)
+    expected = 0.0
+    normalizer = sum(map(sum, masks))
+    for i, logp in enumerate(whole_sequence_logprobs(batch)):
+        expected += float(grpo_loss(logp[None], torch.tensor([batch.old_logprobs[i]]), torch.tensor([batch.advantages[i]]),
+                                    torch.tensor([masks[i]], dtype=torch.float32), normalizer=normalizer)[0])
+
+    def make(**overrides):
+        return LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=3, adam_eps=1e-3,
+                                                        precision="float32", old_logprobs="sampler", **overrides),
+                            total_steps=10)
+
+    shared = make()
+    try:
+        whole = make(gradient_checkpointing=True)
+        try:
+            a, b = shared.train_step(batch), whole.train_step(batch)
+            assert a.tokens == b.tokens == normalizer
+            assert a.loss == pytest.approx(expected, abs=1e-5) and b.loss == pytest.approx(expected, abs=1e-5)
+            assert torch.allclose(flat_weights(shared), flat_weights(whole), atol=1e-6)
+        finally:
+            whole.shutdown()   # the module's other groups stay up; the session cluster has 8 CPUs
+    finally:
+        shared.shutdown()
 
 
 def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(ray_cluster):
@@ -201,35 +215,6 @@ def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(ray
         finally:
             for group in made:
                 group.shutdown()
-
-
-def test_a_partial_loss_mask_gives_the_masked_loss_of_whole_sequences(ray_cluster):
-    """With a loss mask that keeps a few tokens (and a row with none), the learner's loss
-    is the masked GRPO loss of each whole sequence's own log-probs, on both the
-    shared-prompt path and the whole-sequence one (gradient checkpointing)."""
-    from actors.learner import LearnerGroup
-    from conductor_rl.policy.grpo import grpo_loss
-
-    batch = grouped_batch(seed=5)
-    rng = random.Random(5)
-    masks = [[int(rng.random() < 0.3) for _ in c] for c in batch.completion_ids]
-    masks[0] = [0] * len(masks[0])   # a row wholly out of the loss
-    batch = replace(batch, loss_masks=masks)
-    expected = 0.0
-    normalizer = sum(map(sum, masks))
-    for i, logp in enumerate(whole_sequence_logprobs(batch)):
-        expected += float(grpo_loss(logp[None], torch.tensor([batch.old_logprobs[i]]), torch.tensor([batch.advantages[i]]),
-                                    torch.tensor([masks[i]], dtype=torch.float32), normalizer=normalizer)[0])
-    for checkpointing in (False, True):
-        group = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=3, precision="float32",
-                                                         gradient_checkpointing=checkpointing, old_logprobs="sampler"),
-                             total_steps=10)
-        try:
-            stats = group.train_step(batch)
-            assert stats.tokens == normalizer
-            assert stats.loss == pytest.approx(expected, abs=1e-5)
-        finally:
-            group.shutdown()
 
 
 def test_checkpoint_is_a_plain_hf_folder_and_restores_the_optimizer(groups, tmp_path):
