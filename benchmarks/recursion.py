@@ -18,7 +18,9 @@ Conductor spends calls on declared skills, not real models.
     .venv/bin/python benchmarks/recursion.py --checkpoint runs/local --depths 0 1 2 3
     .venv/bin/python benchmarks/recursion.py --iterations 6 --limit 20 learner.lr=5e-5
 
-Sized to run in under 10 minutes on 2 CPU cores (one Ray cluster per job, few questions).
+Sized to run in under 10 minutes on 2 CPU cores: the fine-tuning is short, because each
+recursive call is a learner row with a prompt of its own (the calling plan and its answer
+are in it), which makes a recursive iteration's learner step several times the plain one's.
 JSON on the last line, progress on stderr.
 """
 
@@ -114,11 +116,11 @@ def main() -> int:
     parser.add_argument("--checkpoint", help="evaluate this run, checkpoint or model folder instead of fine-tuning "
                         "(conductor:untrained: the base model)")
     parser.add_argument("--depths", type=int, nargs="+", default=[0, 1, 2, 3])
-    parser.add_argument("--iterations", type=int, default=4, help="fine-tuning iterations")
-    parser.add_argument("--questions", type=int, default=8, help="train.questions_per_iteration")
+    parser.add_argument("--iterations", type=int, default=3, help="fine-tuning iterations")
+    parser.add_argument("--questions", type=int, default=6, help="train.questions_per_iteration")
     parser.add_argument("--rollouts", type=int, default=6, help="train.rollouts_per_question")
     parser.add_argument("--limit", type=int, default=12, help="evaluate.limit: questions per benchmark")
-    parser.add_argument("--repeats", type=int, default=1, help="evaluate.repeats")
+    parser.add_argument("--repeats", type=int, default=2, help="evaluate.repeats")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-recursion"))
     parser.add_argument("--json", action="store_true")
