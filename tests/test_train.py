@@ -720,7 +720,7 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
 
         execute = jt.execute_rollouts
 
-        async def execute_with_a_crash(rollouts, workers, limits, key=""):
+        async def execute_with_a_crash(rollouts, workers, limits, key="", **options):
             async def crash_while_calls_are_in_flight() -> None:
                 await asyncio.sleep(0.05)   # simulated calls take 0.1-0.2 s
                 for replica in replicas:
@@ -728,7 +728,7 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
                 killed["workers"] += 1
 
             crash = asyncio.ensure_future(crash_while_calls_are_in_flight()) if not killed["workers"] else None
-            await execute(rollouts, workers, limits, key=key)
+            await execute(rollouts, workers, limits, key=key, **options)
             if crash is not None:
                 await crash
 
