@@ -5,7 +5,9 @@ weights when the trainer demands fresh ones."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, Literal, Sequence
 
 import ray
 import torch
@@ -72,7 +74,13 @@ class GeneratorActor:
 
 class GeneratorPool:
     """Several GeneratorActors used as one: prompts are split across engines,
-    new weights go to every engine (one object ref, fetched once per node)."""
+    new weights go to every engine (one object ref, fetched once per node).
+
+    Safe to share between threads (asynchronous training samples in one while
+    the learner syncs weights in another): a weight update holds `paused()`,
+    and no sampling is submitted meanwhile. Sampling already on an engine
+    finishes first (an actor runs one call at a time), with the old weights:
+    no request is dropped, and each sample records its weights version."""
 
     def __init__(self, model: str, config: Any, seed: int = 0, resources: dict[str, float] | None = None,
                  weights_version: int = 0, weight_transfer: str | None = None) -> None:
@@ -81,6 +89,7 @@ class GeneratorPool:
         per_engine = resources or ({"num_gpus": config.tensor_parallel_size} if torch.cuda.is_available() else {"num_cpus": 1})
         self.require_fresh = config.require_fresh_weights
         self.version = weights_version
+        self._updating = threading.Lock()
         self.actors = [
             GeneratorActor.options(**per_engine).remote(model, config.backend, seed + i, config.max_model_len,
                                                         config.tensor_parallel_size, weights_version, config.dtype,
@@ -95,19 +104,26 @@ class GeneratorPool:
         `seed`: one (each engine derives its prompts' seeds from it), or one per prompt."""
         shares = [list(range(i, len(prompts), len(self.actors))) for i in range(len(self.actors))]
         shapes = shape_per_prompt(shape, len(prompts))
-        min_version = self.version if self.require_fresh else None
         def engine_seed(i: int, share: list[int]) -> int | list[int] | None:
             if seed is None or isinstance(seed, int):
                 return None if seed is None else seed + i
             return [seed[j] for j in share]
-        refs = [actor.sample.remote([prompts[j] for j in share], n, temperature, max_tokens, top_p,
-                                    engine_seed(i, share), min_version, [shapes[j] for j in share])
-                for i, (actor, share) in enumerate(zip(self.actors, shares)) if share]
+        with self._updating:
+            min_version = self.version if self.require_fresh else None
+            refs = [actor.sample.remote([prompts[j] for j in share], n, temperature, max_tokens, top_p,
+                                        engine_seed(i, share), min_version, [shapes[j] for j in share])
+                    for i, (actor, share) in enumerate(zip(self.actors, shares)) if share]
         results: list[list[Sample]] = [[] for _ in prompts]
         for share, groups in zip([s for s in shares if s], ray.get(refs)):
             for j, group in zip(share, groups):
                 results[j] = group
         return results
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No sampling is submitted while this is held (WeightSync holds it for a whole update)."""
+        with self._updating:
+            yield
 
     def load_weights(self, named_tensors: Any, version: int) -> None:
         """`named_tensors`: a list or an object ref to one (e.g. LearnerGroup.named_weights())."""

@@ -31,7 +31,14 @@ GAUGES = {
     "time_grade_s": "Seconds grading",
     "time_learn_s": "Seconds in the learner step",
     "time_sync_s": "Seconds syncing weights to the generators",
-    "time_iteration_s": "Seconds for the whole iteration",
+    "time_iteration_s": "Seconds for the whole iteration (asynchronous: between learner steps)",
+    "time_wait_learner_s": "Asynchronous: seconds the learner waited for the iteration's rollouts",
+    "time_wait_generate_s": "Asynchronous: seconds collecting the iteration waited on train.max_staleness",
+    "overlap": "Asynchronous: share of the iteration's phase time hidden by running phases together",
+    "staleness_max": "Most weights versions between a learned rollout's sampler and the learner",
+    "staleness_mean": "Mean weights versions between the learned rollouts' sampler and the learner",
+    "stale_dropped": "Rollouts left out as older than train.max_staleness (0 unless something is wrong)",
+    "behaviour_weight_mean": "Mean decoupled-PPO weight over stale rollouts' tokens (1: none stale)",
 }
 
 

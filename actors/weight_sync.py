@@ -84,9 +84,11 @@ class WeightSync:
                              f"got {transport!r}")
 
     def push(self, version: int) -> None:
-        """Every engine holds the learner's current weights as `version` when this returns."""
-        if self.transport == "object_store":
-            self.generators.load_weights(self.learners.named_weights(), version)
-        else:
-            ray.get([a.send_weights.remote() for a in self.learners.actors])
-            self.generators.weights_loaded(version)
+        """Every engine holds the learner's current weights as `version` when this returns. No
+        sampling starts meanwhile: sampling in flight finishes on the old weights, then the update runs."""
+        with self.generators.paused():
+            if self.transport == "object_store":
+                self.generators.load_weights(self.learners.named_weights(), version)
+            else:
+                ray.get([a.send_weights.remote() for a in self.learners.actors])
+                self.generators.weights_loaded(version)

@@ -40,6 +40,17 @@ By default the first iteration is the measured one (`--warmup N` runs and
 reports N before it); the report gives each phase's time (`phases_s`) and the
 system's start (`system_start_s`).
 
+Then synchronous against asynchronous training (train.max_staleness, jobs/pipeline.py)
+on the same system: `--iterations N` synchronous iterations (the measured one is
+the first), then N with max_staleness=1. Figures: `sync_iteration_s` (mean
+iteration), `async_iteration_s` (mean time between learner steps once the
+pipeline is full: its first iteration, which nothing overlaps, is left out),
+`async_speedup` = sync / async (goal >= 1.3), and `async_vs_bound` = async / the
+ideal bound max(phase) over the synchronous pass's mean phase times (goal <= 1.15).
+The pipeline overlaps collection (generate, execute, grade, in that order) with
+learning (learn, sync), so its own bound, `pipeline_bound_s` =
+max(generate + execute + grade, learn + sync), is given too.
+
     python benchmarks/iteration.py [--json] [--latency-scale S] [--questions B] [--rollouts G]
                                    [--max-steps K] [--target-steps T] [--worker-concurrency C] [--warmup N]
 
@@ -67,6 +78,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 GOAL_RATIO = 1.10
+GOAL_ASYNC_SPEEDUP = 1.3
+GOAL_ASYNC_VS_BOUND = 1.15
 
 # (name, mean latency in s at --latency-scale 1, accuracy per domain, gain from context, output tokens)
 WORKERS = [
@@ -342,7 +355,8 @@ def measure_iteration(loop: Any, iteration: int, ray: Any) -> dict:
     finally:
         loop.observer = None
         loop.system.workers = pools
-    return analyse(record, rollouts, recorder.rounds, calls, {k: v[1] for k, v in in_flight.items()}, wall)
+    return {**analyse(record, rollouts, recorder.rounds, calls, {k: v[1] for k, v in in_flight.items()}, wall),
+            "record": record}
 
 
 def analyse(record: dict, rollouts: Sequence[Any], rounds: Sequence[dict], calls: Sequence[tuple[float, float, float]],
@@ -418,6 +432,66 @@ def analyse(record: dict, rollouts: Sequence[Any], rounds: Sequence[dict], calls
     }
 
 
+# --------------------------------------------------------------------------- synchronous vs asynchronous
+
+
+def compare_async(loop: Any, ray: Any, first: int, iterations: int, measured: dict) -> dict:
+    """`iterations` synchronous iterations (`measured`, iteration `first`, is the first of them),
+    then as many with train.max_staleness=1, on the same system; their paces and the bounds."""
+    from jobs.train import learned_iterations, train_iteration
+
+    sync_records = [measured["record"]]
+    for i in range(first + 1, first + iterations):
+        record, _ = train_iteration(loop, i)
+        sync_records.append(record)
+        print(f"synchronous iteration {i}: {record['time_iteration_s']:.1f}s", file=sys.stderr, flush=True)
+    sync_config = loop.config
+    train = sync_config.train.model_copy(update={"max_staleness": 1})
+    loop.config = sync_config.model_copy(update={"train": train})
+    async_records = []
+    try:
+        start = first + iterations
+        for record, _ in learned_iterations(loop, start, start + iterations):
+            async_records.append(record)
+            print(f"asynchronous iteration {record['iteration']}: {record['time_iteration_s']:.1f}s between learner "
+                  f"steps (learner waited {record['time_wait_learner_s']:.1f}s, overlap {record['overlap']:.2f})",
+                  file=sys.stderr, flush=True)
+    finally:
+        loop.config = sync_config
+    names = ("generate", "execute", "grade", "learn", "sync")
+    means = {n: statistics.fmean(r.get(f"time_{n}_s", 0.0) for r in sync_records) for n in names}
+    sync_s = statistics.fmean(r["time_iteration_s"] for r in sync_records)
+    steady = async_records[1:] or async_records
+    async_s = statistics.fmean(r["time_iteration_s"] for r in steady)
+    bound = max(means.values())
+    pipeline_bound = max(means["generate"] + means["execute"] + means["grade"], means["learn"] + means["sync"])
+    staleness: dict[str, int] = {}
+    for r in async_records:
+        for k, n in r["staleness"].items():
+            staleness[k] = staleness.get(k, 0) + n
+    return {
+        "iterations_each": iterations,
+        "sync_iteration_s": round(sync_s, 3),
+        "async_iteration_s": round(async_s, 3),
+        "async_first_iteration_s": round(async_records[0]["time_iteration_s"], 3),
+        "async_speedup": round(sync_s / async_s, 4),
+        "async_vs_bound": round(async_s / bound, 4),
+        "bound_max_phase_s": round(bound, 3),
+        "pipeline_bound_s": round(pipeline_bound, 3),
+        "async_vs_pipeline_bound": round(async_s / pipeline_bound, 4),
+        "sync_phase_means_s": {n: round(v, 3) for n, v in means.items()},
+        "async_phase_means_s": {n: round(statistics.fmean(r.get(f"time_{n}_s", 0.0) for r in steady), 3)
+                                for n in names},
+        "async_wait_learner_s": round(statistics.fmean(r["time_wait_learner_s"] for r in steady), 3),
+        "async_wait_generate_s": round(statistics.fmean(r["time_wait_generate_s"] for r in steady), 3),
+        "async_overlap": round(statistics.fmean(r["overlap"] for r in steady), 4),
+        "async_staleness": staleness,
+        "goal_async_speedup": GOAL_ASYNC_SPEEDUP,
+        "goal_async_vs_bound": GOAL_ASYNC_VS_BOUND,
+        "async_goals_met": sync_s / async_s >= GOAL_ASYNC_SPEEDUP and async_s / bound <= GOAL_ASYNC_VS_BOUND,
+    }
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -447,13 +521,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker-concurrency", type=int, default=1024, help="calls in flight per WorkerActor")
     parser.add_argument("--replicas", type=int, default=1, help="WorkerActors per worker")
     parser.add_argument("--warmup", type=int, default=0, help="iterations run (and reported) before the measured one")
+    parser.add_argument("--iterations", type=int, default=3,
+                        help="iterations of each of synchronous and asynchronous training (0: neither)")
     parser.add_argument("--model", default="tiny-qwen2", help="the Conductor (default: the random tiny-qwen2)")
     parser.add_argument("--backend", default="vllm", choices=["vllm", "transformers"], help="generator backend")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a further configuration override")
     args = parser.parse_args(argv)
-    if args.latency_scale <= 0 or args.questions < 1 or args.rollouts < 2 or args.warmup < 0:
-        parser.error("--latency-scale must be > 0, --questions >= 1, --rollouts >= 2, --warmup >= 0")
+    if args.latency_scale <= 0 or args.questions < 1 or args.rollouts < 2 or args.warmup < 0 or args.iterations == 1:
+        parser.error("--latency-scale must be > 0, --questions >= 1, --rollouts >= 2, --warmup >= 0, "
+                     "--iterations 0 or >= 2")
 
     begun = time.perf_counter()
     config = build_config(args)
@@ -462,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
           f"concurrency {args.worker_concurrency} ...", file=sys.stderr, flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="conductor-bench-iteration-"))
     try:
-        ray, loop, adjusted = build_loop(config, args.warmup + 1,
+        ray, loop, adjusted = build_loop(config, args.warmup + max(1, 2 * args.iterations),
                                          target_steps=args.target_steps, workdir=workdir)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -476,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
             print(report_line(f"warm-up iteration {i}", row), file=sys.stderr, flush=True)
         row = measure_iteration(loop, args.warmup, ray)
         print(report_line(f"measured iteration {args.warmup}", row), file=sys.stderr, flush=True)
+        pacing = compare_async(loop, ray, args.warmup, args.iterations, row) if args.iterations else {}
     finally:
         loop.system.shutdown()
         ray.shutdown()
@@ -494,7 +572,8 @@ def main(argv: list[str] | None = None) -> int:
         "worker_concurrency": args.worker_concurrency,
         "replicas": args.replicas,
         **adjusted,
-        **row,
+        **{k: v for k, v in row.items() if k != "record"},
+        **pacing,
         "goal_ratio": GOAL_RATIO,
         "ratio_goal_met": row["ratio"] is not None and row["ratio"] <= GOAL_RATIO,
         "warmup": [{k: w[k] for k in ("execute_s", "critical_path_s", "ratio", "phases_s", "iteration_s",
@@ -505,6 +584,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"execute {figures['execute_s']:.2f}s / critical path {figures['critical_path_s']:.2f}s = ratio "
           f"{figures['ratio']} (goal <= {GOAL_RATIO}: {'met' if figures['ratio_goal_met'] else 'NOT met'}); "
           f"{figures['seconds']} s in all")
+    if pacing:
+        print(f"synchronous {pacing['sync_iteration_s']:.1f}s / asynchronous {pacing['async_iteration_s']:.1f}s per "
+              f"iteration = speedup {pacing['async_speedup']} (goal >= {GOAL_ASYNC_SPEEDUP}); asynchronous / max(phase) "
+              f"{pacing['bound_max_phase_s']:.1f}s = {pacing['async_vs_bound']} (goal <= {GOAL_ASYNC_VS_BOUND})")
     if args.json:
         print(json.dumps(figures))
     return 0

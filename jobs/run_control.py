@@ -57,6 +57,11 @@ class StopSignal:
     def requested(self) -> bool:
         return self.reason is not None
 
+    def request(self, reason: str) -> None:
+        """Ask for a stop from within the run (the first reason stands)."""
+        if self.reason is None:
+            self.reason = reason
+
     @contextmanager
     def installed(self) -> Iterator["StopSignal"]:
         def handle(signum: int, _frame: Any) -> None:

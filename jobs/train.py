@@ -25,7 +25,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from contextlib import closing
+from typing import Any, Iterator, Sequence
 
 from conductor_rl.config import Config, ConfigError
 from conductor_rl.data import Question, load_available, load_dataset
@@ -35,19 +36,21 @@ from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
 from conductor_rl.plan.roster import Roster, draw_roster
 from conductor_rl.policy.batch import rollout_batch
 from conductor_rl.policy.generate import sample_seed
+from conductor_rl.policy.staleness import staleness_histogram, within_bound
 from conductor_rl.rollout.recursion import Recursion, forced_groups, generator_writer
 from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, grade_request, needs_execution,
                                            parse_rollout, ready_to_grade, unfinished)
 from conductor_rl.rollout.workflow import StepLimits
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints
 from conductor_rl.run.placement import ClusterTooSmallError
-from conductor_rl.run.infra_guard import InfraErrorGuard, InfraErrorRateExceeded
+from conductor_rl.run.infra_guard import InfraCounts, InfraErrorGuard, InfraErrorRateExceeded
 from conductor_rl.run.log import RunDirError
 from conductor_rl.run.metrics import best_workers, iteration_metrics
 from conductor_rl.workers.preflight import PreflightFailed
 from conductor_rl.workers.providers import MissingApiKeyError
 from jobs.check import preflight
 from jobs.common import add_config_arguments, config_from_args, log
+from jobs.pipeline import RolloutPipeline
 from jobs.run_control import (Phases, PhaseObserver, StopRun, StopSignal, check_budget, needs_final_checkpoint,
                               open_run, progress_bar, run_summary)
 
@@ -68,18 +71,43 @@ class Loop:
     guard: InfraErrorGuard = field(default_factory=lambda: InfraErrorGuard(None))
     observer: PhaseObserver | None = None   # hears each phase as it ends (benchmarks/iteration.py)
     recursion: Recursion | None = None      # how plans call the Conductor again (conductor.max_depth >= 1)
+    cursor: int = 0                         # the stream's position after the last learned iteration's draw
+    drawn: dict[int, list[str]] = field(default_factory=dict)     # question ids of iterations not yet learned
+    in_flight: dict[int, list[str]] = field(default_factory=dict)  # what a resumed checkpoint had drawn ahead
+
+
+@dataclass
+class Collected:
+    """An iteration's graded rollouts, not yet learned from (steps 1-5)."""
+
+    iteration: int
+    prompt_ids: list[list[int]]
+    rollouts: list[Rollout]
+    phases: Phases
+    counts: InfraCounts     # its worker steps, for the infrastructure-error guard
+    cursor: int             # the question stream's position after its draw
+    started: float          # time.perf_counter() when its collection began
 
 
 def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
-    """One GRPO iteration; returns its record and its rollouts. A stop before the
-    learner step abandons it (StopRun): the stream goes back to its questions."""
+    """One synchronous GRPO iteration; returns its record and its rollouts. A stop before
+    the learner step abandons it (StopRun): the stream goes back to its questions."""
+    return learn_from(loop, collect_rollouts(loop, iteration))
+
+
+def collect_rollouts(loop: Loop, iteration: int) -> Collected:
+    """Steps 1-5 of an iteration, with the weights the generators hold now."""
+    import ray
+
     c, system = loop.config, loop.system
     phases = Phases(iteration, loop.observer)
     started = time.perf_counter()
     cursor = loop.stream.cursor
+    ray.get(system.ledger.start_iteration.remote(iteration))   # its worker calls are charged to it
     try:
         # 1. draw B questions, and the workers each one's prompt lists (all, or a drawn subset)
         questions = loop.stream.take(c.train.questions_per_iteration)
+        note_draw(loop, iteration, questions)
         rosters = [question_roster(c, iteration, q) for q in questions]
         sizes = [None if r is None else len(r) for r in rosters]
         prompt_ids = [loop.prompts.ids(q.question, k) for q, k in zip(questions, sizes)]
@@ -97,22 +125,34 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
         rollouts = [
             parse_rollout(Rollout(q.to_task(), c.conductor.response_prefix + s.text, group=g, sample=i,
                                   completion_ids=s.token_ids, logprobs=s.logprobs, roster=roster,
-                                  forced=g in forced, discount=c.train.recursion.discount if g in forced else 0.0),
+                                  forced=g in forced, discount=c.train.recursion.discount if g in forced else 0.0,
+                                  weights_version=s.weights_version),
                           len(c.workers), c.conductor.max_steps)
             for g, (q, roster, samples) in enumerate(zip(questions, rosters, groups)) for i, s in enumerate(samples)
         ]
 
         # 4-5. execute every plan on the worker pool, grade the final answers
-        execute_and_grade(loop, rollouts, iteration, phases)
+        counts = InfraCounts()
+        execute_and_grade(loop, rollouts, iteration, phases, counts)
     except StopRun:
         loop.stream.cursor = cursor   # this iteration is abandoned and will be redone on resume
         raise
+    return Collected(iteration, prompt_ids, rollouts, phases, counts, loop.stream.cursor, started)
 
-    # 6. group-relative advantages over the rollouts that have a reward
+
+def learn_from(loop: Loop, collected: Collected) -> tuple[dict, list[Rollout]]:
+    """Steps 6-9 of an iteration: the learner's step on what `collect_rollouts` gathered."""
+    c, system = loop.config, loop.system
+    phases, rollouts = collected.phases, collected.rollouts
+
+    # 6. group-relative advantages over the rollouts young enough to learn from (all, when synchronous)
+    fresh, too_old = within_bound(rollouts, loop.version, c.train.max_staleness)
+    staleness = staleness_histogram(fresh, loop.version)
     batch, informative = rollout_batch(
-        rollouts, prompt_ids, drop_uninformative=c.train.drop_uninformative_groups,
+        fresh, collected.prompt_ids, drop_uninformative=c.train.drop_uninformative_groups,
         format_tokenizer=loop.prompts.tokenizer if loop.prompts.shape is not None else None,
-        response_prefix=c.conductor.response_prefix, subtask_text_in_loss=c.train.subtask_text_in_loss)
+        response_prefix=c.conductor.response_prefix, subtask_text_in_loss=c.train.subtask_text_in_loss,
+        learner_version=loop.version)
 
     # 7. learn: one GRPO step  8. sync: the new weights to every generator engine
     learned: dict[str, float] = {}
@@ -123,19 +163,64 @@ def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
             loop.version += 1
             system.weight_sync.push(loop.version)
         learned = {"loss": stats.loss, "grad_norm": stats.grad_norm, "clip_fraction": stats.clip_fraction,
-                   "ratio_mean": stats.ratio_mean, "kl": stats.kl, "lr": stats.lr, "learner_tokens": stats.tokens}
+                   "ratio_mean": stats.ratio_mean, "kl": stats.kl, "lr": stats.lr, "learner_tokens": stats.tokens,
+                   "behaviour_weight_mean": stats.behaviour_weight_mean}
+    loop.cursor = collected.cursor
+    loop.drawn.pop(collected.iteration, None)
 
     # 9. log: the iteration's record
     parsed = [r for r in rollouts if r.plan is not None]
-    worker_calls = loop.guard.end_iteration(len(parsed), sum(r.reward is None for r in parsed))
-    record = {"iteration": iteration,
+    worker_calls = loop.guard.end_iteration(len(parsed), sum(r.reward is None for r in parsed), collected.counts)
+    ages = [int(k) for k, n in staleness.items() for _ in range(n)]
+    record = {"iteration": collected.iteration,
               **iteration_metrics(rollouts, [w.name for w in c.workers], loop.best),
               "worker_calls": worker_calls,
-              "groups": len(questions), "informative_groups": informative, **learned,
+              "groups": len(collected.prompt_ids), "informative_groups": informative, **learned,
               "weights_version": loop.version,
+              "staleness": staleness, "staleness_max": max(ages, default=0),
+              "staleness_mean": sum(ages) / len(ages) if ages else 0.0, "stale_dropped": len(too_old),
               **{f"time_{k}_s": v for k, v in phases.seconds.items()},
-              "time_iteration_s": time.perf_counter() - started}
+              "time_iteration_s": time.perf_counter() - collected.started}
     return record, rollouts
+
+
+def note_draw(loop: Loop, iteration: int, questions: Sequence[Question]) -> None:
+    """Remember what the iteration drew (a checkpoint lists what was drawn ahead of the learner);
+    a resumed run must draw what its checkpoint says was in flight."""
+    ids = [q.id for q in questions]
+    loop.drawn[iteration] = ids
+    expected = loop.in_flight.pop(iteration, None)
+    if expected is not None and expected != ids:
+        log(f"warning: iteration {iteration} drew other questions than the checkpoint recorded in flight "
+            f"({len(set(ids) - set(expected))} differ): did data.questions or data.limit change since?")
+
+
+def learned_iterations(loop: Loop, start: int, end: int) -> Iterator[tuple[dict, list[Rollout]]]:
+    """Each iteration's record and rollouts once the learner has stepped on it, in order: one after
+    another (train.max_staleness 0), or with the next iterations collected meanwhile (jobs/pipeline.py).
+    Raises StopRun when a stop is asked for or the budget is spent."""
+    k = loop.config.train.max_staleness
+    if k == 0:
+        for iteration in range(start, end):
+            loop.stop.check()
+            yield train_iteration(loop, iteration)
+        return
+    with RolloutPipeline(lambda j: collect_rollouts(loop, j), start, end, k,
+                         halt=lambda: loop.stop.request("pipeline closed")) as pipeline:
+        previous = time.perf_counter()
+        for iteration in range(start, end):
+            loop.stop.check()
+            collected, waited = pipeline.next(iteration)
+            record, rollouts = learn_from(loop, collected)
+            pipeline.learned(iteration)
+            # The pace the user sees is the time between learner steps; the phases overlap within it.
+            now = time.perf_counter()
+            work = sum(v for key, v in collected.phases.seconds.items())
+            record.update(time_iteration_s=now - previous, time_wait_learner_s=waited,
+                          time_wait_generate_s=pipeline.bound_wait_s.get(iteration, 0.0),
+                          overlap=max(0.0, 1.0 - (now - previous) / work) if work > 0 else 0.0)
+            previous = now
+            yield record, rollouts
 
 
 def question_roster(config: Config, iteration: int, question: Question) -> Roster | None:
@@ -163,10 +248,12 @@ def training_recursion(config: Config, generators: Any, prompts: ConductorPrompt
     return Recursion(writer, prompts, c.max_depth, c.max_steps, seed=config.train.seed)
 
 
-def execute_and_grade(loop: Loop, rollouts: list[Rollout], iteration: int, phases: Phases) -> None:
+def execute_and_grade(loop: Loop, rollouts: list[Rollout], iteration: int, phases: Phases,
+                      counts: InfraCounts) -> None:
     """Run the parsed plans and grade their answers, in rounds: a round retries
     what an infrastructure error left without a reward, up to `train.rollout_attempts`;
-    what is still without one is dropped. The budget is checked after each round."""
+    what is still without one is dropped. The budget is checked after each round;
+    `counts` counts every attempt's worker steps."""
     c, system = loop.config, loop.system
     limits = [StepLimits.for_worker(w, c) for w in c.workers]
     for _ in range(c.train.rollout_attempts):
@@ -178,7 +265,7 @@ def execute_and_grade(loop: Loop, rollouts: list[Rollout], iteration: int, phase
         with phases.timed("execute", to_run):
             asyncio.run(execute_rollouts(to_run, system.workers, limits, key=f"{c.train.seed}/{iteration}",
                                          recursion=loop.recursion))
-        loop.guard.observe(r.workflow for r in to_run)   # before a re-run replaces a failed attempt
+        counts.observe(r.workflow for r in to_run)   # before a re-run replaces a failed attempt
         check_budget(system)
         to_grade = ready_to_grade(todo)
         with phases.timed("grade", to_grade):
@@ -227,45 +314,42 @@ def train(config: Config, resume: bool = False) -> dict:
     guard = InfraErrorGuard(t.max_infra_error_rate, t.infra_error_window, t.infra_error_min_steps)
     guard.restore(state.get("infra_guard") if state else None)
     loop = Loop(config, system, stream, prompts, StopSignal(), version, best_workers(config.workers), guard=guard,
-                recursion=training_recursion(config, system.generators, prompts))
+                recursion=training_recursion(config, system.generators, prompts), cursor=stream.cursor,
+                in_flight={int(j): ids for j, ids in (state or {}).get("in_flight", {}).items()})
     how, done, saved = "finished", start - 1, start - 1   # last finished and last checkpointed iteration
     failure = None   # the message of a stop that is a failure (infra errors)
     try:
         if t.preflight:
             preflight(config, system.workers)
-        with loop.stop.installed(), progress_bar(t, start) as bar:
-            for iteration in range(start, t.iterations):
-                if loop.stop.requested:
-                    how = loop.stop.reason
-                    break
-                ray.get(system.ledger.start_iteration.remote(iteration))
-                try:
-                    record, rollouts = train_iteration(loop, iteration)
-                except StopRun as stop:
-                    how = str(stop)
-                    break
-                ledger = ray.get(system.ledger.summary.remote())
-                record["cost_usd"] = ledger["by_iteration"].get(str(iteration), {}).get("cost_usd", 0.0)
-                record["cost_total_usd"] = ledger["total"]["cost_usd"]
-                record["cost_unsettled_usd"] = ledger["unsettled"]["cost_usd"]   # included in the total
-                record["wall_time"] = time.time()
-                traces.write(iteration, [{**r.to_dict(), "iteration": iteration,
-                                          "weights_version": record["weights_version"]} for r in rollouts])
-                run_log.log(record)
-                dashboard.publish(record)
-                bar.update(record)
-                done = iteration
-                try:
-                    loop.guard.check()
-                except InfraErrorRateExceeded as err:
-                    log(f"stopping: {err}")
-                    how, failure = "infra_errors", str(err)
-                    save_checkpoint(checkpoints, loop, iteration, ledger)
-                    saved = iteration
-                    break
-                if (iteration + 1) % t.checkpoint_every == 0 or iteration == t.iterations - 1:
-                    save_checkpoint(checkpoints, loop, iteration, ledger)
-                    saved = iteration
+        with loop.stop.installed(), progress_bar(t, start) as bar, \
+                closing(learned_iterations(loop, start, t.iterations)) as learned:
+            try:
+                for record, rollouts in learned:
+                    iteration = record["iteration"]
+                    ledger = ray.get(system.ledger.summary.remote())
+                    record["cost_usd"] = ledger["by_iteration"].get(str(iteration), {}).get("cost_usd", 0.0)
+                    record["cost_total_usd"] = ledger["total"]["cost_usd"]
+                    record["cost_unsettled_usd"] = ledger["unsettled"]["cost_usd"]   # included in the total
+                    record["wall_time"] = time.time()
+                    traces.write(iteration, [{**r.to_dict(), "iteration": iteration,
+                                              "weights_version": record["weights_version"]} for r in rollouts])
+                    run_log.log(record)
+                    dashboard.publish(record)
+                    bar.update(record)
+                    done = iteration
+                    try:
+                        loop.guard.check()
+                    except InfraErrorRateExceeded as err:
+                        log(f"stopping: {err}")
+                        how, failure = "infra_errors", str(err)
+                        break
+                    if (iteration + 1) % t.checkpoint_every == 0 or iteration == t.iterations - 1:
+                        save_checkpoint(checkpoints, loop, iteration, ledger)
+                        saved = iteration
+            except StopRun as stop:
+                how = str(stop)
+        # Asynchronous training: the producer has stopped (closing() waited for it), so the ledger
+        # below holds every call of an abandoned iteration.
         ledger = ray.get(system.ledger.summary.remote())
         if needs_final_checkpoint(how, done, saved, ledger["total"]["cost_usd"]):
             save_checkpoint(checkpoints, loop, done, ledger)
@@ -300,9 +384,12 @@ def check_held_out(config: Config, questions: Sequence[Question]) -> None:
 
 
 def save_checkpoint(checkpoints: Checkpoints, loop: Loop, iteration: int, ledger: dict) -> Path:
-    state = {"iteration": iteration, "cursor": loop.stream.cursor, "weights_version": loop.version,
+    """`in_flight`: the questions iterations after `iteration` had drawn (asynchronous training); a
+    resume starts from `cursor` and draws them again."""
+    state = {"iteration": iteration, "cursor": loop.cursor, "weights_version": loop.version,
              "ledger": ledger, "config": loop.config.model_dump(mode="json"), "saved_at": time.time(),
-             "infra_guard": loop.guard.state()}
+             "infra_guard": loop.guard.state(),
+             "in_flight": {str(j): ids for j, ids in sorted(dict(loop.drawn).items()) if j > iteration}}
     return checkpoints.save(iteration, state, lambda folder: loop.system.learners.save(str(folder)))
 
 

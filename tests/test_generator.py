@@ -2,6 +2,8 @@
 samples with log-probabilities, takes new weights, and then agrees with
 transformers on log-probs and greedy text."""
 
+import contextlib
+
 import pytest
 import ray
 import torch
@@ -177,6 +179,9 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator):
 
         def weights_loaded(self, version):
             ray.get(vllm_generator.update_weight_version.remote(version))
+
+        def paused(self):
+            return contextlib.nullcontext()
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids

@@ -140,3 +140,20 @@ def test_the_reference_completion_logprobs_match_a_direct_softmax():
         for t in range(4):
             expected = torch.log(torch.softmax(logits[n, t], dim=-1)[ids[n, t + 1]])
             assert float(got[n, t]) == pytest.approx(float(expected), abs=1e-5)
+
+
+def test_behaviour_weights_correct_stale_rows_towards_the_learner_and_are_truncated():
+    """Decoupled PPO: a stale row's tokens weigh min(cap, π_prox / π_behav); a fresh row's weigh 1."""
+    from conductor_rl.policy.grpo import behaviour_weights
+
+    proximal = torch.log(torch.tensor([[0.5, 0.2], [0.5, 0.2]]))
+    behaviour = torch.log(torch.tensor([[0.25, 0.8], [0.01, 0.8]]))
+    weights = behaviour_weights(proximal, behaviour, torch.tensor([True, False]), cap=2.0)
+    assert torch.allclose(weights, torch.tensor([[2.0, 0.25], [1.0, 1.0]]))
+    capped = behaviour_weights(proximal, behaviour, torch.tensor([True, True]), cap=3.0)
+    assert torch.allclose(capped[1], torch.tensor([3.0, 0.25]))
+    # The weights scale each token's clipped term, and carry no gradient of their own.
+    logprobs = proximal.clone().requires_grad_(True)
+    loss, _ = grpo_loss(logprobs, proximal, torch.tensor([1.0, 1.0]), torch.ones(2, 2), behaviour_weights=weights)
+    loss.backward()
+    assert torch.allclose(logprobs.grad, -weights / 4)

@@ -212,6 +212,22 @@ def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(ray
             assert a.ratio_mean == pytest.approx(1.0, abs=1e-4) and b.ratio_mean == pytest.approx(0.5, abs=1e-4)
             same = torch.equal(flat_weights(made[0]), flat_weights(made[1]))
             assert same == (mode == "learner"), mode
+            if mode == "learner":
+                # Rows an older sampler drew (asynchronous training) are weighted by min(2, learner / sampler
+                # probability) from the sampler's log-probs: 1/2, capped 4 -> 2, or 1, row by row.
+                shifts = [(math.log(2.0), 0.5), (-math.log(4.0), 2.0), (0.0, 1.0)]
+                stale = replace(batch, staleness=[1] * len(true), old_logprobs=[
+                    [x + shifts[i % 3][0] for x in lp] for i, lp in enumerate(true)])
+                weighted = made[1]
+                made[1] = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=4,
+                                                                   zero_stage=1, precision="float32"), total_steps=10)
+                weighted.shutdown()
+                c = made[1].train_step(stale)
+                tokens = [len(lp) for lp in true]
+                expected = sum(n * shifts[i % 3][1] for i, n in enumerate(tokens)) / sum(tokens)
+                assert c.behaviour_weight_mean == pytest.approx(expected, abs=1e-4)
+                assert c.ratio_mean != pytest.approx(1.0, abs=1e-3)
+                assert not torch.equal(flat_weights(made[0]), flat_weights(made[1]))   # another direction
         finally:
             for group in made:
                 group.shutdown()

@@ -22,6 +22,7 @@ generator, learner and graders where only train()'s own bookkeeping is tested.
 
 from __future__ import annotations
 
+import contextlib
 import asyncio
 import json
 import os
@@ -444,6 +445,7 @@ class _FakeGenerators:
 
     def __init__(self, spread: int) -> None:
         self.spread = spread
+        self.version = 0   # stamped on each sample, as a GeneratorActor does
 
     def sample(self, prompts, n, *_args, seed=None, shape=None, **_kwargs):
         from conductor_rl.policy.sampling import Sample, shape_per_prompt
@@ -453,15 +455,18 @@ class _FakeGenerators:
 
         def recursive(call_seed: int) -> Sample:   # a recursive call: keep the answer on an even seed
             text = "]\nsubtasks = []\naccess_list = []\n" if call_seed % 2 == 0 else plan(0)
-            return Sample(text, (21, 22), (-2.0, -2.0), "stop")
+            return Sample(text, (21, 22), (-2.0, -2.0), "stop", self.version)
 
         shapes = shape_per_prompt(shape, len(prompts))
         return [[recursive(seed[j])] if shapes[j] is not None and shapes[j].allow_empty else
-                [Sample(plan(i % self.spread), (11, 12, 13), (-1.0, -1.0, -1.0), "stop") for i in range(n)]
+                [Sample(plan(i % self.spread), (11, 12, 13), (-1.0, -1.0, -1.0), "stop", self.version) for i in range(n)]
                 for j in range(len(prompts))]
 
-    def load_weights(self, *_args) -> None:
-        pass
+    def load_weights(self, _weights, version) -> None:
+        self.version = version
+
+    def paused(self):
+        return contextlib.nullcontext()
 
     def shutdown(self) -> None:
         pass
@@ -472,10 +477,12 @@ class _FakeLearners:
 
     def __init__(self) -> None:
         self.batches = []
+        self.seconds = 0.0   # how long a step takes (asynchronous runs overlap it with collection)
 
     def train_step(self, batch):
         from conductor_rl.policy.learner import StepStats
 
+        time.sleep(self.seconds)
         self.batches.append(batch)
 
         return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0.0, sum(map(len, batch.completion_ids)), 0.0)
@@ -509,11 +516,13 @@ def light_system(monkeypatch):
         graders = GraderPool(config.grader, num_cpus=0.5)
         graders.wait_ready()
         generators, learners = _FakeGenerators(build.spread), _FakeLearners()
+        learners.seconds = build.learners_seconds
         build.learners = learners
         return ts.TrainingSystem(generators, learners, WeightSync(learners, generators, "object_store"),
                                  workers.pools, graders, workers.ledger)
 
     build.spread = 1
+    build.learners_seconds = 0.0
     monkeypatch.setattr(ts, "build_system", build)
     return build
 
@@ -569,6 +578,117 @@ def test_recursive_training_forces_half_the_groups_discounts_the_kept_answers_an
         inner = [i for i, ids in enumerate(batch.completion_ids) if ids == [21, 22]]
         assert all(batch.old_logprobs[i] == [-2.0, -2.0] for i in inner)
         assert {batch.advantages[i] for i in inner} <= {batch.advantages[i] for i in roots}
+
+
+# ---------------------------------------------------------------- asynchronous training
+
+ASYNC = ["train.max_staleness=1", "train.report=false", "train.tensorboard=false", "train.checkpoint_every=1"]
+
+
+def drawn_questions(run_dir: Path) -> dict[int, list[str]]:
+    """{iteration: its groups' question ids, in group order}, from the traces."""
+    groups: dict[int, dict[int, str]] = {}
+    for row in read_traces(run_dir):
+        groups.setdefault(row["iteration"], {})[row["group"]] = row["question_id"]
+    return {i: [by_group[g] for g in sorted(by_group)] for i, by_group in sorted(groups.items())}
+
+
+def test_asynchronous_training_collects_ahead_within_the_bound_and_draws_what_a_synchronous_run_draws(
+        ray_cluster, tmp_path, light_system):
+    """train.max_staleness=1: the next iteration's plans are sampled while the learner steps (its
+    stand-in takes a second), so some rows reach the learner one version old and none older; the
+    records show the staleness and the waits, and every iteration draws the questions the
+    synchronous loop draws."""
+    from jobs.train import train, training_questions
+
+    light_system.learners_seconds, light_system.spread = 1.0, 3
+    out = tmp_path / "async"
+    config = make_config(out, "train.iterations=4", *ASYNC)
+    summary = train(config)
+    assert summary["stopped"] == "finished" and summary["iterations"] == 4, summary
+
+    batches = light_system.learners.batches
+    assert len(batches) >= 3, "too few informative iterations to see the pipeline"
+    ages = [a for b in batches for a in b.staleness]
+    assert max(ages) == 1, f"no rollout was collected during a learner step: {ages}"
+    metrics = records(out)
+    assert [m["iteration"] for m in metrics] == [0, 1, 2, 3]
+    assert set(metrics[0]["staleness"]) == {"0"}   # nothing to be stale against yet
+    for m in metrics:
+        assert m["stale_dropped"] == 0 and m["staleness_max"] <= 1
+        assert sum(m["staleness"].values()) > 0
+        assert m["time_wait_learner_s"] >= 0 and m["time_wait_generate_s"] >= 0 and 0 <= m["overlap"] < 1
+    assert any(m["overlap"] > 0 for m in metrics[1:])
+    # Traces record the version that sampled each plan: one behind the learner at most.
+    for row in read_traces(out):
+        m = metrics[row["iteration"]]
+        learned_at = m["weights_version"] - ("loss" in m)
+        assert 0 <= learned_at - row["sampled_weights_version"] <= 1
+
+    prompts = ConductorPrompt.from_config(config)
+    stream = QuestionStream(training_questions(config, prompts), seed=config.train.seed,
+                            balance_domains=config.train.balance_domains)
+    expected = {i: [q.id for q in stream.take(config.train.questions_per_iteration)] for i in range(4)}
+    assert drawn_questions(out) == expected
+
+
+def test_asynchronous_resume_after_a_crash_redraws_the_questions_in_flight(ray_cluster, tmp_path, light_system,
+                                                                           monkeypatch):
+    """The learner dies at iteration 2 while iteration 2 (and perhaps 3) has been drawn: the
+    checkpoint of iteration 1 lists them in flight, and the resumed run trains on exactly the
+    questions of an uninterrupted run, each iteration once."""
+    import jobs.train as train_job
+
+    light_system.learners_seconds = 0.5
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    assert train_job.train(make_config(straight, "train.iterations=4", *ASYNC))["stopped"] == "finished"
+    uninterrupted = drawn_questions(straight)
+
+    learn = train_job.learn_from
+
+    def dies_at_2(loop, collected):
+        if collected.iteration == 2:
+            raise RuntimeError("learner died")
+        return learn(loop, collected)
+
+    monkeypatch.setattr(train_job, "learn_from", dies_at_2)
+    with pytest.raises(RuntimeError, match="learner died"):
+        train_job.train(make_config(crashed, "train.iterations=4", *ASYNC))
+    _, state = latest_state(crashed)
+    assert state["iteration"] == 1
+    assert "2" in state["in_flight"] and state["in_flight"]["2"] == uninterrupted[2]
+    assert all(ids == uninterrupted[int(j)] for j, ids in state["in_flight"].items())
+
+    monkeypatch.setattr(train_job, "learn_from", learn)
+    assert train_job.train(make_config(crashed, "train.iterations=4", *ASYNC), resume=True)["stopped"] == "finished"
+    assert logged_iterations(crashed) == [0, 1, 2, 3]
+    assert drawn_questions(crashed) == uninterrupted
+
+
+def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
+    """Whatever produced them, rollouts sampled more versions ago than train.max_staleness never
+    reach the learner: only the fresh group of the three is in the batch, and the record counts the rest."""
+    from conductor_rl.rollout.rollouts import Rollout
+    from conductor_rl.rollout.workflow import Task
+    from conductor_rl.run.infra_guard import InfraCounts
+    from jobs.run_control import Phases, StopSignal
+    from jobs.train import Collected, Loop, learn_from
+
+    config = make_config(tmp_path, "train.max_staleness=1")
+    learners = _FakeLearners()
+    generators = _FakeGenerators(1)
+    system = type("System", (), {"learners": learners, "weight_sync": type("Sync", (), {
+        "push": staticmethod(lambda version: generators.load_weights(None, version))})()})()
+    prompts = ConductorPrompt.from_config(config)
+    loop = Loop(config, system, QuestionStream(sample_questions(4), seed=0), prompts, StopSignal(), version=5)
+    rollouts = [Rollout(Task(f"q{g}", "?", "math", "1", "numeric"), "x", group=g, sample=i, completion_ids=(1, 2),
+                        logprobs=(-1.0, -1.0), reward=[1.0, 0.5][i % 2], weights_version=version)
+                for g, version in enumerate((5, 4, 3)) for i in range(4)]
+    record, _ = learn_from(loop, Collected(7, [[9, 9]] * 3, rollouts, Phases(7), InfraCounts(), 0, time.perf_counter()))
+    [batch] = learners.batches
+    assert len(batch.completion_ids) == 8 and sorted(set(batch.staleness)) == [0, 1]
+    assert record["stale_dropped"] == 4 and record["staleness"] == {"0": 4, "1": 4}
+    assert loop.version == 6 and generators.version == 6
 
 
 # ---------------------------------------------------------------- budget

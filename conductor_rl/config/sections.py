@@ -132,6 +132,11 @@ class LearnerConfig(Strict):
         "optimizer step per batch, so the weights that sampled are the weights that learn). sampler: the ones "
         "the sampler reported, for samples drawn with older weights; vLLM's are of the distribution after its "
         "structured-output mask, so with conductor.constrain_format they are not the policy's.")
+    behaviour_weight_cap: float = Field(
+        2.0, ge=1.0, description="With old_logprobs=learner and train.max_staleness >= 1: a row sampled by older "
+        "weights than the learner's is weighted per token by min(cap, learner / sampler probability), the "
+        "truncated importance weight of decoupled PPO (conductor_rl/policy/grpo.py). Rows sampled by the "
+        "learner's own weights get 1.")
 
 
 class DataConfig(Strict):
@@ -197,6 +202,12 @@ class TrainConfig(Strict):
         "from (train.seed, iteration, question id), so a resumed run draws the same (conductor_rl/plan/roster.py). "
         "None: every worker, always.")
     recursion: RecursionConfig = Field(default_factory=RecursionConfig)
+    max_staleness: int = Field(
+        0, ge=0, le=8, description="0: the synchronous loop (the paper's setting): each iteration's plans are "
+        "sampled with the weights of the previous learner step. k >= 1: asynchronous: the generators sample and the "
+        "workers run the next k iterations' rollouts while the learner trains, so a rollout may be k weights "
+        "versions old when it is learned from (never older); learner.behaviour_weight_cap corrects for it "
+        "(jobs/pipeline.py, docs/architecture.md).")
     tensorboard: bool = True
 
     @field_validator("worker_subset", mode="before")

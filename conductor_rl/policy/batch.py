@@ -29,7 +29,8 @@ from conductor_rl.rollout.rollouts import Rollout
 
 def rollout_batch(rollouts: Sequence[Rollout], prompt_ids: Sequence[Sequence[int]], *,
                   drop_uninformative: bool = True, format_tokenizer: Any = None, response_prefix: str = "",
-                  subtask_text_in_loss: bool = True) -> tuple[RolloutBatch | None, int]:
+                  subtask_text_in_loss: bool = True,
+                  learner_version: int | None = None) -> tuple[RolloutBatch | None, int]:
     """The learner batch of `rollouts` and the number of informative groups.
 
     Sets each compared rollout's `advantage`: A_i = (r_i - mean) / std over its
@@ -38,6 +39,8 @@ def rollout_batch(rollouts: Sequence[Rollout], prompt_ids: Sequence[Sequence[int
     `format_tokenizer`: the Conductor's tokenizer when plans were sampled under the
     constrained format (`response_prefix` ends their prompt); the batch's loss masks
     then leave out the format's text, and the subtasks' text unless `subtask_text_in_loss`.
+    `learner_version`: the weights version the learner holds; the batch then carries each row's
+    staleness (that version minus the one that sampled the row), for the behaviour correction.
     """
     by_group: dict[int, list[Rollout]] = {}
     for r in rollouts:
@@ -56,15 +59,16 @@ def rollout_batch(rollouts: Sequence[Rollout], prompt_ids: Sequence[Sequence[int
         elif not drop_uninformative:
             kept.extend(members)
     # One row per completion: the rollout's plan, then each recursive call's, all with the rollout's advantage.
-    rows = [(list(prompt_ids[r.group]), list(r.completion_ids), list(r.logprobs), r.advantage)
+    rows = [(list(prompt_ids[r.group]), list(r.completion_ids), list(r.logprobs), r.advantage, r.weights_version)
             for r in kept if r.completion_ids]
-    rows += [(list(c.prompt_ids), list(c.completion_ids), list(c.logprobs), r.advantage)
+    rows += [(list(c.prompt_ids), list(c.completion_ids), list(c.logprobs), r.advantage, c.weights_version)
              for r in kept for c in r.inner_calls if c.completion_ids]
     if not informative or not rows:
         return None, informative
-    prompts, completions, logprobs, advantages = (list(column) for column in zip(*rows))
+    prompts, completions, logprobs, advantages, versions = (list(column) for column in zip(*rows))
+    staleness = None if learner_version is None else [max(0, learner_version - v) for v in versions]
     masks = None
     if format_tokenizer is not None:
         masks = [choice_mask(format_tokenizer, ids, response_prefix, subtasks=subtask_text_in_loss)
                  for ids in completions]
-    return RolloutBatch(prompts, completions, logprobs, advantages, loss_masks=masks), informative
+    return RolloutBatch(prompts, completions, logprobs, advantages, loss_masks=masks, staleness=staleness), informative

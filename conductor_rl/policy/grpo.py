@@ -18,6 +18,13 @@ Decisions where the paper is silent:
   "ε = 0.2"); `clip_high` can differ (DAPO's clip-higher).
 - β = 0 (no KL term, no reference model), as in the paper; with β > 0 the
   KL to the reference uses the k3 estimator exp(q - p) - (q - p) - 1.
+- Rollouts sampled by older weights (asynchronous training, train.max_staleness)
+  follow decoupled PPO: the clipped ratio is taken against the proximal policy
+  (the learner's weights before its step), and each token is weighted by the
+  behaviour correction π_prox / π_behav, truncated at a cap (as truncated
+  importance sampling does) so that one token the old weights found unlikely
+  cannot dominate the step. Rows sampled by the learner's own weights get
+  weight 1 exactly: their behaviour policy is the proximal one.
 """
 
 from __future__ import annotations
@@ -49,6 +56,14 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
     return GroupAdvantages(advantages.reshape(-1), informative.reshape(-1))
 
 
+def behaviour_weights(proximal_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor,
+                      stale: torch.Tensor, cap: float) -> torch.Tensor:
+    """[N, T] decoupled-PPO correction min(cap, π_prox / π_behav) per token for the `stale`
+    rows ([N] bool: sampled by weights other than the proximal ones), 1 for the others."""
+    ratio = torch.exp(proximal_logprobs.detach() - behaviour_logprobs.detach()).clamp(max=cap)
+    return torch.where(stale.unsqueeze(1), ratio, torch.ones_like(ratio))
+
+
 @dataclass(frozen=True)
 class LossStats:
     clip_fraction: float   # share of completion tokens whose ratio was clipped
@@ -67,6 +82,7 @@ def grpo_loss(
     ref_logprobs: torch.Tensor | None = None,
     aggregation: Aggregation = "token_mean",
     normalizer: float | None = None,
+    behaviour_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """The clipped GRPO objective, negated for minimisation.
 
@@ -76,6 +92,8 @@ def grpo_loss(
     "token_mean", the number of completion tokens in the whole batch when this
     call sees one micro-batch of it (default: this call's own count); with
     "sequence_mean", the number of completions in the whole batch.
+    `behaviour_weights`: [N, T] per-token weights of the clipped term
+    (`behaviour_weights`; None: 1 everywhere).
     """
     if kl_beta > 0 and ref_logprobs is None:
         raise ValueError("kl_beta > 0 needs ref_logprobs from a reference model")
@@ -86,6 +104,8 @@ def grpo_loss(
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
+    if behaviour_weights is not None:
+        per_token = per_token * behaviour_weights.detach().to(per_token.dtype)
     kl = torch.zeros_like(per_token)
     if kl_beta > 0:
         delta = ref_logprobs.detach() - logprobs

@@ -12,7 +12,9 @@ GRPO's "old" log-probs are by default the learner's own before its one step
 on the batch: the weights that sampled the batch are the weights that learn,
 so the ratio is 1 and the step is the on-policy gradient, whatever the
 sampler's arithmetic or its constrained-format mask made of its own log-probs.
-Those are kept as a check (`StepStats.ratio_mean`).
+Those are kept as a check (`StepStats.ratio_mean`), and, for rows an older
+sampler drew (asynchronous training), they give the behaviour correction of
+decoupled PPO (`grpo.behaviour_weights`).
 
 The process group must exist before construction: `init_process_group` sets
 it up (gloo on CPU, NCCL on GPU), from MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE.
@@ -30,7 +32,7 @@ from typing import Any, Iterator
 import torch
 
 from conductor_rl.config import LearnerConfig
-from conductor_rl.policy.grpo import grpo_loss
+from conductor_rl.policy.grpo import behaviour_weights, grpo_loss
 from conductor_rl.policy.precision import bf16_is_fast
 from conductor_rl.models import cache_dir, load_causal_lm, tell_deepspeed_the_accelerator
 
@@ -46,9 +48,13 @@ class RolloutBatch:
     # 1 where a completion token is in the loss; None: every token. The trainer leaves
     # out text a constrained format dictates (conductor_rl/plan/constrained.py choice_mask).
     loss_masks: list[list[int]] | None = None
+    # Weights versions between each row's sampler and the learner (asynchronous training); None: all 0.
+    staleness: list[int] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.prompt_ids)
+        if self.staleness is not None and (len(self.staleness) != n or any(s < 0 for s in self.staleness)):
+            raise ValueError("staleness must have one entry >= 0 per rollout")
         if not (len(self.completion_ids) == len(self.old_logprobs) == len(self.advantages) == n):
             raise ValueError("RolloutBatch fields must have one entry per rollout")
         for c, lp in zip(self.completion_ids, self.old_logprobs):
@@ -72,6 +78,7 @@ class StepStats:
     lr: float
     tokens: int          # completion tokens this rank trained on
     seconds: float
+    behaviour_weight_mean: float = 1.0   # mean decoupled-PPO weight over stale rows' loss tokens (1: none)
 
 
 def init_process_group(backend: str | None = None) -> None:
@@ -167,14 +174,16 @@ class PolicyLearner:
         else:
             normalizer = float(len(batch.completion_ids)) / self.world_size
         normalizer = max(normalizer, 1e-8)
-        totals = {"loss": 0.0, "clip": 0.0, "ratio": 0.0, "kl": 0.0, "tokens": 0}
+        totals = {"loss": 0.0, "clip": 0.0, "ratio": 0.0, "kl": 0.0, "tokens": 0, "weight": 0.0, "stale_tokens": 0}
         for m in range(n_micro):
             chunk = rows[m * c.micro_batch_size:(m + 1) * c.micro_batch_size]
             self.engine.set_gradient_accumulation_boundary(m == n_micro - 1)
-            loss, stats, tokens = self._micro_loss(batch, chunk, normalizer)
+            loss, stats, tokens, (weight_sum, stale_tokens) = self._micro_loss(batch, chunk, normalizer)
             self.engine.backward(loss, scale_wrt_gas=False)
             totals["loss"] += float(loss.detach())
             totals["tokens"] += tokens
+            totals["weight"] += weight_sum
+            totals["stale_tokens"] += stale_tokens
             for key, value in (("clip", stats.clip_fraction), ("ratio", stats.ratio_mean), ("kl", stats.kl)):
                 totals[key] += value * tokens
         self.engine.step()
@@ -185,9 +194,11 @@ class PolicyLearner:
             clip_fraction=totals["clip"] / denominator, ratio_mean=totals["ratio"] / denominator,
             kl=totals["kl"] / denominator, lr=self.scheduler.get_last_lr()[0], tokens=totals["tokens"],
             seconds=time.perf_counter() - started,
+            behaviour_weight_mean=totals["weight"] / totals["stale_tokens"] if totals["stale_tokens"] else 1.0,
         )
 
-    def _micro_loss(self, batch: RolloutBatch, chunk: list[int], normalizer: float) -> tuple[torch.Tensor, Any, int]:
+    def _micro_loss(self, batch: RolloutBatch, chunk: list[int],
+                    normalizer: float) -> tuple[torch.Tensor, Any, int, tuple[float, int]]:
         c = self.config
         if not chunk:  # this rank has fewer rows: a zero loss keeps the collectives in step
             chunk, weight = [0], 0.0
@@ -211,12 +222,20 @@ class PolicyLearner:
         # The sampler's log-probs serve as a check either way: a ratio far from 1 means the
         # sampler's distribution is not the learner's (a constrained format, stale weights).
         sampler_ratio = float((torch.exp(logprobs.detach() - old) * mask).sum() / mask.sum().clamp_min(1.0))
+        weights, weighed = None, (0.0, 0)
+        stale = torch.tensor([bool(batch.staleness and batch.staleness[i] > 0) for i in chunk], device=self.device)
         if c.old_logprobs == "learner":
+            # Decoupled PPO (grpo.py): the learner's weights are the proximal policy; rows an older
+            # sampler drew are corrected towards them by the truncated behaviour weight.
+            if bool(stale.any()):
+                weights = behaviour_weights(logprobs, old, stale, c.behaviour_weight_cap)
+                stale_mask = mask * stale.unsqueeze(1)
+                weighed = (float((weights * stale_mask).sum()), int(stale_mask.sum()))
             old = logprobs.detach()
         loss, stats = grpo_loss(logprobs, old, advantages, mask, clip_low=c.clip_low, clip_high=c.clip_high,
                                 kl_beta=c.kl_beta, ref_logprobs=ref, aggregation=c.aggregation,
-                                normalizer=normalizer)
-        return loss, replace(stats, ratio_mean=sampler_ratio), int(mask.sum())
+                                normalizer=normalizer, behaviour_weights=weights)
+        return loss, replace(stats, ratio_mean=sampler_ratio), int(mask.sum()), weighed
 
     def _completion_logprobs(self, model: Any, batch: RolloutBatch, chunk: list[int], width: int,
                              needed: torch.Tensor) -> torch.Tensor:

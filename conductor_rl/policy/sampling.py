@@ -58,6 +58,7 @@ class Sample:
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]      # one per token in token_ids
     finish_reason: str               # "stop" (end of sequence) or "length"
+    weights_version: int = 0         # of the weights that sampled it (asynchronous training bounds its age)
 
 
 class StaleWeightsError(RuntimeError):
@@ -125,7 +126,7 @@ class VLLMSampler:
                   for i, s in enumerate(shape_per_prompt(shape, len(prompts)))]
         inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
-        return [[_vllm_sample(c) for c in out.outputs] for out in outputs]
+        return [[_vllm_sample(c, self.weights_version) for c in out.outputs] for out in outputs]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(named_tensors))})
@@ -139,19 +140,19 @@ class VLLMSampler:
         self.weights_version = version
 
 
-def _vllm_sample(completion: Any) -> Sample:
+def _vllm_sample(completion: Any, version: int) -> Sample:
     # With logprobs=0 vLLM returns, per position, the sampled token's log-prob.
     logprobs = tuple(step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs))
     return Sample(completion.text, tuple(completion.token_ids), logprobs,
-                  "length" if completion.finish_reason == "length" else "stop")
+                  "length" if completion.finish_reason == "length" else "stop", version)
 
 
-def _transformers_sample(generation: Generation) -> Sample:
+def _transformers_sample(generation: Generation, version: int) -> Sample:
     if generation.eos_id is None:
         return Sample(generation.text, generation.token_ids, generation.logprobs,
-                      "length" if generation.truncated else "stop")
+                      "length" if generation.truncated else "stop", version)
     return Sample(generation.text, generation.token_ids + (generation.eos_id,),
-                  generation.logprobs + (generation.eos_logprob,), "stop")
+                  generation.logprobs + (generation.eos_logprob,), "stop", version)
 
 
 class TransformersSampler:
@@ -178,7 +179,7 @@ class TransformersSampler:
                               seed=None if seeds is None else [seeds[i] for i in members],
                               constraint=self._constraint(one))
             for i, group in zip(members, groups):
-                results[i] = [_transformers_sample(g) for g in group]
+                results[i] = [_transformers_sample(g, self.weights_version) for g in group]
         return results
 
     def _constraint(self, shape: PlanShape | None) -> PlanConstraint | None:

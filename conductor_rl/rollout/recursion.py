@@ -87,7 +87,8 @@ class Recursion:
         sample = await self.writer.write(prompt_ids, self.prompts.shape_for(len(workers), allow_empty=True),
                                          call_seed(self.seed, f"{task.id}|{key}"))
         call = InnerCall(depth, current, forced, tuple(prompt_ids), self.prompts.response_prefix + sample.text,
-                         tuple(sample.token_ids), tuple(sample.logprobs))
+                         tuple(sample.token_ids), tuple(sample.logprobs),
+                         weights_version=getattr(sample, "weights_version", 0))
         try:
             call.plan = parse_plan(call.completion, n_workers=len(workers), max_steps=self.max_steps,
                                    allow_empty=True)

@@ -44,6 +44,7 @@ class Rollout:
     roster: Roster | None = None   # the workers its prompt listed (None: the whole pool); plan ids index it
     forced: bool = False           # its group was forced to recurse (recursive training)
     discount: float = 0.0          # of the reward when, forced, it did not recurse (rollout/recursion.py)
+    weights_version: int = 0       # of the weights that sampled the completion (asynchronous training)
 
     @property
     def inner_calls(self) -> list[InnerCall]:
@@ -97,6 +98,7 @@ class Rollout:
             "advantage": self.advantage,
             "attempts": self.attempts,
             "recursive_calls": len(self.inner_calls),
+            "sampled_weights_version": self.weights_version,
             "forced_recursion": self.forced,
         }
 

@@ -87,6 +87,7 @@ class InnerCall:
     plan_error: str | None = None    # the completion did not parse: the rollout's reward is 0
     workflow: "WorkflowResult | None" = None
     at_limit: bool = False           # beyond the maximum depth: no call was made, the answer stands
+    weights_version: int = 0         # of the weights that sampled the completion
 
     @property
     def kept(self) -> bool:

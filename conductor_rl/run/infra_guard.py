@@ -32,22 +32,15 @@ class InfraErrorRateExceeded(RuntimeError):
 
 
 @dataclass
-class _Window:
-    """One iteration's counts."""
+class InfraCounts:
+    """One iteration's counts. An iteration collected ahead of the learner (asynchronous
+    training) keeps its own until the learner reaches it (`InfraErrorGuard.end_iteration`)."""
 
     steps: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
     rollouts: int = 0
     dropped: int = 0
-
-
-class InfraErrorGuard:
-    def __init__(self, max_rate: float | None, window: int = 5, min_steps: int = 20) -> None:
-        """`max_rate` None turns the guard off (counts are still kept for the metrics)."""
-        self.max_rate, self.window, self.min_steps = max_rate, window, min_steps
-        self._windows: deque[_Window] = deque(maxlen=window)
-        self._current = _Window()
-        self._last_errors: dict[str, deque[str]] = {}
+    errors: dict[str, list[str]] = field(default_factory=dict)   # each worker's last errors
 
     def observe(self, workflows: Iterable[WorkflowResult | None]) -> None:
         """Count the steps of one round of executions (call it before a re-run replaces them)."""
@@ -57,17 +50,34 @@ class InfraErrorGuard:
                     continue
                 if step.error is None and step.response is None:
                     continue   # never started
-                self._current.steps[step.worker] = self._current.steps.get(step.worker, 0) + 1
+                self.steps[step.worker] = self.steps.get(step.worker, 0) + 1
                 if step.error is not None:
-                    self._current.failed[step.worker] = self._current.failed.get(step.worker, 0) + 1
-                    self._last_errors.setdefault(step.worker, deque(maxlen=LAST_ERRORS)).append(step.error)
+                    self.failed[step.worker] = self.failed.get(step.worker, 0) + 1
+                    self.errors[step.worker] = (self.errors.get(step.worker, []) + [step.error])[-LAST_ERRORS:]
 
-    def end_iteration(self, rollouts: int, dropped: int) -> dict:
-        """Close the iteration (`rollouts` parsed, `dropped` of them without a reward); returns
-        its per-worker figures for the metrics record."""
-        self._current.rollouts, self._current.dropped = rollouts, dropped
-        done, self._current = self._current, _Window()
+
+class InfraErrorGuard:
+    def __init__(self, max_rate: float | None, window: int = 5, min_steps: int = 20) -> None:
+        """`max_rate` None turns the guard off (counts are still kept for the metrics)."""
+        self.max_rate, self.window, self.min_steps = max_rate, window, min_steps
+        self._windows: deque[InfraCounts] = deque(maxlen=window)
+        self._current = InfraCounts()
+        self._last_errors: dict[str, deque[str]] = {}
+
+    def observe(self, workflows: Iterable[WorkflowResult | None]) -> None:
+        """Count the steps of one round of executions into the current iteration."""
+        self._current.observe(workflows)
+
+    def end_iteration(self, rollouts: int, dropped: int, counts: InfraCounts | None = None) -> dict:
+        """Close the iteration (`rollouts` parsed, `dropped` of them without a reward) whose steps
+        `counts` holds (None: those `observe` counted); returns its per-worker figures for the metrics record."""
+        if counts is None:
+            counts, self._current = self._current, InfraCounts()
+        done = counts
+        done.rollouts, done.dropped = rollouts, dropped
         self._windows.append(done)
+        for name, errors in done.errors.items():
+            self._last_errors.setdefault(name, deque(maxlen=LAST_ERRORS)).extend(errors)
         return {name: {"steps": n, "failed": done.failed.get(name, 0)} for name, n in sorted(done.steps.items())}
 
     def rates(self) -> tuple[dict[str, tuple[float, int]], float, int]:
@@ -115,6 +125,6 @@ class InfraErrorGuard:
 
     def restore(self, state: dict | None) -> None:
         for w in (state or {}).get("windows", []):
-            self._windows.append(_Window(dict(w["steps"]), dict(w["failed"]), w["rollouts"], w["dropped"]))
+            self._windows.append(InfraCounts(dict(w["steps"]), dict(w["failed"]), w["rollouts"], w["dropped"]))
         for name, errors in (state or {}).get("last_errors", {}).items():
             self._last_errors[name] = deque(errors, maxlen=LAST_ERRORS)

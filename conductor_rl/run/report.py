@@ -39,18 +39,23 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
+#: Asynchronous training's waits (time_<name>_s): the learner for rollouts, the generators for the bound.
+WAITS = {"wait_learner": "learner waiting for rollouts", "wait_generate": "collection waiting on max_staleness"}
+
+
 def _diff(last: float | None, first: float | None) -> float | None:
     return None if last is None or first is None else last - first
 
 
 def phases(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """The phase names timed in `records` ("generate" for time_generate_s, ...), in
-    the order first logged; the whole iteration (time_iteration_s) is not a phase."""
+    the order first logged; the whole iteration (time_iteration_s) is not a phase, nor
+    is a wait of asynchronous training (`WAITS`)."""
     names: list[str] = []
     for record in records:
         for key in record:
             match = _PHASE_RE.match(key)
-            if match and match.group(1) != "iteration" and match.group(1) not in names:
+            if match and match.group(1) != "iteration" and match.group(1) not in WAITS and match.group(1) not in names:
                 names.append(match.group(1))
     return names
 
@@ -88,6 +93,10 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "total_conductor_tokens": int(sum(r["conductor_tokens"] for r in records if is_number(r.get("conductor_tokens")))),
         "mean_iteration_s": _mean([_num(r, "time_iteration_s") for r in records]),
         "phase_means": {name: _mean([_num(r, f"time_{name}_s") for r in records]) for name in phases(records)},
+        # Asynchronous training (None when synchronous): the share of phase time hidden by overlap, the waits.
+        "mean_overlap": _mean([_num(r, "overlap") for r in records]),
+        "wait_means": {name: mean for name in WAITS
+                       if (mean := _mean([_num(r, f"time_{name}_s") for r in records])) is not None},
     }
 
 
@@ -193,6 +202,9 @@ def _plot_phases(figure: Figure, records: Sequence[Mapping[str, Any]], its: list
     if _has(records, "time_iteration_s"):
         ax.plot(its, [_num(r, "time_iteration_s") for r in records], color="black", marker="_", linestyle="none",
                 markersize=14, label="whole iteration")
+    for name, label in WAITS.items():   # asynchronous training: the phases overlap, the waits show where
+        if _has(records, f"time_{name}_s"):
+            ax.plot(its, [_num(r, f"time_{name}_s") for r in records], marker=".", linestyle="--", label=label)
     ax.set(xlabel="iteration", ylabel="seconds", title="Time per phase")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
 
@@ -263,6 +275,9 @@ def _summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("mean iteration time (s)", _fmt(summary["mean_iteration_s"], ".2f")),
     ]
     rows += [(f"mean time: {name} (s)", _fmt(mean, ".2f")) for name, mean in summary["phase_means"].items()]
+    if summary.get("mean_overlap") is not None:
+        rows.append(("mean overlap of phases (asynchronous)", _fmt(summary["mean_overlap"], ".2f")))
+    rows += [(f"mean time: {WAITS[name]} (s)", _fmt(mean, ".2f")) for name, mean in summary.get("wait_means", {}).items()]
     return rows
 
 
