@@ -13,6 +13,7 @@ import ray
 import torch
 
 from conductor_rl.models import load_causal_lm, resolve_model
+from conductor_rl.policy.shared_weights import SharedWeightsReader, WeightsLayout
 from conductor_rl.policy.sampling import (Sample, Shapes, StaleWeightsError, TransformersSampler, VLLMSampler,
                                          shape_per_prompt)
 
@@ -34,6 +35,7 @@ class GeneratorActor:
             raise ValueError(f"backend must be 'vllm' or 'transformers', got {backend!r}")
         self.sampler.weights_version = weights_version
         self.backend = backend
+        self.shared: SharedWeightsReader | None = None
 
     def weights_version(self) -> int:
         return self.sampler.weights_version
@@ -51,6 +53,19 @@ class GeneratorActor:
 
     def load_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> int:
         self.sampler.load_weights(named_tensors, version)
+        return version
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    # Weights through shared memory with the learner on this node (actors/weight_sync.py drives it).
+    def attach_shared_weights(self, layout: WeightsLayout) -> None:
+        self.shared = SharedWeightsReader(layout)
+
+    def load_shared_weights(self, version: int) -> int:
+        if self.shared is None:
+            raise RuntimeError("GeneratorActor.attach_shared_weights() must run before load_shared_weights()")
+        self.sampler.load_weights(self.shared.tensors(), version)
         return version
 
     # vLLM's weight-transfer control plane (actors/weight_sync.py drives it).
@@ -128,6 +143,11 @@ class GeneratorPool:
     def load_weights(self, named_tensors: Any, version: int) -> None:
         """`named_tensors`: a list or an object ref to one (e.g. LearnerGroup.named_weights())."""
         ray.get([a.load_weights.remote(named_tensors, version) for a in self.actors])
+        self.version = version
+
+    def load_shared_weights(self, version: int) -> None:
+        """Every engine loads the weights the learner wrote into their shared memory, as `version`."""
+        ray.get([a.load_shared_weights.remote(version) for a in self.actors])
         self.version = version
 
     def weights_loaded(self, version: int) -> None:

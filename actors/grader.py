@@ -20,6 +20,7 @@ A grader failure is never a silent WRONG: ERROR is never scored.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import deque
 from typing import Any, Sequence
@@ -188,3 +189,45 @@ class GraderPool:
     def close(self) -> None:
         for m in self._members:
             ray.kill(m.handle, no_restart=True)
+
+
+class GradingStream:
+    """Grades requests as they are handed in, on a thread of its own, in batches through a
+    GraderPool: grading overlaps the work that produces them (training grades each rollout as
+    soon as its plan has run, not after the last one). `finish()` waits for the rest."""
+
+    def __init__(self, pool: GraderPool) -> None:
+        self.pool = pool
+        self._changed = threading.Condition()
+        self._queue: list[tuple[Any, GradeRequest]] = []
+        self._closed = False
+        self._results: dict[Any, GradeResult] = {}
+        self._thread = threading.Thread(target=self._grade, name="grading-stream", daemon=True)
+        self._thread.start()
+
+    def submit(self, key: Any, request: GradeRequest) -> None:
+        with self._changed:
+            self._queue.append((key, request))
+            self._changed.notify_all()
+
+    def _grade(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._queue or self._closed)
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            try:
+                results = self.pool.grade_many([request for _, request in batch])
+            except Exception as err:   # a pool failure is the infrastructure's: those rollouts are graded again
+                results = [GradeResult(Verdict.ERROR, None, f"grader pool failed: {type(err).__name__}: {err}")] * len(batch)
+            with self._changed:
+                self._results.update((key, result) for (key, _), result in zip(batch, results))
+
+    def finish(self) -> dict[Any, GradeResult]:
+        """Every submitted request's result, by key, once all are graded."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._thread.join()
+        return dict(self._results)

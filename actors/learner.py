@@ -12,7 +12,8 @@ from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from conductor_rl.config import LearnerConfig
-from conductor_rl.policy.learner import PolicyLearner, RolloutBatch, StepStats, init_process_group
+from conductor_rl.policy.learner import PolicyLearner, RolloutBatch, StepStats, full_parameters, init_process_group
+from conductor_rl.policy.shared_weights import SharedWeightsWriter, WeightsLayout, layout_for
 
 
 @ray.remote
@@ -26,6 +27,7 @@ class LearnerActor:
         self.rank = rank
         self.learner: PolicyLearner | None = None
         self.transfer: Any = None
+        self.shared: SharedWeightsWriter | None = None
 
     def build(self, model: str, config: LearnerConfig, total_steps: int) -> None:
         self.learner = PolicyLearner(model, config, total_steps)
@@ -42,6 +44,33 @@ class LearnerActor:
 
         self.transfer = trainer_engine(transport, address, port, world_size, self.rank, client,
                                        self._ready().engine.module)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def share_weights(self) -> WeightsLayout | None:
+        """Rank 0: map new shared memory for the weights (conductor_rl/policy/shared_weights.py) and
+        return its layout; other ranks None."""
+        if self.rank != 0:
+            return None
+        module = self._ready().engine.module
+        self.shared = SharedWeightsWriter(layout_for(
+            (name, p.dtype, tuple(getattr(p, "ds_shape", p.shape))) for name, p in module.named_parameters(remove_duplicate=False)))
+        return self.shared.layout
+
+    def write_shared_weights(self) -> None:
+        """Copy the weights into the shared memory (every rank calls it: ZeRO-3 gathers; rank 0 writes)."""
+        tensors = full_parameters(self._ready().engine.module)
+        if self.shared is None:
+            for _ in tensors:
+                pass
+        else:
+            self.shared.write(tensors)
+
+    def unlink_shared_weights(self) -> None:
+        """Every engine has mapped the memory: its path can go (the mappings stay)."""
+        if self.shared is not None:
+            self.shared.unlink()
 
     def send_weights(self) -> None:
         if self.transfer is None:

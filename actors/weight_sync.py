@@ -5,6 +5,10 @@ generator engine, versioned. Two transports (`generator.weight_sync`):
   each engine fetches them and loads them in place (vLLM's
   `collective_rpc("reload_weights")`, or transformers' `load_state_dict`).
   Works with any backend, on any hardware.
+- `shared_memory`: learner rank 0 copies its weights into memory that every
+  engine on its node has mapped (conductor_rl/policy/shared_weights.py); the
+  engines load them from there, with no serialising. `auto` takes it on CPUs
+  when every engine shares the learner's node, else the object store.
 - `nccl` / `ipc` / `gloo`: vLLM's weight-transfer API
   (conductor_rl/policy/weight_transfer.py). With nccl and gloo, learner rank 0 and
   every vLLM worker join one process group and the learner broadcasts; NCCL
@@ -15,17 +19,23 @@ generator engine, versioned. Two transports (`generator.weight_sync`):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
 from conductor_rl.config import WEIGHT_TRANSFER_TRANSPORTS
+from conductor_rl.policy.shared_weights import SharedMemoryTooSmall
+
+
+class NotColocated(RuntimeError):
+    """Shared-memory weights need every engine on learner rank 0's node."""
 
 
 def resolve_weight_sync(setting: str, backend: str, has_gpus: bool) -> str:
-    """`auto`: NCCL when vLLM engines run on GPUs, else the object store."""
+    """`auto`: NCCL when vLLM engines run on GPUs, else shared memory (WeightSync falls back to the
+    object store for engines on other nodes)."""
     if setting == "auto":
-        return "nccl" if has_gpus and backend == "vllm" else "object_store"
+        return "nccl" if has_gpus and backend == "vllm" else "shared_memory"
     if setting in ("nccl", "ipc") and not has_gpus:
         raise ValueError(f"generator.weight_sync={setting} needs GPUs in the cluster: "
                          f"use gloo or object_store on CPUs")
@@ -71,17 +81,44 @@ class EnginesClient:
 class WeightSync:
     """Pushes a LearnerGroup's weights into a GeneratorPool by `transport`."""
 
-    def __init__(self, learners: Any, generators: Any, transport: str, tensor_parallel_size: int = 1) -> None:
+    def __init__(self, learners: Any, generators: Any, transport: str, tensor_parallel_size: int = 1,
+                 fallback: bool = False, log: Callable[[str], None] = print) -> None:
+        """`fallback`: where shared memory cannot serve (an engine on another node, too little
+        memory), use the object store and say so (generator.weight_sync=auto) instead of failing."""
         self.learners, self.generators, self.transport = learners, generators, transport
-        if transport in WEIGHT_TRANSFER_TRANSPORTS:
+        if transport == "shared_memory":
+            try:
+                self._share()
+            except (SharedMemoryTooSmall, NotColocated) as err:
+                if not fallback:
+                    raise
+                log(f"weights by object_store: {err}")
+                self.transport = "object_store"
+        elif transport in WEIGHT_TRANSFER_TRANSPORTS:
             address, port = learners.rendezvous()
             world_size = 1 + len(generators.actors) * tensor_parallel_size
             client = EnginesClient(generators.actors, tensor_parallel_size)
             ray.get([a.init_weight_transfer.remote(transport, address, port, world_size, client)
                      for a in learners.actors])
         elif transport != "object_store":
-            raise ValueError(f"generator.weight_sync must be object_store or one of {WEIGHT_TRANSFER_TRANSPORTS}, "
-                             f"got {transport!r}")
+            raise ValueError(f"generator.weight_sync must be object_store, shared_memory or one of "
+                             f"{WEIGHT_TRANSFER_TRANSPORTS}, got {transport!r}")
+
+    def _share(self) -> None:
+        """Map the learner's shared memory into every engine (all on rank 0's node), then drop its path."""
+        rank0 = self.learners.actors[0]
+        home = ray.get(rank0.node_id.remote())
+        away = [i for i, node in enumerate(ray.get([a.node_id.remote() for a in self.generators.actors]))
+                if node != home]
+        if away:
+            raise NotColocated(f"generator engine(s) {away} are not on learner rank 0's node, so they cannot map its "
+                               f"memory: place them together (cluster.generator / cluster.learner resources) or set "
+                               f"generator.weight_sync=object_store")
+        layout = ray.get(rank0.share_weights.remote())
+        try:
+            ray.get([a.attach_shared_weights.remote(layout) for a in self.generators.actors])
+        finally:
+            ray.get(rank0.unlink_shared_weights.remote())
 
     def push(self, version: int) -> None:
         """Every engine holds the learner's current weights as `version` when this returns. No
@@ -89,6 +126,9 @@ class WeightSync:
         with self.generators.paused():
             if self.transport == "object_store":
                 self.generators.load_weights(self.learners.named_weights(), version)
+            elif self.transport == "shared_memory":
+                ray.get([a.write_shared_weights.remote() for a in self.learners.actors])
+                self.generators.load_shared_weights(version)
             else:
                 ray.get([a.send_weights.remote() for a in self.learners.actors])
                 self.generators.weights_loaded(version)

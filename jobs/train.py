@@ -254,6 +254,8 @@ def execute_and_grade(loop: Loop, rollouts: list[Rollout], iteration: int, phase
     what an infrastructure error left without a reward, up to `train.rollout_attempts`;
     what is still without one is dropped. The budget is checked after each round;
     `counts` counts every attempt's worker steps."""
+    from actors.grader import GradingStream
+
     c, system = loop.config, loop.system
     limits = [StepLimits.for_worker(w, c) for w in c.workers]
     for _ in range(c.train.rollout_attempts):
@@ -262,16 +264,27 @@ def execute_and_grade(loop: Loop, rollouts: list[Rollout], iteration: int, phase
             break
         loop.stop.check()
         to_run = needs_execution(todo)
-        with phases.timed("execute", to_run):
-            asyncio.run(execute_rollouts(to_run, system.workers, limits, key=f"{c.train.seed}/{iteration}",
-                                         recursion=loop.recursion))
-        counts.observe(r.workflow for r in to_run)   # before a re-run replaces a failed attempt
-        check_budget(system)
+        grading = GradingStream(system.graders)   # each rollout is graded as soon as its plan has run
+
+        def grade_when_done(rollout: Rollout) -> None:
+            if ready_to_grade([rollout]):
+                grading.submit(id(rollout), grade_request(rollout))
+        try:
+            with phases.timed("execute", to_run):
+                asyncio.run(execute_rollouts(to_run, system.workers, limits, key=f"{c.train.seed}/{iteration}",
+                                             recursion=loop.recursion, on_done=grade_when_done))
+            counts.observe(r.workflow for r in to_run)   # before a re-run replaces a failed attempt
+            check_budget(system)
+        except BaseException:
+            grading.finish()   # the iteration is abandoned: the grading in flight ends first
+            raise
         to_grade = ready_to_grade(todo)
-        with phases.timed("grade", to_grade):
-            results = system.graders.grade_many([grade_request(r) for r in to_grade])
-        for rollout, result in zip(to_grade, results):
-            apply_grade(rollout, result)
+        with phases.timed("grade", to_grade):   # what is left once the last plan has run
+            results = grading.finish()
+            again = [r for r in to_grade if id(r) not in results]   # a grader error of an earlier round
+            results.update(zip(map(id, again), system.graders.grade_many([grade_request(r) for r in again])))
+        for rollout in to_grade:
+            apply_grade(rollout, results[id(rollout)])
     loop.stop.check()
 
 

@@ -254,12 +254,13 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
         f"weights by {transport}) ...")
     generators = GeneratorPool(model, config.generator, seed=config.conductor.seed, resources=engine_options,
                                weights_version=weights_version,
-                               weight_transfer=None if transport == "object_store" else transport)
+                               weight_transfer=None if transport in ("object_store", "shared_memory") else transport)
 
     rank = learner_placement(config, has_gpus)
     log(f"starting {config.learner.world_size} learner rank(s) ({rank}) ...")
     learners = LearnerGroup(model, config.learner, total_steps, resources_per_rank=rank)
-    weight_sync = WeightSync(learners, generators, transport, config.generator.tensor_parallel_size)
+    weight_sync = WeightSync(learners, generators, transport, config.generator.tensor_parallel_size,
+                             fallback=config.generator.weight_sync == "auto", log=log)
 
     workers = start_worker_pools(config, config.train.budget_usd, config.train.worker_replicas, checked=True)
     cpus, _, custom = split_resources(c.grader)

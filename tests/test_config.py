@@ -317,9 +317,9 @@ def test_collective_weight_sync_needs_vllm_engines():
 def test_weight_sync_resolves_by_hardware():
     from actors.weight_sync import resolve_weight_sync
 
-    assert resolve_weight_sync("auto", "vllm", has_gpus=False) == "object_store"
+    assert resolve_weight_sync("auto", "vllm", has_gpus=False) == "shared_memory"   # object_store off the node
     assert resolve_weight_sync("auto", "vllm", has_gpus=True) == "nccl"
-    assert resolve_weight_sync("auto", "transformers", has_gpus=True) == "object_store"
+    assert resolve_weight_sync("auto", "transformers", has_gpus=True) == "shared_memory"
     assert resolve_weight_sync("gloo", "vllm", has_gpus=False) == "gloo"
     for setting in ("nccl", "ipc"):
         with pytest.raises(ValueError, match=f"weight_sync={setting} needs GPUs"):

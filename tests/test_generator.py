@@ -165,10 +165,12 @@ def test_learner_step_then_sync_matches_the_learner(vllm_generator):
     assert max(abs(a - b) for a, b in zip(moved, group[0].logprobs)) > 1e-3
 
 
-def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator):
+@pytest.mark.parametrize("path", ["collective", "shared_memory"])
+def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator, path):
     """The collective path (vLLM's weight-transfer API; gloo here, NCCL or CUDA IPC on GPUs):
     learner rank 0 broadcasts while the engine receives inside vLLM's layer-wise
-    reload. Twice, to show the group outlives a round."""
+    reload. The shared-memory path: rank 0 copies into memory the engine mapped once,
+    and the engine loads from it. Twice, to show the group (or the mapping) outlives a round."""
     from actors.learner import LearnerGroup
     from actors.weight_sync import WeightSync, local_transport
     from conductor_rl.config import LearnerConfig
@@ -180,6 +182,9 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator):
         def weights_loaded(self, version):
             ray.get(vllm_generator.update_weight_version.remote(version))
 
+        def load_shared_weights(self, version):
+            ray.get(vllm_generator.load_shared_weights.remote(version))
+
         def paused(self):
             return contextlib.nullcontext()
 
@@ -188,7 +193,8 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator):
     learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0, precision="float32"), total_steps=5,
                            resources_per_rank=RANK)
     try:
-        sync = WeightSync(learner, Pool(), local_transport())
+        sync = WeightSync(learner, Pool(), local_transport() if path == "collective" else path)
+        assert sync.transport == (local_transport() if path == "collective" else path)
         for version in (7, 8):
             [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=version))
             learner.train_step(RolloutBatch([prompt_ids] * 4, [list(s.token_ids) for s in group],

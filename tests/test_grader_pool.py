@@ -71,6 +71,22 @@ def test_pool_grades_mixed_kinds_in_order(make_pool):
     assert pool.grade_many([]) == []
 
 
+def test_a_grading_stream_grades_while_requests_still_arrive(make_pool):
+    """Training hands each rollout to the stream as its plan finishes: the first is graded
+    before the last is handed in, and finish() returns every result by its key."""
+    from actors.grader import GradingStream
+
+    stream = GradingStream(make_pool(actors=1, concurrency=2))
+    stream.submit("a", GradeRequest("numeric", "#### 42", "42"))
+    deadline = time.monotonic() + 60
+    while "a" not in stream._results and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "a" in stream._results, "the first request was not graded before the next arrived"
+    stream.submit("b", GradeRequest("choice", "The answer is (C).", "B"))
+    results = stream.finish()
+    assert {k: r.verdict for k, r in results.items()} == {"a": Verdict.CORRECT, "b": Verdict.WRONG}
+
+
 def test_actors_report_their_isolation(make_pool):
     infos = make_pool(actors=2, concurrency=1).wait_ready()
     assert len({i["pid"] for i in infos}) == 2 and {i["isolation"] for i in infos} == {"bwrap"}

@@ -16,7 +16,7 @@ from conductor_rl.config.workers import WorkerConfig, _paper_workers
 from conductor_rl.plan.constrained import PLAN_START
 
 #: Transports of vLLM's weight-transfer API (conductor_rl/policy/weight_transfer.py);
-#: `generator.weight_sync` also offers auto and object_store.
+#: `generator.weight_sync` also offers auto, object_store and shared_memory.
 WeightTransferTransport = Literal["nccl", "ipc", "gloo"]
 WEIGHT_TRANSFER_TRANSPORTS: tuple[str, ...] = get_args(WeightTransferTransport)
 
@@ -89,18 +89,20 @@ class GeneratorConfig(Strict):
         "the model's own dtype. See conductor_rl/policy/precision.py.")
     require_fresh_weights: bool = Field(
         True, description="Refuse to sample with weights older than the learner's last step (on-policy GRPO).")
-    weight_sync: Literal["auto", "object_store", WeightTransferTransport] = Field(
+    weight_sync: Literal["auto", "object_store", "shared_memory", WeightTransferTransport] = Field(
         "auto", description="How the learner's weights reach the engines after each step. object_store: through "
-        "Ray's object store into vLLM's reload_weights (any backend, any hardware). nccl / gloo: vLLM's "
-        "weight-transfer API, the learner broadcasting to every vLLM worker (nccl needs GPUs, one per process). "
-        "ipc: the same API over CUDA IPC, for a learner and engines sharing GPUs. auto: nccl when the cluster "
-        "has GPUs and the backend is vllm, else object_store.")
+        "Ray's object store into vLLM's reload_weights (any backend, any hardware). shared_memory: the learner "
+        "copies them into memory (/dev/shm) that engines on its node map and load from (conductor_rl/policy/"
+        "shared_weights.py). nccl / gloo: vLLM's weight-transfer API, the learner broadcasting to every vLLM "
+        "worker (nccl needs GPUs, one per process). ipc: the same API over CUDA IPC, for a learner and engines "
+        "sharing GPUs. auto: nccl when the cluster has GPUs and the backend is vllm; else shared_memory when "
+        "every engine is on the learner's node, else object_store.")
 
     @model_validator(mode="after")
     def _sync_fits_backend(self) -> "GeneratorConfig":
-        if self.backend == "transformers" and self.weight_sync not in ("auto", "object_store"):
+        if self.backend == "transformers" and self.weight_sync not in ("auto", "object_store", "shared_memory"):
             raise ValueError(f"weight_sync={self.weight_sync} needs vLLM engines; with backend=transformers "
-                             f"use weight_sync=object_store (or auto)")
+                             f"use weight_sync=object_store or shared_memory (or auto)")
         return self
 
 

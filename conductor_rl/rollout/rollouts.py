@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from conductor_rl import grading
 from conductor_rl.grading import GradeResult, MathGrader, Verdict
@@ -190,11 +190,13 @@ def needs_execution(rollouts: Sequence[Rollout]) -> list[Rollout]:
 
 async def execute_rollouts(rollouts: Sequence[Rollout], workers: Sequence[Provider],
                            limits: StepLimits | Sequence[StepLimits], key: str = "",
-                           recursion: "Recursion | None" = None) -> None:
+                           recursion: "Recursion | None" = None,
+                           on_done: Callable[[Rollout], None] | None = None) -> None:
     """Run every rollout's plan concurrently (a re-run replaces the failed
     attempt's workflow). `key` seeds simulated workers per run. A rollout with a roster runs on
     its roster's workers only: `workers` and `limits` are the whole pool's. `recursion`: how
-    plans call the Conductor again (a forced rollout ends with one call at least)."""
+    plans call the Conductor again (a forced rollout ends with one call at least). `on_done`
+    hears each rollout as its plan finishes (training starts grading it then)."""
     per_worker = limits_per_worker(limits, len(workers))
 
     async def run(rollout: Rollout) -> None:
@@ -211,6 +213,8 @@ async def execute_rollouts(rollouts: Sequence[Rollout], workers: Sequence[Provid
         if not rollout.workflow.error and rollout.workflow.plan_error:
             rollout.plan_error = rollout.workflow.plan_error   # the policy's failure, at some depth: reward 0
             rollout.reward = grading.reward(False, None)
+        if on_done is not None:
+            on_done(rollout)
     await asyncio.gather(*(run(r) for r in rollouts if r.plan is not None))
 
 
