@@ -78,70 +78,68 @@ class Loop:
 
 @dataclass
 class Collected:
-    """An iteration's graded rollouts, not yet learned from (steps 1-5)."""
+    """An iteration's rollouts on their way to the learner: sampled (steps 1-3), then run and graded (4-5)."""
 
     iteration: int
     prompt_ids: list[list[int]]
     rollouts: list[Rollout]
     phases: Phases
-    counts: InfraCounts     # its worker steps, for the infrastructure-error guard
+    counts: InfraCounts     # its worker steps (step 4), for the infrastructure-error guard
     cursor: int             # the question stream's position after its draw
     started: float          # time.perf_counter() when its collection began
 
 
 def train_iteration(loop: Loop, iteration: int) -> tuple[dict, list[Rollout]]:
-    """One synchronous GRPO iteration; returns its record and its rollouts. A stop before
-    the learner step abandons it (StopRun): the stream goes back to its questions."""
-    return learn_from(loop, collect_rollouts(loop, iteration))
+    """One synchronous GRPO iteration; returns its record and its rollouts. A stop before the
+    learner step abandons it (StopRun); a resume draws its questions again."""
+    return learn_from(loop, run_plans(loop, sample_plans(loop, iteration)))
 
 
-def collect_rollouts(loop: Loop, iteration: int) -> Collected:
-    """Steps 1-5 of an iteration, with the weights the generators hold now."""
-    import ray
-
+def sample_plans(loop: Loop, iteration: int) -> Collected:
+    """Steps 1-3 of an iteration, with the weights the generators hold now."""
     c, system = loop.config, loop.system
     phases = Phases(iteration, loop.observer)
     started = time.perf_counter()
-    cursor = loop.stream.cursor
-    ray.get(system.ledger.start_iteration.remote(iteration))   # its worker calls are charged to it
-    try:
-        # 1. draw B questions, and the workers each one's prompt lists (all, or a drawn subset)
-        questions = loop.stream.take(c.train.questions_per_iteration)
-        note_draw(loop, iteration, questions)
-        rosters = [question_roster(c, iteration, q) for q in questions]
-        sizes = [None if r is None else len(r) for r in rosters]
-        prompt_ids = [loop.prompts.ids(q.question, k) for q, k in zip(questions, sizes)]
 
-        # 2. generate G plans per question with the current policy
-        with phases.timed("generate"):
-            groups = system.generators.sample(
-                prompt_ids, c.train.rollouts_per_question,
-                c.conductor.temperature, c.conductor.max_new_tokens, c.conductor.top_p,
-                seed=sample_seed(c.train.seed, iteration), shape=[loop.prompts.shape_for(k) for k in sizes])
+    # 1. draw B questions, and the workers each one's prompt lists (all, or a drawn subset)
+    questions = loop.stream.take(c.train.questions_per_iteration)
+    note_draw(loop, iteration, questions)
+    rosters = [question_roster(c, iteration, q) for q in questions]
+    sizes = [None if r is None else len(r) for r in rosters]
+    prompt_ids = [loop.prompts.ids(q.question, k) for q, k in zip(questions, sizes)]
 
-        # 3. parse each completion into a plan (unparsable, or naming an unlisted worker: reward 0);
-        #    under recursive training, the forced groups' plans will end with a call to the Conductor
-        forced = recursion_forced(c, len(questions), iteration)
-        rollouts = [
-            parse_rollout(Rollout(q.to_task(), c.conductor.response_prefix + s.text, group=g, sample=i,
-                                  completion_ids=s.token_ids, logprobs=s.logprobs, roster=roster,
-                                  forced=g in forced, discount=c.train.recursion.discount if g in forced else 0.0,
-                                  weights_version=s.weights_version),
-                          len(c.workers), c.conductor.max_steps)
-            for g, (q, roster, samples) in enumerate(zip(questions, rosters, groups)) for i, s in enumerate(samples)
-        ]
+    # 2. generate G plans per question with the current policy
+    with phases.timed("generate"):
+        groups = system.generators.sample(
+            prompt_ids, c.train.rollouts_per_question,
+            c.conductor.temperature, c.conductor.max_new_tokens, c.conductor.top_p,
+            seed=sample_seed(c.train.seed, iteration), shape=[loop.prompts.shape_for(k) for k in sizes])
 
-        # 4-5. execute every plan on the worker pool, grade the final answers
-        counts = InfraCounts()
-        execute_and_grade(loop, rollouts, iteration, phases, counts)
-    except StopRun:
-        loop.stream.cursor = cursor   # this iteration is abandoned and will be redone on resume
-        raise
-    return Collected(iteration, prompt_ids, rollouts, phases, counts, loop.stream.cursor, started)
+    # 3. parse each completion into a plan (unparsable, or naming an unlisted worker: reward 0);
+    #    under recursive training, the forced groups' plans will end with a call to the Conductor
+    forced = recursion_forced(c, len(questions), iteration)
+    rollouts = [
+        parse_rollout(Rollout(q.to_task(), c.conductor.response_prefix + s.text, group=g, sample=i,
+                              completion_ids=s.token_ids, logprobs=s.logprobs, roster=roster,
+                              forced=g in forced, discount=c.train.recursion.discount if g in forced else 0.0,
+                              weights_version=s.weights_version),
+                      len(c.workers), c.conductor.max_steps)
+        for g, (q, roster, samples) in enumerate(zip(questions, rosters, groups)) for i, s in enumerate(samples)
+    ]
+    return Collected(iteration, prompt_ids, rollouts, phases, InfraCounts(), loop.stream.cursor, started)
+
+
+def run_plans(loop: Loop, collected: Collected) -> Collected:
+    """Steps 4-5: execute every plan on the worker pool, grade the final answers."""
+    import ray
+
+    ray.get(loop.system.ledger.start_iteration.remote(collected.iteration))   # its worker calls are charged to it
+    execute_and_grade(loop, collected.rollouts, collected.iteration, collected.phases, collected.counts)
+    return collected
 
 
 def learn_from(loop: Loop, collected: Collected) -> tuple[dict, list[Rollout]]:
-    """Steps 6-9 of an iteration: the learner's step on what `collect_rollouts` gathered."""
+    """Steps 6-9 of an iteration: the learner's step on what `run_plans` gathered."""
     c, system = loop.config, loop.system
     phases, rollouts = collected.phases, collected.rollouts
 
@@ -205,7 +203,7 @@ def learned_iterations(loop: Loop, start: int, end: int) -> Iterator[tuple[dict,
             loop.stop.check()
             yield train_iteration(loop, iteration)
         return
-    with RolloutPipeline(lambda j: collect_rollouts(loop, j), start, end, k,
+    with RolloutPipeline(lambda j: sample_plans(loop, j), lambda c: run_plans(loop, c), start, end, k,
                          halt=lambda: loop.stop.request("pipeline closed")) as pipeline:
         previous = time.perf_counter()
         for iteration in range(start, end):
