@@ -68,19 +68,27 @@ def split_resources(resources: dict[str, float]) -> tuple[float, float, dict[str
     return resources.get("CPU", 0.0), resources.get("GPU", 0.0), custom
 
 
+def local_cpus(config: Config) -> float:
+    """A CPU-only generator's or learner rank's CPUs when `cluster.*` does not say: every CPU of this
+    machine when the phases take turns; half each when they run at once (train.max_staleness >= 1),
+    since each computes with as many threads as it has CPUs."""
+    cpus = os.cpu_count() or 1
+    return float(cpus if config.train.max_staleness == 0 else max(1, cpus // 2))
+
+
 def generator_placement(config: Config, has_gpus: bool) -> tuple[dict[str, float], dict[str, Any]]:
     """One generator engine's resources (`cluster.generator`; empty: its GPUs where the
-    cluster has them, else every CPU of this machine) and the Ray actor options they make."""
+    cluster has them, else `local_cpus`) and the Ray actor options they make."""
     resources = dict(config.cluster.generator) or (
-        {"GPU": config.generator.tensor_parallel_size} if has_gpus else {"CPU": float(os.cpu_count() or 1)})
+        {"GPU": config.generator.tensor_parallel_size} if has_gpus else {"CPU": local_cpus(config)})
     cpus, gpus, custom = split_resources(resources)
     return resources, {"num_cpus": cpus, "num_gpus": gpus, **({"resources": custom} if custom else {})}
 
 
 def learner_placement(config: Config, has_gpus: bool) -> dict[str, float]:
     """One learner rank's resources (`cluster.learner`; empty: a GPU and a CPU where the cluster
-    has GPUs, else every CPU of this machine)."""
-    return dict(config.cluster.learner) or ({"GPU": 1, "CPU": 1} if has_gpus else {"CPU": float(os.cpu_count() or 1)})
+    has GPUs, else `local_cpus`)."""
+    return dict(config.cluster.learner) or ({"GPU": 1, "CPU": 1} if has_gpus else {"CPU": local_cpus(config)})
 
 
 def job_demands(config: Config, has_gpus: bool, *, training: bool = True, graders: bool = True,

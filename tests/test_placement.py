@@ -169,6 +169,18 @@ def test_a_local_cluster_is_sized_by_the_same_demands():
         assert check_fit(job, [Node("local", {"CPU": float(local_cpu_demand(config))}, head=True)]).fits
 
 
+def test_an_asynchronous_run_splits_a_cpu_machine_between_generator_and_learner(monkeypatch):
+    """Taking turns, each gets every CPU; running at once (train.max_staleness >= 1), half each, so
+    their threads do not fight over the cores. cluster.* still decides when set."""
+    import jobs.training_system as ts
+
+    monkeypatch.setattr(ts.os, "cpu_count", lambda: 8)
+    synchronous, asynchronous = load_config(None, []), load_config(None, ["train.max_staleness=1"])
+    assert ts.generator_placement(synchronous, has_gpus=False)[0] == {"CPU": 8.0} == ts.learner_placement(synchronous, False)
+    assert ts.generator_placement(asynchronous, has_gpus=False)[0] == {"CPU": 4.0} == ts.learner_placement(asynchronous, False)
+    assert ts.learner_placement(load_config(None, ["train.max_staleness=1", "cluster.learner={CPU: 3}"]), False) == {"CPU": 3}
+
+
 def test_served_replicas_and_their_worker_replicas_are_demands():
     config = load_config(None, ["train.worker_replicas=1"])
     spec = ServeSpec(model="smollm2-135m", replicas=3, gpus=1.0, cpus=2.0, resources={"conductor_gpu_node": 0.01})

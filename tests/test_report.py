@@ -144,3 +144,20 @@ def test_report_of_one_full_iteration_draws_every_plot_without_warnings(tmp_path
         text = write_report(tmp_path).read_text()
     assert "| reward gain (last − first) | +0.000 |" in text
     assert len(list((tmp_path / "report").glob("*.png"))) == 6
+
+
+def test_asynchronous_records_report_the_overlap_and_waits_apart_from_the_phases(tmp_path):
+    """train.max_staleness >= 1 logs the learner's and the generators' waits and the overlap: the
+    summary keeps them apart from the phases (a wait is not work), the report names them, and the
+    phase plot is drawn."""
+    records = [{**metrics(i), "overlap": 0.5 + 0.1 * i, "time_wait_learner_s": 2.0, "time_wait_generate_s": 0.0}
+               for i in range(3)]
+    summary = summarize(records)
+    assert set(summary["phase_means"]) == {"generate", "execute", "grade", "learn", "sync"}
+    assert summary["mean_overlap"] == pytest.approx(0.6)
+    assert summary["wait_means"] == pytest.approx({"wait_learner": 2.0, "wait_generate": 0.0})
+    assert summarize([metrics(0)])["mean_overlap"] is None   # synchronous
+    log_run(tmp_path, records)
+    text = write_report(tmp_path).read_text()
+    assert "mean overlap of phases (asynchronous)" in text and "learner waiting for rollouts" in text
+    assert png_size(tmp_path / "report" / "phases.png")[0] > 0

@@ -674,7 +674,7 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
     from jobs.run_control import Phases, StopSignal
     from jobs.train import Collected, Loop, learn_from
 
-    config = make_config(tmp_path, "train.max_staleness=1")
+    config = make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=false")
     learners = _FakeLearners()
     generators = _FakeGenerators(1)
     system = type("System", (), {"learners": learners, "weight_sync": type("Sync", (), {
@@ -689,6 +689,12 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
     assert len(batch.completion_ids) == 8 and sorted(set(batch.staleness)) == [0, 1]
     assert record["stale_dropped"] == 4 and record["staleness"] == {"0": 4, "1": 4}
     assert loop.version == 6 and generators.version == 6
+
+    # vLLM's log-probs under the constrained format are the mask's, not the policy's: no correction from them.
+    loop.config = make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=true")
+    loop.version = 5
+    learn_from(loop, Collected(8, [[9, 9]] * 3, rollouts, Phases(8), InfraCounts(), 0, time.perf_counter()))
+    assert len(learners.batches[1].completion_ids) == 8 and learners.batches[1].staleness is None
 
 
 # ---------------------------------------------------------------- budget

@@ -138,7 +138,8 @@ class LearnerConfig(Strict):
         2.0, ge=1.0, description="With old_logprobs=learner and train.max_staleness >= 1: a row sampled by older "
         "weights than the learner's is weighted per token by min(cap, learner / sampler probability), the "
         "truncated importance weight of decoupled PPO (conductor_rl/policy/grpo.py). Rows sampled by the "
-        "learner's own weights get 1.")
+        "learner's own weights get 1, and so does every row where vLLM samples under conductor.constrain_format "
+        "(its log-probs are the masked distribution's, not the policy's: such rows are learned as if on-policy).")
 
 
 class DataConfig(Strict):

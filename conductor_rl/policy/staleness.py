@@ -12,6 +12,9 @@ sampled it (its plan's, or for a recursive call's row, that call's).
   at most k fewer steps than the learner's when it reaches j.
 - Whatever the pipeline does, the learner leaves out a rollout older than the
   bound (`within_bound`): the bound is a guarantee, not a hope.
+- A stale row is corrected towards the learner by the sampler's log-probs
+  (grpo.behaviour_weights) only where those are the policy's
+  (`corrects_staleness`).
 """
 
 from __future__ import annotations
@@ -49,3 +52,11 @@ def staleness_histogram(rollouts: Sequence[Rollout], learner_version: int) -> di
     (by their plan's version); keys are strings, for JSON and TensorBoard."""
     counts = Counter(learner_version - r.weights_version for r in rollouts if r.reward is not None)
     return {str(k): counts[k] for k in sorted(counts)}
+
+
+def corrects_staleness(backend: str, constrained: bool) -> bool:
+    """Whether the sampler's log-probs can correct a stale row towards the learner: not where vLLM
+    samples under the constrained plan format, whose log-probs are the masked distribution's
+    (conductor_rl/policy/sampling.py); there a stale row is learned as if on-policy, the learner's
+    own log-probs its old ones."""
+    return not (constrained and backend == "vllm")
