@@ -12,7 +12,7 @@ from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from conductor_rl.config import LearnerConfig
-from conductor_rl.policy.learner import PolicyLearner, RolloutBatch, StepStats, full_parameters, init_process_group
+from conductor_rl.policy.learner import PolicyLearner, RolloutBatch, StepStats, init_process_group
 from conductor_rl.policy.shared_weights import SharedWeightsWriter, WeightsLayout, layout_for
 
 
@@ -53,14 +53,17 @@ class LearnerActor:
         return its layout; other ranks None."""
         if self.rank != 0:
             return None
-        module = self._ready().engine.module
-        self.shared = SharedWeightsWriter(layout_for(
-            (name, p.dtype, tuple(getattr(p, "ds_shape", p.shape))) for name, p in module.named_parameters(remove_duplicate=False)))
+        from conductor_rl.policy.weight_transfer import ModelWeights
+
+        meta = ModelWeights(self._ready().engine.module).metadata()
+        self.shared = SharedWeightsWriter(layout_for((m.name, m.dtype, m.shape) for m in meta))
         return self.shared.layout
 
     def write_shared_weights(self) -> None:
         """Copy the weights into the shared memory (every rank calls it: ZeRO-3 gathers; rank 0 writes)."""
-        tensors = full_parameters(self._ready().engine.module)
+        from conductor_rl.policy.weight_transfer import ModelWeights
+
+        tensors = iter(ModelWeights(self._ready().engine.module))
         if self.shared is None:
             for _ in tensors:
                 pass
