@@ -40,19 +40,20 @@ def test_a_rollout_any_of_whose_completions_is_older_than_the_bound_is_left_out(
 def test_iterations_arrive_in_order_and_collection_waits_for_the_bound():
     learned = [-1]
     started: list[tuple[int, int]] = []   # (iteration, learned through when its sampling began)
-    running: set[int] = set()
-    overlapped = []   # iterations sampled while an earlier one's plans ran
+    sampling_began = {j: threading.Event() for j in range(5)}
+    overlapped = []   # iterations whose sampling began while the previous one's plans ran
 
     def sample(j: int) -> str:
         started.append((j, learned[0]))
-        overlapped.extend([j] if running else [])
+        sampling_began[j].set()
         return f"plans {j}"
 
     def run(plans: str) -> str:
+        # The workers' calls last until the next iteration's sampling has begun, which a pipeline
+        # that overlaps the two allows at once; a serial one would leave this wait to time out.
         j = int(plans.split()[1])
-        running.add(j)
-        time.sleep(0.05)   # the workers' calls
-        running.discard(j)
+        if j + 1 < 5 and sampling_began[j + 1].wait(10):
+            overlapped.append(j + 1)
         return f"rollouts {j}"
 
     with RolloutPipeline(sample, run, 0, 5, max_staleness=1, halt=lambda: None) as pipeline:
@@ -65,7 +66,7 @@ def test_iterations_arrive_in_order_and_collection_waits_for_the_bound():
     assert [j for j, _ in started] == [0, 1, 2, 3, 4]
     assert all(j - through - 1 <= 1 for j, through in started), started
     assert any(j - through - 1 == 1 for j, through in started), "the producer never ran ahead"
-    assert overlapped, "no iteration was sampled while an earlier one's plans ran"
+    assert overlapped == [1, 2, 3, 4], "sampling did not overlap the previous iteration's plans"
 
 
 def test_a_producer_failure_reaches_the_learner_after_what_came_before():
@@ -100,7 +101,9 @@ def test_closing_halts_a_collection_in_flight_and_waits_for_it():
     pipeline = RolloutPipeline(lambda j: j, run, 0, 3, max_staleness=1, halt=halted.set)
     with pipeline:
         assert pipeline.next(0)[0] == 0
-        time.sleep(0.1)   # iteration 1 is being collected
+        deadline = time.monotonic() + 10   # iteration 1 is being collected (its sampling has begun)
+        while pipeline.in_flight() != [0, 1] and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert pipeline.in_flight() == [0, 1]
     assert finished.is_set()   # close() returned only after the producer ended
     with pytest.raises((PipelineClosed, RuntimeError)):
