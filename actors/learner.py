@@ -29,8 +29,8 @@ class LearnerActor:
         self.transfer: Any = None
         self.shared: SharedWeightsWriter | None = None
 
-    def build(self, model: str, config: LearnerConfig, total_steps: int) -> None:
-        self.learner = PolicyLearner(model, config, total_steps)
+    def build(self, model: str, config: LearnerConfig, total_steps: int, past_versions: int = 0) -> None:
+        self.learner = PolicyLearner(model, config, total_steps, past_versions)
 
     def train_step(self, batch: RolloutBatch) -> StepStats:
         return self._ready().train_step(batch)
@@ -102,7 +102,9 @@ class LearnerGroup:
     it fits), joined into one torch.distributed group."""
 
     def __init__(self, model: str, config: LearnerConfig, total_steps: int,
-                 resources_per_rank: dict[str, float] | None = None) -> None:
+                 resources_per_rank: dict[str, float] | None = None, past_versions: int = 0) -> None:
+        """`past_versions`: steps whose weights each rank keeps to recompute stale rows' behaviour
+        log-probs (conductor_rl/policy/learner.py)."""
         self.zero3 = config.zero_stage == 3
         bundle = resources_per_rank or ({"GPU": 1, "CPU": 1} if torch.cuda.is_available() else {"CPU": 1})
         self.placement = placement_group([dict(bundle)] * config.world_size, strategy="PACK")
@@ -123,7 +125,7 @@ class LearnerGroup:
             ).remote(r, config.world_size, master_addr, master_port)
             for r in range(config.world_size)
         ]
-        ray.get([a.build.remote(model, config, total_steps) for a in self.actors])
+        ray.get([a.build.remote(model, config, total_steps, past_versions) for a in self.actors])
 
     def train_step(self, batch: RolloutBatch) -> StepStats:
         """Every rank steps on the same batch; rank 0's statistics come back."""

@@ -36,7 +36,7 @@ from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
 from conductor_rl.plan.roster import Roster, draw_roster
 from conductor_rl.policy.batch import rollout_batch
 from conductor_rl.policy.generate import sample_seed
-from conductor_rl.policy.staleness import corrects_staleness, staleness_histogram, within_bound
+from conductor_rl.policy.staleness import behaviour_source, staleness_histogram, within_bound
 from conductor_rl.rollout.recursion import Recursion, forced_groups, generator_writer
 from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, grade_request, needs_execution,
                                            parse_rollout, ready_to_grade, unfinished)
@@ -146,7 +146,8 @@ def learn_from(loop: Loop, collected: Collected) -> tuple[dict, list[Rollout]]:
     # 6. group-relative advantages over the rollouts young enough to learn from (all, when synchronous)
     fresh, too_old = within_bound(rollouts, loop.version, c.train.max_staleness)
     staleness = staleness_histogram(fresh, loop.version)
-    corrected = corrects_staleness(c.generator.backend, c.conductor.constrain_format)   # by behaviour weights
+    corrected = behaviour_source(c.learner.behaviour_logprobs, c.generator.backend, c.conductor.constrain_format,
+                                 c.learner.zero_stage) != "none"   # stale rows get behaviour weights
     batch, informative = rollout_batch(
         fresh, collected.prompt_ids, drop_uninformative=c.train.drop_uninformative_groups,
         format_tokenizer=loop.prompts.tokenizer if loop.prompts.shape is not None else None,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conductor_rl.config import Config
+from conductor_rl.policy.staleness import behaviour_source
 from conductor_rl.run.placement import Demand, Node, require_fit
 from conductor_rl.workers.serving import group_deployments
 from jobs.common import log
@@ -266,7 +267,11 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
 
     rank = learner_placement(config, has_gpus)
     log(f"starting {config.learner.world_size} learner rank(s) ({rank}) ...")
-    learners = LearnerGroup(model, config.learner, total_steps, resources_per_rank=rank)
+    l = config.learner
+    source = behaviour_source(l.behaviour_logprobs, config.generator.backend, config.conductor.constrain_format,
+                              l.zero_stage)
+    learners = LearnerGroup(model, l, total_steps, resources_per_rank=rank,
+                            past_versions=config.train.max_staleness if source == "learner" else 0)
     weight_sync = WeightSync(learners, generators, transport, config.generator.tensor_parallel_size,
                              fallback=config.generator.weight_sync == "auto", log=log)
 

@@ -38,9 +38,9 @@ def groups(ray_cluster):
 
     made = []
 
-    def make(**overrides):
+    def make(past_versions=0, **overrides):
         config = LearnerConfig(**{"lr": 1e-3, "warmup_ratio": 0.0, "precision": "float32", **overrides})
-        group = LearnerGroup("tiny-qwen2", config, total_steps=10)
+        group = LearnerGroup("tiny-qwen2", config, total_steps=10, past_versions=past_versions)
         made.append(group)
         return group
 
@@ -141,9 +141,11 @@ def grouped_batch(groups=3, size=4, seed=1):
     return RolloutBatch(prompts, completions, old, adv)
 
 
-def whole_sequence_logprobs(batch):
-    """Each completion token's log-prob under tiny-qwen2, one whole sequence at a time."""
+def whole_sequence_logprobs(batch, weights=None):
+    """Each completion token's log-prob under tiny-qwen2 (or `weights` loaded into it), one whole sequence at a time."""
     model, _ = load_causal_lm("tiny-qwen2", "float32")
+    if weights is not None:
+        model.load_state_dict(dict(weights), strict=False)
     out = []
     with torch.no_grad():
         for prompt, completion in zip(batch.prompt_ids, batch.completion_ids):
@@ -231,6 +233,25 @@ def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(ray
         finally:
             for group in made:
                 group.shutdown()
+
+
+def test_stale_rows_behaviour_log_probs_are_recomputed_with_the_weights_that_sampled_them(groups):
+    """learner.behaviour_logprobs=learner (vLLM's under a constrained format are the masked
+    distribution's): a learner that keeps one past version weighs a row one version stale by
+    min(2, p_now / p_then) from its own weights of then, whatever the sampler reported, and a row
+    older than what it kept as if on-policy."""
+    group = groups(micro_batch_size=4, past_versions=1)
+    batch = grouped_batch(seed=9)
+    then = whole_sequence_logprobs(batch)                              # version 0, which sampled the stale rows
+    group.train_step(batch)                                            # version 0 -> 1
+    now = whole_sequence_logprobs(batch, ray.get(group.named_weights()))
+    masked = [[x + math.log(3.0) for x in lp.tolist()] for lp in then]   # what a masked sampler reports
+    stats = group.train_step(replace(batch, staleness=[1] * len(then), old_logprobs=masked))
+    ratios = torch.cat([torch.exp(a - b).clamp(max=2.0) for a, b in zip(now, then)])
+    assert abs(float(ratios.mean()) - 1.0) > 1e-3   # the step moved the log-probs, so the weights say something
+    assert stats.behaviour_weight_mean == pytest.approx(float(ratios.mean()), abs=1e-4)
+    older = group.train_step(replace(batch, staleness=[2] * len(then), old_logprobs=masked))
+    assert older.behaviour_weight_mean == 1.0
 
 
 def test_checkpoint_is_a_plain_hf_folder_and_restores_the_optimizer(groups, tmp_path):

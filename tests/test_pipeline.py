@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from conductor_rl.policy.staleness import may_collect, staleness_histogram, within_bound
+from conductor_rl.config import load_config
+from conductor_rl.config.strict import ConfigError
+from conductor_rl.policy.staleness import behaviour_source, may_collect, staleness_histogram, within_bound
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.rollout.workflow import InnerCall, Task, WorkflowResult
 from jobs.pipeline import PipelineClosed, RolloutPipeline
@@ -35,6 +37,17 @@ def test_a_rollout_any_of_whose_completions_is_older_than_the_bound_is_left_out(
     assert kept == [fresh] and too_old == [stale, stale_inner]
     assert within_bound([stale], 4, 2) == ([stale], [])
     assert staleness_histogram([rollout(4), rollout(3), rollout(3), rollout(2, reward=None)], 4) == {"0": 1, "1": 2}
+
+
+def test_stale_rows_take_the_samplers_log_probs_unless_a_mask_made_them_and_then_the_learners():
+    assert behaviour_source("auto", "vllm", constrained=False, zero_stage=2) == "sampler"
+    assert behaviour_source("auto", "transformers", constrained=True, zero_stage=2) == "sampler"
+    assert behaviour_source("auto", "vllm", constrained=True, zero_stage=2) == "learner"
+    assert behaviour_source("auto", "vllm", constrained=True, zero_stage=3) == "none"
+    assert behaviour_source("sampler", "vllm", constrained=True, zero_stage=2) == "sampler"
+    with pytest.raises(ConfigError, match="learner.behaviour_logprobs"):
+        load_config(None, ["train.max_staleness=1", "learner.zero_stage=3", "learner.behaviour_logprobs=learner"])
+    load_config(None, ["train.max_staleness=0", "learner.zero_stage=3", "learner.behaviour_logprobs=learner"])
 
 
 def test_iterations_arrive_in_order_and_collection_waits_for_the_bound():

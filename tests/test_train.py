@@ -689,11 +689,15 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
     assert record["stale_dropped"] == 4 and record["staleness"] == {"0": 4, "1": 4}
     assert loop.version == 6 and generators.version == 6
 
-    # vLLM's log-probs under the constrained format are the mask's, not the policy's: no correction from them.
-    loop.config = make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=true")
-    loop.version = 5
-    learn_from(loop, Collected(8, [[9, 9]] * 3, rollouts, Phases(8), InfraCounts(), 0, time.perf_counter()))
-    assert len(learners.batches[1].completion_ids) == 8 and learners.batches[1].staleness is None
+    # vLLM's log-probs under the constrained format are the mask's, not the policy's: the learner recomputes
+    # them (the batch still says how stale each row is), except under ZeRO-3, where no correction is made.
+    assert loop.config.generator.backend == "vllm"
+    for stage, staleness in ((2, [0] * 4 + [1] * 4), (3, None)):
+        loop.config = make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=true",
+                                  f"learner.zero_stage={stage}")
+        loop.version = 5
+        learn_from(loop, Collected(8, [[9, 9]] * 3, rollouts, Phases(8), InfraCounts(), 0, time.perf_counter()))
+        assert len(learners.batches[-1].completion_ids) == 8 and learners.batches[-1].staleness == staleness
 
 
 # ---------------------------------------------------------------- budget

@@ -136,10 +136,17 @@ class LearnerConfig(Strict):
         "structured-output mask, so with conductor.constrain_format they are not the policy's.")
     behaviour_weight_cap: float = Field(
         2.0, ge=1.0, description="With old_logprobs=learner and train.max_staleness >= 1: a row sampled by older "
-        "weights than the learner's is weighted per token by min(cap, learner / sampler probability), the "
+        "weights than the learner's is weighted per token by min(cap, learner / behaviour probability), the "
         "truncated importance weight of decoupled PPO (conductor_rl/policy/grpo.py). Rows sampled by the "
-        "learner's own weights get 1, and so does every row where vLLM samples under conductor.constrain_format "
-        "(its log-probs are the masked distribution's, not the policy's: such rows are learned as if on-policy).")
+        "learner's own weights get 1.")
+    behaviour_logprobs: Literal["auto", "sampler", "learner"] = Field(
+        "auto", description="With train.max_staleness >= 1: where the behaviour policy's log-probs of a stale row "
+        "come from. sampler: the ones the sampler reported. learner: the learner recomputes them with the "
+        "weights that sampled the row, which it keeps for train.max_staleness steps (a copy of the weights "
+        "each, and a forward pass over the stale rows; learner.zero_stage <= 2). auto: learner where vLLM "
+        "samples under conductor.constrain_format (its log-probs are of the distribution after its "
+        "structured-output mask, not the policy's), else sampler; with ZeRO-3 there, no correction (stale "
+        "rows are learned as if on-policy).")
 
 
 class DataConfig(Strict):
@@ -368,4 +375,11 @@ class Config(Strict):
         if subset is not None and subset[1] > len(self.workers):
             raise ValueError(f"train.worker_subset: rosters of up to {subset[1]} workers from a pool of "
                              f"{len(self.workers)}; lower train.worker_subset or add workers")
+        return self
+
+    @model_validator(mode="after")
+    def _behaviour_logprobs_fit_the_learner(self) -> "Config":
+        if self.learner.behaviour_logprobs == "learner" and self.learner.zero_stage == 3 and self.train.max_staleness:
+            raise ValueError("learner.behaviour_logprobs=learner keeps past weights on every rank, which ZeRO-3 "
+                             "does not hold whole: use learner.zero_stage <= 2, or behaviour_logprobs=sampler")
         return self

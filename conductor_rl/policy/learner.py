@@ -14,7 +14,11 @@ so the ratio is 1 and the step is the on-policy gradient, whatever the
 sampler's arithmetic or its constrained-format mask made of its own log-probs.
 Those are kept as a check (`StepStats.ratio_mean`), and, for rows an older
 sampler drew (asynchronous training), they give the behaviour correction of
-decoupled PPO (`grpo.behaviour_weights`).
+decoupled PPO (`grpo.behaviour_weights`). Where the sampler's are not the
+policy's, the learner keeps the weights of its last `past_versions` steps and
+recomputes a stale row's behaviour log-probs with the weights that sampled it
+(learner.behaviour_logprobs); a row older than what it kept (the first steps
+after a restart) is then learned as if on-policy.
 
 The process group must exist before construction: `init_process_group` sets
 it up (gloo on CPU, NCCL on GPU), from MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE.
@@ -25,9 +29,11 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -124,7 +130,9 @@ def lr_lambda(step: int, total_steps: int, warmup_ratio: float, min_ratio: float
 
 
 class PolicyLearner:
-    def __init__(self, model_name: str, config: LearnerConfig, total_steps: int) -> None:
+    def __init__(self, model_name: str, config: LearnerConfig, total_steps: int, past_versions: int = 0) -> None:
+        """`past_versions`: how many steps' weights to keep, to recompute the behaviour log-probs of
+        rows that many versions stale (0: stale rows use the sampler's)."""
         import deepspeed
 
         if not torch.distributed.is_initialized():
@@ -160,6 +168,11 @@ class PolicyLearner:
         self.reference = None
         if config.kl_beta > 0:
             self.reference = load_causal_lm(model_name, "float32")[0].to(self.device).eval().requires_grad_(False)
+        if past_versions and config.zero_stage == 3:
+            raise ValueError("recomputing behaviour log-probs keeps whole weights per rank, which ZeRO-3 does not "
+                             "hold: use learner.zero_stage <= 2 or learner.behaviour_logprobs=sampler")
+        self.past_versions = past_versions
+        self.past_weights: deque[list[torch.Tensor]] = deque()   # the weights before each recent step, newest first
 
     def train_step(self, batch: RolloutBatch) -> StepStats:
         """One optimizer step on the whole batch (every rank calls it with the same batch)."""
@@ -174,11 +187,13 @@ class PolicyLearner:
         else:
             normalizer = float(len(batch.completion_ids)) / self.world_size
         normalizer = max(normalizer, 1e-8)
+        behaviour = self._behaviour_logprobs(batch, rows) if self.past_versions else None
+        self._keep_weights()
         totals = {"loss": 0.0, "clip": 0.0, "ratio": 0.0, "kl": 0.0, "tokens": 0, "weight": 0.0, "stale_tokens": 0}
         for m in range(n_micro):
             chunk = rows[m * c.micro_batch_size:(m + 1) * c.micro_batch_size]
             self.engine.set_gradient_accumulation_boundary(m == n_micro - 1)
-            loss, stats, tokens, (weight_sum, stale_tokens) = self._micro_loss(batch, chunk, normalizer)
+            loss, stats, tokens, (weight_sum, stale_tokens) = self._micro_loss(batch, chunk, normalizer, behaviour)
             self.engine.backward(loss, scale_wrt_gas=False)
             totals["loss"] += float(loss.detach())
             totals["tokens"] += tokens
@@ -197,8 +212,61 @@ class PolicyLearner:
             behaviour_weight_mean=totals["weight"] / totals["stale_tokens"] if totals["stale_tokens"] else 1.0,
         )
 
-    def _micro_loss(self, batch: RolloutBatch, chunk: list[int],
-                    normalizer: float) -> tuple[torch.Tensor, Any, int, tuple[float, int]]:
+    def _weight_tensors(self) -> list[torch.Tensor]:
+        return [p for p in self.engine.module.parameters()]
+
+    def _keep_weights(self) -> None:
+        """Keep the weights before this step (the version that sampled next steps' stale rows)."""
+        if not self.past_versions:
+            return
+        tensors = self._weight_tensors()
+        if len(self.past_weights) == self.past_versions:   # reuse the oldest copy's memory
+            kept = self.past_weights.pop()
+            for copy, t in zip(kept, tensors):
+                copy.copy_(t.detach())
+        else:
+            kept = [t.detach().clone() for t in tensors]
+        self.past_weights.appendleft(kept)
+
+    @contextmanager
+    def _weights_from(self, steps_ago: int) -> Iterator[None]:
+        """The engine computes with the weights of `steps_ago` steps ago, for the block's duration."""
+        tensors = self._weight_tensors()
+        current = [t.data for t in tensors]
+        for t, past in zip(tensors, self.past_weights[steps_ago - 1]):
+            t.data = past
+        try:
+            yield
+        finally:
+            for t, data in zip(tensors, current):
+                t.data = data
+
+    def _behaviour_logprobs(self, batch: RolloutBatch, rows: Sequence[int]) -> dict[int, torch.Tensor]:
+        """Log-probs of this rank's stale rows under the weights that sampled them, by row; rows
+        staler than the weights kept are left out (learned as if on-policy)."""
+        out: dict[int, torch.Tensor] = {}
+        by_age: dict[int, list[int]] = {}
+        for i in rows:
+            age = batch.staleness[i] if batch.staleness else 0
+            if 0 < age <= len(self.past_weights):
+                by_age.setdefault(age, []).append(i)
+        size = self.config.micro_batch_size
+        for age, members in sorted(by_age.items()):
+            with self._weights_from(age), torch.no_grad(), \
+                    torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
+                for start in range(0, len(members), size):
+                    chunk = members[start:start + size]
+                    width = max(1, max(len(batch.completion_ids[i]) for i in chunk))
+                    needed = torch.zeros((len(chunk), width), dtype=torch.bool)
+                    for r, i in enumerate(chunk):
+                        needed[r, :len(batch.completion_ids[i])] = torch.tensor(batch.loss_mask(i)) > 0
+                    logprobs = self._completion_logprobs(self.engine, batch, chunk, width, needed.to(self.device))
+                    for r, i in enumerate(chunk):
+                        out[i] = logprobs[r, :len(batch.completion_ids[i])].float()
+        return out
+
+    def _micro_loss(self, batch: RolloutBatch, chunk: list[int], normalizer: float,
+                    behaviour: dict[int, torch.Tensor] | None = None) -> tuple[torch.Tensor, Any, int, tuple[float, int]]:
         c = self.config
         if not chunk:  # this rank has fewer rows: a zero loss keeps the collectives in step
             chunk, weight = [0], 0.0
@@ -223,10 +291,16 @@ class PolicyLearner:
         # sampler's distribution is not the learner's (a constrained format, stale weights).
         sampler_ratio = float((torch.exp(logprobs.detach() - old) * mask).sum() / mask.sum().clamp_min(1.0))
         weights, weighed = None, (0.0, 0)
-        stale = torch.tensor([bool(batch.staleness and batch.staleness[i] > 0) for i in chunk], device=self.device)
+        # Stale rows whose behaviour log-probs are known: the sampler's, or those recomputed from kept weights.
+        stale = torch.tensor([bool(batch.staleness and batch.staleness[i] > 0)
+                              and (behaviour is None or i in behaviour) for i in chunk], device=self.device)
+        if behaviour:
+            for r, i in enumerate(chunk):
+                if i in behaviour:
+                    old[r, :len(behaviour[i])] = behaviour[i].to(self.device)
         if c.old_logprobs == "learner":
             # Decoupled PPO (grpo.py): the learner's weights are the proximal policy; rows an older
-            # sampler drew are corrected towards them by the truncated behaviour weight.
+            # policy drew are corrected towards them by the truncated behaviour weight.
             if bool(stale.any()):
                 weights = behaviour_weights(logprobs, old, stale, c.behaviour_weight_cap)
                 stale_mask = mask * stale.unsqueeze(1)

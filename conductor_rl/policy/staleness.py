@@ -12,15 +12,16 @@ sampled it (its plan's, or for a recursive call's row, that call's).
   at most k fewer steps than the learner's when it reaches j.
 - Whatever the pipeline does, the learner leaves out a rollout older than the
   bound (`within_bound`): the bound is a guarantee, not a hope.
-- A stale row is corrected towards the learner by the sampler's log-probs
-  (grpo.behaviour_weights) only where those are the policy's
-  (`corrects_staleness`).
+- A stale row is corrected towards the learner (grpo.behaviour_weights) by
+  the behaviour policy's log-probs: the sampler's where they are the policy's,
+  else the learner's own with the weights that sampled the row
+  (`behaviour_source`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Literal, Sequence
 
 from conductor_rl.rollout.rollouts import Rollout
 
@@ -54,9 +55,17 @@ def staleness_histogram(rollouts: Sequence[Rollout], learner_version: int) -> di
     return {str(k): counts[k] for k in sorted(counts)}
 
 
-def corrects_staleness(backend: str, constrained: bool) -> bool:
-    """Whether the sampler's log-probs can correct a stale row towards the learner: not where vLLM
-    samples under the constrained plan format, whose log-probs are the masked distribution's
-    (conductor_rl/policy/sampling.py); there a stale row is learned as if on-policy, the learner's
-    own log-probs its old ones."""
-    return not (constrained and backend == "vllm")
+BehaviourSource = Literal["sampler", "learner", "none"]
+
+
+def behaviour_source(setting: str, backend: str, constrained: bool, zero_stage: int) -> BehaviourSource:
+    """Where a stale row's behaviour log-probs come from (learner.behaviour_logprobs): `setting` itself
+    unless "auto". Auto takes the sampler's, but not where vLLM samples under the constrained plan
+    format, whose log-probs are the masked distribution's (conductor_rl/policy/sampling.py): there
+    the learner recomputes them with the weights it kept, or, under ZeRO-3 (which keeps no whole
+    weights on a rank), none: stale rows are learned as if on-policy."""
+    if setting != "auto":
+        return setting   # type: ignore[return-value]
+    if not (constrained and backend == "vllm"):
+        return "sampler"
+    return "learner" if zero_stage <= 2 else "none"

@@ -1,0 +1,143 @@
+"""Who may ask a served Conductor, and how much: bearer tokens and per-client
+limits on requests and dollars over a sliding window.
+
+Tokens come from the environment (`CONDUCTOR_RL_SERVE_TOKENS`: comma-separated
+`client:token` pairs) or a file (one `client token` per line, # comments).
+Only their SHA-256 digests are kept, compared in constant time, and no token
+is ever logged: a client is known by its name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import os
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from conductor_rl.serving.chat_format import RequestError
+
+TOKENS_ENV = "CONDUCTOR_RL_SERVE_TOKENS"
+
+
+class TokensError(ValueError):
+    """The tokens could not be read; the message says where and how to write them."""
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+class BearerTokens:
+    """Client names by token."""
+
+    def __init__(self, pairs: dict[str, str]) -> None:
+        """`pairs`: client name -> token."""
+        short = sorted(name for name, token in pairs.items() if len(token) < 16)
+        if short:
+            raise TokensError(f"the token(s) of {short} are shorter than 16 characters: use long random ones "
+                              f"(python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        self._clients = [(_digest(token), name) for name, token in pairs.items()]
+
+    @classmethod
+    def load(cls, tokens_file: str | None, environ: dict[str, str] | None = None) -> "BearerTokens":
+        """From `tokens_file` when given, else from the environment variable."""
+        environ = os.environ if environ is None else environ
+        if tokens_file:
+            path = Path(tokens_file).expanduser()
+            try:
+                lines = path.read_text().splitlines()
+            except OSError as err:
+                raise TokensError(f"serve.tokens_file: cannot read {path}: {err.strerror}") from None
+            entries = [line.split() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+            bad = [i + 1 for i, e in enumerate(entries) if len(e) != 2]
+            if bad:
+                raise TokensError(f"serve.tokens_file {path}: entries {bad} are not `client token`")
+            pairs = dict((name, token) for name, token in entries)
+        else:
+            raw = environ.get(TOKENS_ENV, "")
+            items = [item.strip() for item in raw.split(",") if item.strip()]
+            if any(":" not in item for item in items):
+                raise TokensError(f"{TOKENS_ENV} holds comma-separated client:token pairs")
+            pairs = dict(item.split(":", 1) for item in items)
+        if not pairs:
+            raise TokensError(f"no tokens: set {TOKENS_ENV}=client:token (or serve.tokens_file), or "
+                              f"serve.require_token=false for an endpoint only this machine reaches")
+        return cls(pairs)
+
+    def client(self, authorization: str | None) -> str:
+        """The client an `Authorization: Bearer <token>` header names; raises a 401 RequestError."""
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise RequestError(401, "no bearer token: send `Authorization: Bearer <token>` (the OpenAI client's "
+                                    "api_key)", code="invalid_api_key", kind="authentication_error",
+                               headers={"WWW-Authenticate": "Bearer"})
+        digest = _digest(token.strip())
+        found = None
+        for known, name in self._clients:   # every comparison runs: the time says nothing about the token
+            if hmac.compare_digest(known, digest):
+                found = name
+        if found is None:
+            raise RequestError(401, "the bearer token is not known here", code="invalid_api_key",
+                               kind="authentication_error", headers={"WWW-Authenticate": "Bearer"})
+        return found
+
+
+@dataclass(frozen=True)
+class ClientQuota:
+    """Per client, over any `window_s` seconds: at most `requests` requests and `usd` dollars (None: no cap)."""
+
+    requests: int | None = 60
+    usd: float | None = 1.0
+    window_s: float = 60.0
+
+
+class ClientLimits:
+    """Sliding-window request and dollar limits, per client. A request is admitted (and counted)
+    before it runs; its cost is charged when it ends, so a client over its dollars waits until
+    enough of its spending leaves the window."""
+
+    def __init__(self, quota: ClientQuota) -> None:
+        self.quota = quota
+        self._requests: dict[str, deque[float]] = {}
+        self._spent: dict[str, deque[tuple[float, float]]] = {}
+
+    def admit(self, client: str, now: float) -> None:
+        """Count a request of `client` at time `now`, or raise a 429 RequestError with Retry-After."""
+        q = self.quota
+        requests = self._requests.setdefault(client, deque())
+        spent = self._spent.setdefault(client, deque())
+        while requests and requests[0] <= now - q.window_s:
+            requests.popleft()
+        while spent and spent[0][0] <= now - q.window_s:
+            spent.popleft()
+        if q.requests is not None and len(requests) >= q.requests:
+            wait = requests[0] + q.window_s - now
+            raise self._too_many(f"{q.requests} requests per {q.window_s:g} s", wait)
+        if q.usd is not None and sum(usd for _, usd in spent) >= q.usd:
+            total, wait = sum(usd for _, usd in spent), q.window_s
+            for at, usd in spent:   # wait until the window holds less than the cap
+                total -= usd
+                if total < q.usd:
+                    wait = at + q.window_s - now
+                    break
+            raise self._too_many(f"${q.usd:g} per {q.window_s:g} s", wait)
+        requests.append(now)
+
+    def charge(self, client: str, usd: float, now: float) -> None:
+        """What a request of `client` spent, when it ended."""
+        if usd > 0:
+            self._spent.setdefault(client, deque()).append((now, usd))
+
+    def spent(self, client: str, now: float) -> float:
+        """Dollars `client` spent within the window before `now`."""
+        return sum(usd for at, usd in self._spent.get(client, ()) if at > now - self.quota.window_s)
+
+    @staticmethod
+    def _too_many(limit: str, wait_s: float) -> RequestError:
+        seconds = max(1, math.ceil(wait_s))
+        return RequestError(429, f"this client is over its limit of {limit}; retry after {seconds} s",
+                            code="rate_limit_exceeded", kind="rate_limit_error",
+                            headers={"Retry-After": str(seconds)})
