@@ -113,6 +113,14 @@ class GeneratorPool:
         ]
         ray.get([a.weights_version.remote() for a in self.actors])  # wait until every engine is up
 
+    @classmethod
+    def of(cls, actors: Sequence[Any], weights_version: int = 0) -> "GeneratorPool":
+        """A pool over engines another process started (a served Conductor's replicas share them)."""
+        pool = cls.__new__(cls)
+        pool.require_fresh, pool.version, pool._updating = False, weights_version, threading.Lock()
+        pool.actors = list(actors)
+        return pool
+
     def sample(self, prompts: list[Any], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
                seed: int | Sequence[int] | None = None, shape: Shapes = None) -> list[list[Sample]]:
         """G samples for each prompt (text or token ids), in prompt order; `shape`: one, or one per prompt;

@@ -5,6 +5,7 @@
     conductor-rl data mix [--config FILE] [key.sub=value ...]  # the training mixture, chosen by a pilot pass
     conductor-rl check [--config FILE] [key.sub=value ...] [--json]  # preflight: one request to every worker
     conductor-rl ask [QUESTION ...] [--config FILE] [key.sub=value ...] [--json]
+    conductor-rl serve [--config FILE] [key.sub=value ...]      # an OpenAI-compatible endpoint on Ray Serve
     conductor-rl config [--config FILE] [key.sub=value ...]     # print the resolved configuration
 """
 
@@ -16,7 +17,7 @@ from typing import Sequence
 
 import yaml
 
-from jobs import ask, check, data, evaluate, train
+from jobs import ask, check, data, evaluate, serve, train
 from jobs.common import add_config_arguments, config_from_args
 
 
@@ -32,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return data.main(argv[1:])
     if argv[:1] == ["check"]:
         return check.main(argv[1:])
+    if argv[:1] == ["serve"]:
+        return serve.main(argv[1:])
     parser = argparse.ArgumentParser(prog="conductor-rl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -40,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate.add_arguments(commands.add_parser("evaluate", help="methods x benchmarks: the paper's tables"))
     commands.add_parser("data", help="data tools: `data mix` builds the training mixture")
     commands.add_parser("check", help="preflight: one tiny request to every worker, and a table")
+    commands.add_parser("serve", help="a trained Conductor behind an OpenAI-compatible endpoint (Ray Serve)")
     show = commands.add_parser("config", help="print the resolved configuration as YAML")
     show.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE")
     add_config_arguments(show)

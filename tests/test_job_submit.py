@@ -188,19 +188,19 @@ def submit_and_wait(head: LocalHead, *entrypoint: str) -> tuple[object, str]:
 def test_submitted_training_job_writes_its_checkpoint(head: LocalHead, tmp_path: Path) -> None:
     started = time.monotonic()
     out = tmp_path / "run"  # absolute: the job runs in a copy of the repository elsewhere
-    overrides = ["conductor.model=tiny-qwen2", "train.iterations=2", "train.rollouts_per_question=4",
+    overrides = ["conductor.model=tiny-qwen2", "train.iterations=1", "train.rollouts_per_question=4",
                  "train.questions_per_iteration=2", "conductor.max_new_tokens=64", "train.progress=false",
                  f"train.output_dir={out}", "cluster.generator={CPU: 1}", "cluster.learner={CPU: 1}"]
     client, job_id = submit_and_wait(head, "python", "-m", "jobs.train", *overrides)
     job_s = time.monotonic() - started
 
-    checkpoint = out / "checkpoints" / "ckpt-000001"
+    checkpoint = out / "checkpoints" / "ckpt-000000"
     assert (checkpoint / "state.json").is_file(), f"no checkpoint in {out}:\n{job_logs(client, job_id)}"
     state = json.loads((checkpoint / "state.json").read_text())
-    assert state["iteration"] == 1
+    assert state["iteration"] == 0
     assert (checkpoint / "model" / "config.json").is_file()
     assert any((checkpoint / "model").glob("*.safetensors"))
-    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
 
     # The upload is the repository without what .gitignore names (.venv, runs/, caches).
     unpacked = Path(head.temp_dir) / "session_latest" / "runtime_resources" / "working_dir_files"

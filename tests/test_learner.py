@@ -49,25 +49,21 @@ def groups(ray_cluster):
         group.shutdown()
 
 
-def test_two_ranks_end_a_step_with_identical_parameters(groups):
-    group = groups(world_size=2, micro_batch_size=2)
-    before = group.checksums()
-    stats = group.train_step(random_batch())
-    after = group.checksums()
-    assert before[0] == before[1] and after[0] == after[1]   # same weights on both ranks
-    assert after[0] != before[0]                              # and the step changed them
-    assert stats.tokens > 0 and stats.grad_norm > 0 and stats.lr == pytest.approx(1e-3 * lr_lambda(1, 10, 0, 0))
-
-
 def test_two_ranks_with_micro_batches_equal_one_rank_with_one_batch(groups):
-    """The loss normalisation across ranks and micro-batches gives one big batch's gradient."""
+    """The loss normalisation across ranks and micro-batches gives one big batch's gradient, and
+    both ranks end the step with the same weights."""
     # Adam's first step is about lr * sign(g): float noise on a near-zero gradient
     # flips it. A large eps makes the step linear in g, so weights compare gradients.
     one = groups(world_size=1, micro_batch_size=16, zero_stage=1, adam_eps=1e-3)
     two = groups(world_size=2, micro_batch_size=2, zero_stage=2, adam_eps=1e-3)
     batch = random_batch(n=7, seed=4)   # odd: ranks get 4 and 3 rows, padded to equal micro-batches
+    before = two.checksums()
     one.train_step(batch)
-    two.train_step(batch)
+    stats = two.train_step(batch)
+    after = two.checksums()
+    assert before[0] == before[1] and after[0] == after[1]   # same weights on both ranks
+    assert after[0] != before[0]                              # and the step changed them
+    assert stats.tokens > 0 and stats.grad_norm > 0 and stats.lr == pytest.approx(1e-3 * lr_lambda(1, 10, 0, 0))
     assert torch.allclose(flat_weights(one), flat_weights(two), atol=1e-6, rtol=0)
 
 
@@ -216,19 +212,18 @@ def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(ray
             assert same == (mode == "learner"), mode
             if mode == "learner":
                 # Rows an older sampler drew (asynchronous training) are weighted by min(2, learner / sampler
-                # probability) from the sampler's log-probs: 1/2, capped 4 -> 2, or 1, row by row.
+                # probability) from the sampler's log-probs: 1/2, capped 4 -> 2, or 1, row by row. Against
+                # the weights both groups now hold, a second step of one on them.
+                now = [lp.tolist() for lp in whole_sequence_logprobs(batch, ray.get(made[1].named_weights()))]
                 shifts = [(math.log(2.0), 0.5), (-math.log(4.0), 2.0), (0.0, 1.0)]
-                stale = replace(batch, staleness=[1] * len(true), old_logprobs=[
-                    [x + shifts[i % 3][0] for x in lp] for i, lp in enumerate(true)])
-                weighted = made[1]
-                made[1] = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=4,
-                                                                   zero_stage=1, precision="float32"), total_steps=10)
-                weighted.shutdown()
+                stale = replace(batch, staleness=[1] * len(now), old_logprobs=[
+                    [x + shifts[i % 3][0] for x in lp] for i, lp in enumerate(now)])
                 c = made[1].train_step(stale)
-                tokens = [len(lp) for lp in true]
+                tokens = [len(lp) for lp in now]
                 expected = sum(n * shifts[i % 3][1] for i, n in enumerate(tokens)) / sum(tokens)
                 assert c.behaviour_weight_mean == pytest.approx(expected, abs=1e-4)
                 assert c.ratio_mean != pytest.approx(1.0, abs=1e-3)
+                made[0].train_step(replace(batch, staleness=[1] * len(now), old_logprobs=now))
                 assert not torch.equal(flat_weights(made[0]), flat_weights(made[1]))   # another direction
         finally:
             for group in made:

@@ -131,7 +131,9 @@ async def run_rollout(
     math_grader: MathGrader | None = None,
     sample_key: str = "",
     recursion: "Recursion | None" = None,
+    on_step: Callable[[StepTrace], None] | None = None,
 ) -> Rollout:
+    """Parse `completion`, run its plan (`on_step`: see `run_plan`) and grade the final answer."""
     rollout = Rollout(task=task, completion=completion)
     try:
         rollout.plan = parse_plan(completion, n_workers=len(workers), max_steps=max_steps)
@@ -140,7 +142,8 @@ async def run_rollout(
         rollout.reward = grading.reward(False, None)
         return rollout
     rollout.workflow = await run_plan(rollout.plan, task, workers, limits, sample_key=sample_key,
-                                      recursion=None if recursion is None else recursion.for_plan(completion))
+                                      recursion=None if recursion is None else recursion.for_plan(completion),
+                                      on_step=on_step)
     if rollout.workflow.error:
         return rollout  # reward stays None: not the policy's fault
     if rollout.workflow.plan_error:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from conductor_rl.plan import Plan
 from conductor_rl.plan.prompts import worker_messages
@@ -195,12 +195,14 @@ async def run_plan(
     sample_key: str = "",
     recursion: "Recursion | None" = None,
     answer_so_far: str | None = None,
+    on_step: Callable[[StepTrace], None] | None = None,
 ) -> WorkflowResult:
     """Execute `plan` for `task`. `workers[i]` serves "Model i"; `limits` is one
     StepLimits for all workers or one per worker. Never raises for worker faults.
     `recursion`: how a step given to the Conductor (and, where it forces one, the end
     of the plan) calls the Conductor again; without it such a step keeps the answer so
-    far. `answer_so_far`: the answer an inner plan improves on, shown to every step."""
+    far. `answer_so_far`: the answer an inner plan improves on, shown to every step.
+    `on_step`: called with each step's trace as it finishes (a served request streams them)."""
     per_worker = limits_per_worker(limits, len(workers))
     start = time.perf_counter()
     traces = [
@@ -235,6 +237,8 @@ async def run_plan(
                 failed.set()
         finally:
             done[trace.index].set()
+            if on_step is not None:
+                on_step(trace)
 
     await asyncio.gather(*(run_step(t) for t in traces))
     result = WorkflowResult(steps=traces, wall_s=time.perf_counter() - start, error=_first_error(traces))
@@ -246,6 +250,8 @@ async def run_plan(
         traces.append(forced)
         await _call_conductor(forced, task, workers, per_worker, sample_key, start, recursion,
                               traces[-2].response or "", forced=True)
+        if on_step is not None:
+            on_step(forced)
         result = WorkflowResult(steps=traces, wall_s=time.perf_counter() - start, error=_first_error(traces))
     return result
 

@@ -12,7 +12,7 @@ Decisions where the OpenAI API has no counterpart:
   tools and a response format are refused, since one plan answers in text.
 - Extensions in the body (the OpenAI client's `extra_body`): `workers` (the
   subset of the pool to offer), `max_steps` and `max_depth`, each within the
-  server's limits; `temperature` is the Conductor's.
+  server's limits; `temperature` and `seed` are the Conductor's sampling.
 - The reply's `conductor` field carries the plan, every step (worker, subtask,
   latency, tokens, cost) and the total cost; `usage` sums the Conductor's and
   every worker's tokens.
@@ -28,11 +28,11 @@ from typing import Any, Sequence
 
 IGNORED_FIELDS = frozenset({
     "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "max_tokens",
-    "max_completion_tokens", "seed", "stop", "top_p", "user", "metadata", "store", "service_tier",
+    "max_completion_tokens", "stop", "top_p", "user", "metadata", "store", "service_tier",
     "parallel_tool_calls", "reasoning_effort", "modalities", "prediction", "audio", "web_search_options",
 })
 EXTENSION_FIELDS = frozenset({"workers", "max_steps", "max_depth"})
-KNOWN_FIELDS = frozenset({"model", "messages", "stream", "stream_options", "temperature", "n"}) | IGNORED_FIELDS \
+KNOWN_FIELDS = frozenset({"model", "messages", "stream", "stream_options", "temperature", "n", "seed"}) | IGNORED_FIELDS \
     | EXTENSION_FIELDS
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
@@ -73,6 +73,7 @@ class ChatRequest:
     workers: tuple[str, ...] | None = None   # the pool subset to offer; None: all
     max_steps: int | None = None
     max_depth: int | None = None
+    seed: int | None = None                  # the Conductor's sampling seed; None: a fresh one
 
     def question_text(self) -> str:
         """What the Conductor is asked: the context lines, then the question."""
@@ -121,6 +122,7 @@ def parse_chat_request(raw: bytes, served_model: str, pool: Sequence[str], limit
         workers=_workers(body, pool),
         max_steps=_int(body, "max_steps", 1, limits.max_steps),
         max_depth=_int(body, "max_depth", 0, limits.max_depth),
+        seed=_int(body, "seed", 0, 2**31 - 1),
     )
 
 

@@ -1,0 +1,118 @@
+"""A served Conductor on Ray Serve: a FastAPI ingress around
+conductor_rl/serving/endpoint.py's `ChatEndpoint`, in `serve.replicas`
+replicas (or Ray Serve's autoscaling), all sharing the generator engines, the
+worker pools with their ledger, and one `ClientLimitsActor` holding every
+client's request and dollar windows. Ray Serve's dashboard shows requests and
+latency per route; `conductor_serve_cost_usd` adds what each client spent.
+
+Routes: POST /v1/chat/completions, GET /v1/models, GET /health, and GET /: a page where a person
+asks a question and watches the plan, each step and the answer arrive (conductor_rl/serving/page.html).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+import ray
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from ray import serve
+
+from conductor_rl.config import Config
+from conductor_rl.serving.access import BearerTokens, ClientLimits, ClientQuota
+from conductor_rl.serving.chat_format import RequestError, RequestLimits
+from conductor_rl.serving.endpoint import ChatEndpoint, Reply, watch_page
+
+app = FastAPI(title="conductor-rl", description="A Conductor and its worker pool behind the OpenAI chat API")
+
+
+@ray.remote(num_cpus=0)
+class ClientLimitsActor:
+    """Every replica's clients in one place: `ClientLimits` as an actor."""
+
+    def __init__(self, quota: ClientQuota) -> None:
+        self.limits = ClientLimits(quota)
+
+    def admit(self, client: str) -> tuple[int, str, dict[str, str], str | None, str] | None:
+        """None when admitted, else the 429's fields (an exception's own fields do not cross Ray)."""
+        try:
+            self.limits.admit(client, time.monotonic())
+        except RequestError as err:
+            return err.status, err.message, err.headers, err.code, err.kind
+        return None
+
+    def charge(self, client: str, usd: float) -> None:
+        self.limits.charge(client, usd, time.monotonic())
+
+
+class SharedAdmission:
+    """`Admission` through a ClientLimitsActor; `on_charge(client, usd)` sees every charge (metrics)."""
+
+    def __init__(self, actor: Any, on_charge: Callable[[str, float], None] = lambda client, usd: None) -> None:
+        self.actor, self.on_charge = actor, on_charge
+
+    async def admit(self, client: str) -> None:
+        refused = await self.actor.admit.remote(client)
+        if refused is not None:
+            status, message, headers, code, kind = refused
+            raise RequestError(status, message, headers=headers, code=code, kind=kind)
+
+    async def charge(self, client: str, usd: float) -> None:
+        self.on_charge(client, usd)
+        await self.actor.charge.remote(client, usd)
+
+
+@serve.deployment
+@serve.ingress(app)
+class ConductorServer:
+    def __init__(self, config: Config, model_name: str, tokenizer_path: str, generator_actors: Sequence[Any],
+                 workers: Sequence[Any], limits_actor: Any, tokens: BearerTokens | None) -> None:
+        """`tokens`: digests only (the job read the tokens); None: no authentication."""
+        from ray.util.metrics import Counter
+        from transformers import AutoTokenizer
+
+        from actors.generator import GeneratorPool
+
+        generators = GeneratorPool.of(generator_actors)
+        c, s = config.conductor, config.serve
+
+        def sample_batch(prompt_ids: list[list[int]], shapes: list[Any], seeds: list[int], temperature: float) -> list:
+            groups = generators.sample(prompt_ids, 1, temperature, c.max_new_tokens, c.top_p, seed=seeds, shape=shapes)
+            return [group[0] for group in groups]
+
+        cost = Counter("conductor_serve_cost_usd", "Worker dollars spent by served requests, per client",
+                       tag_keys=("client",))
+
+        def count(client: str, usd: float) -> None:
+            if usd > 0:
+                cost.inc(usd, tags={"client": client})
+
+        self.endpoint = ChatEndpoint(
+            config, model_name, sample_batch, AutoTokenizer.from_pretrained(tokenizer_path), workers, tokens=tokens,
+            admission=SharedAdmission(limits_actor, count),
+            limits=RequestLimits(s.max_request_bytes, s.max_messages, c.max_steps, c.max_depth),
+            timeout_s=s.timeout_s, batch_window_s=s.batch_window_s)
+
+    @app.get("/")
+    def page(self) -> HTMLResponse:
+        return HTMLResponse(watch_page())
+
+    @app.get("/health")
+    def health(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    def models(self, request: Request) -> JSONResponse:
+        return respond(self.endpoint.models(request.headers.get("authorization")))
+
+    @app.post("/v1/chat/completions")
+    async def chat(self, request: Request) -> Any:
+        return respond(await self.endpoint.chat(await request.body(), request.headers.get("authorization")))
+
+
+def respond(reply: Reply) -> Any:
+    if reply.stream is not None:
+        return StreamingResponse(reply.stream, status_code=reply.status, media_type="text/event-stream",
+                                 headers=reply.headers)
+    return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)

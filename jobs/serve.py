@@ -1,0 +1,148 @@
+"""`conductor-rl serve`: a trained Conductor behind an OpenAI-compatible endpoint on Ray Serve.
+
+    export CONDUCTOR_RL_SERVE_TOKENS=me:$(python -c 'import secrets; print(secrets.token_urlsafe(32))')
+    conductor-rl serve conductor.model=runs/local/checkpoints/ckpt-000009/model
+    conductor-rl serve --config configs/paper.yaml conductor.model=... serve.host=0.0.0.0 serve.replicas=4
+
+It starts the generator engines with the Conductor's weights, the worker pools
+(rate limiters and a ledger capped at serve.budget_usd), one actor with every
+client's limits, and the Ray Serve application (actors/conductor_app.py), then
+answers until Ctrl-C or SIGTERM. On a running cluster (cluster.address or
+RAY_ADDRESS) it joins it; Ray Serve's own CLI runs the same application:
+
+    serve run jobs.serve:app_builder config=configs/local.yaml conductor.model=...
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from conductor_rl.config import Config, ConfigError, load_config
+from conductor_rl.serving.access import BearerTokens, ClientQuota, TokensError
+from conductor_rl.workers.providers import MissingApiKeyError
+from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
+
+APP_NAME = "conductor"
+REPLICA_CPUS = 0.25   # a replica tokenizes and waits on the engines and the workers
+
+
+def served_model_name(config: Config) -> str:
+    """serve.model_name, else the Conductor's folder (a checkpoint's, for its model/ folder) or model name."""
+    if config.serve.model_name:
+        return config.serve.model_name
+    path = Path(config.conductor.model)
+    return path.parent.name if path.name == "model" and path.parent.name else path.name
+
+
+@dataclass
+class Served:
+    """A running endpoint and what it started."""
+
+    url: str
+    model_name: str
+    generators: Any
+    workers: Any
+
+    def shutdown(self) -> None:
+        from ray import serve
+
+        serve.delete(APP_NAME)
+        self.workers.shutdown()
+        self.generators.shutdown()
+
+
+def build_application(config: Config) -> tuple[Any, Any, Any]:
+    """(the bound Serve application, the generator pool, the worker pools): every actor started."""
+    import ray
+
+    from actors.conductor_app import ClientLimitsActor, ConductorServer
+    from actors.generator import GeneratorPool
+    from conductor_rl.models import resolve_model
+    from jobs.training_system import generator_placement, start_worker_pools
+
+    s = config.serve
+    tokens = BearerTokens.load(s.tokens_file) if s.require_token else None   # before anything starts
+    model = resolve_model(config.conductor.model)
+    _, engine_options = generator_placement(config, ray.cluster_resources().get("GPU", 0) > 0)
+    log(f"starting {config.generator.engines} generator engine(s) with {config.conductor.model} ...")
+    generators = GeneratorPool(model, config.generator, seed=config.conductor.seed, resources=engine_options)
+    try:
+        workers = start_worker_pools(config, s.budget_usd, s.worker_replicas)
+    except BaseException:
+        generators.shutdown()
+        raise
+    limits = ClientLimitsActor.remote(ClientQuota(s.client_requests, s.client_usd, s.client_window_s))
+    scaling = {"autoscaling_config": s.autoscaling} if s.autoscaling else {"num_replicas": s.replicas}
+    deployment = ConductorServer.options(max_ongoing_requests=s.max_ongoing_requests,
+                                         ray_actor_options={"num_cpus": REPLICA_CPUS}, **scaling)
+    application = deployment.bind(config, served_model_name(config), model, generators.actors, workers.pools,
+                                  limits, tokens)
+    return application, generators, workers
+
+
+def start_serving(config: Config) -> Served:
+    """Start the endpoint at serve.host:serve.port (Ray started or joined here) and return once it answers."""
+    from ray import serve
+
+    from jobs.training_system import start_ray
+
+    start_ray(config)
+    application, generators, workers = build_application(config)
+    try:
+        serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
+        serve.run(application, name=APP_NAME, route_prefix="/")
+    except BaseException:
+        workers.shutdown()
+        generators.shutdown()
+        raise
+    return Served(f"http://{config.serve.host}:{config.serve.port}", served_model_name(config), generators, workers)
+
+
+def app_builder(args: dict[str, str]) -> Any:
+    """For `serve run jobs.serve:app_builder config=FILE key.sub=value ...` (Ray Serve's CLI)."""
+    overrides = [f"{k}={v}" for k, v in args.items() if k != "config"]
+    application, _, _ = build_application(load_config(args.get("config"), overrides))
+    return application
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE", help="configuration overrides")
+    add_config_arguments(parser)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="conductor-rl serve", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_intermixed_args(argv)
+    config, rest = config_from_args(args, positional="overrides_positional")
+    if rest:
+        raise SystemExit(f"error: not configuration overrides: {rest}")
+    try:
+        check_workers_before_start(config)
+        if config.serve.require_token:
+            BearerTokens.load(config.serve.tokens_file)
+    except (MissingApiKeyError, ConfigError, TokensError) as err:
+        raise SystemExit(f"error: {err}") from None
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    served = start_serving(config)
+    log(f"serving {served.model_name!r} at {served.url}/v1 (OpenAI chat completions; GET / to watch it think); "
+        f"Ctrl-C stops")
+    try:
+        stop.wait()
+    finally:
+        log("stopping ...")
+        served.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""A served Conductor's request handling (conductor_rl/serving/endpoint.py) without a server: the
+embedded default's SmolLM2 Conductor writes the plans in this process, its simulated pool answers."""
+
+import asyncio
+import json
+
+import pytest
+
+from conductor_rl.config import load_config
+from conductor_rl.orchestrator import in_process_workers
+from conductor_rl.serving.access import BearerTokens, ClientLimits, ClientQuota
+from conductor_rl.serving.chat_format import RequestLimits
+from conductor_rl.serving.endpoint import ChatEndpoint, LocalAdmission
+
+TOKEN = "s" * 24
+AUTH = f"Bearer {TOKEN}"
+
+
+def endpoint(smollm2, *overrides, requests=20, timeout_s=60.0):
+    from conductor_rl.policy.conductor import Conductor
+
+    config = load_config(None, ["conductor.max_depth=0", *overrides])
+    model, tokenizer = smollm2
+    conductor = Conductor(config.conductor, model, tokenizer)
+    workers, _ = in_process_workers(config)
+    return ChatEndpoint(
+        config, "conductor", lambda ids, shapes, seeds, t: conductor.sample_ids(ids, shapes, seeds, t), tokenizer,
+        workers, tokens=BearerTokens({"alice": TOKEN}),
+        admission=LocalAdmission(ClientLimits(ClientQuota(requests=requests, usd=None, window_s=60))),
+        limits=RequestLimits(max_steps=config.conductor.max_steps), timeout_s=timeout_s)
+
+
+def body(question="What is 17 * 23?", **extra) -> bytes:
+    return json.dumps({"model": "conductor", "messages": [{"role": "user", "content": question}], **extra}).encode()
+
+
+async def events_of(reply) -> list:
+    out = []
+    async for raw in reply.stream:
+        assert raw.startswith(b"data: ") and raw.endswith(b"\n\n")
+        text = raw[len(b"data: "):-2].decode()
+        out.append(text if text == "[DONE]" else json.loads(text))
+    return out
+
+
+def test_a_question_is_planned_run_on_the_pool_and_answered_with_its_steps_and_usage(smollm2):
+    serve = endpoint(smollm2)
+    pool = serve.pool
+
+    async def main():
+        plain, subset, streamed = await asyncio.gather(
+            serve.chat(body(seed=1), AUTH),
+            serve.chat(body("Name the capital of France.", workers=[pool[2]], seed=2), AUTH),
+            serve.chat(body(stream=True, stream_options={"include_usage": True}, seed=3), AUTH))
+        return plain, subset, await events_of(streamed)
+
+    plain, subset, events = asyncio.run(main())
+    assert plain.status == 200, plain.body
+    reply = plain.body
+    assert reply["choices"][0]["message"]["content"], reply
+    steps = reply["conductor"]["steps"]
+    assert 1 <= len(steps) <= serve.config.conductor.max_steps and all(s["worker"] in pool for s in steps)
+    worker_in = sum(s["usage"]["input_tokens"] for s in steps)
+    assert reply["usage"]["prompt_tokens"] > worker_in > 0   # the Conductor's prompt and every worker's input
+    assert reply["usage"]["total_tokens"] == reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"]
+    assert reply["conductor"]["cost_usd"] == pytest.approx(sum(s["cost_usd"] for s in steps))
+    assert reply["conductor"]["simulated"] is True
+    # A worker subset: the plan's roster is that worker alone.
+    assert subset.status == 200 and {s["worker"] for s in subset.body["conductor"]["steps"]} == {pool[2]}
+    # Streamed: the role, the plan, each step as it finished, the answer, the finish, the usage, [DONE].
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""} and events[-1] == "[DONE]"
+    progress = [e["conductor"] for e in events[1:-1] if "conductor" in e]
+    assert progress[0]["event"] == "plan" and progress[-1]["event"] == "done"
+    streamed_steps = [p for p in progress if p["event"] == "step"]
+    assert len(streamed_steps) == len(progress[-1]["steps"]) >= 1
+    content = "".join(e["choices"][0]["delta"].get("content", "") for e in events[1:-1] if e.get("choices"))
+    assert content and content == max(streamed_steps, key=lambda p: p["index"])["response"]   # the last step's
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["total_tokens"] > 0
+
+
+def test_refusals_name_their_reason_in_openais_error_shape(smollm2):
+    serve = endpoint(smollm2, requests=1)
+
+    async def main():
+        return [await serve.chat(body(), None), await serve.chat(body(), "Bearer " + "x" * 24),
+                await serve.chat(b"{", AUTH), await serve.chat(body(max_steps=99), AUTH),
+                await serve.chat(body(), AUTH), await serve.chat(body(), AUTH)]
+
+    no_token, wrong_token, malformed, too_many_steps, first, over = asyncio.run(main())
+    assert no_token.status == wrong_token.status == 401 and no_token.body["error"]["type"] == "authentication_error"
+    assert malformed.status == 400 and too_many_steps.body["error"]["param"] == "max_steps"
+    assert first.status == 200
+    assert over.status == 429 and int(over.headers["Retry-After"]) > 0
+    assert serve.models("Bearer nope").status == 401 and serve.models(AUTH).body["data"][0]["id"] == "conductor"
+
+
+def test_a_failing_worker_or_a_slow_one_ends_the_request_with_what_it_spent(smollm2):
+    fails = [f"workers.{i}.sim.fail_rate=1.0" for i in range(3)] + [f"workers.{i}.max_retries=0" for i in range(3)]
+    failing = endpoint(smollm2, *fails)
+    slow = endpoint(smollm2, *[f"workers.{i}.sim.latency_s=30" for i in range(3)], timeout_s=5.0)
+
+    async def main():
+        return (await failing.chat(body(seed=4), AUTH), await slow.chat(body(seed=4), AUTH),
+                await events_of(await failing.chat(body(seed=5, stream=True), AUTH)))
+
+    failed, timed_out, stream = asyncio.run(main())
+    assert failed.status == 502 and failed.body["error"]["code"] == "worker_error", failed.body
+    assert failed.body["conductor"]["steps"] and failed.body["conductor"]["cost_usd"] >= 0
+    assert timed_out.status == 504 and "serve.timeout_s" in timed_out.body["error"]["message"]
+    assert timed_out.body["conductor"]["cost_usd"] == 0.0
+    assert stream[-1] == "[DONE]" and stream[-2]["error"]["code"] == "worker_error"
