@@ -63,6 +63,13 @@ class SharedAdmission:
         await self.actor.charge.remote(client, usd)
 
 
+def respond(reply: Reply) -> Any:
+    if reply.stream is not None:
+        return StreamingResponse(reply.stream, status_code=reply.status, media_type="text/event-stream",
+                                 headers=reply.headers)
+    return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
+
+
 @serve.deployment
 @serve.ingress(app)
 class ConductorServer:
@@ -110,9 +117,3 @@ class ConductorServer:
     async def chat(self, request: Request) -> Any:
         return respond(await self.endpoint.chat(await request.body(), request.headers.get("authorization")))
 
-
-def respond(reply: Reply) -> Any:
-    if reply.stream is not None:
-        return StreamingResponse(reply.stream, status_code=reply.status, media_type="text/event-stream",
-                                 headers=reply.headers)
-    return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)

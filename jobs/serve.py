@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import threading
 from dataclasses import dataclass
@@ -86,22 +87,42 @@ def build_application(config: Config) -> tuple[Any, Any, Any]:
     return application, generators, workers
 
 
+class PortInUseError(RuntimeError):
+    """serve.port is taken on serve.host."""
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail before anything starts when the endpoint's port is taken (Ray Serve would fail later)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise PortInUseError(f"serve.port {port} on {host} is not free ({err.strerror}): choose another, "
+                                 f"e.g. serve.port={port + 1}") from None
+
+
 def start_serving(config: Config) -> Served:
     """Start the endpoint at serve.host:serve.port (Ray started or joined here) and return once it answers."""
     from ray import serve
 
     from jobs.training_system import start_ray
 
+    s = config.serve
+    check_port_free(s.host, s.port)
     start_ray(config)
     application, generators, workers = build_application(config)
     try:
-        serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
+        serve.start(http_options={"host": s.host, "port": s.port})
         serve.run(application, name=APP_NAME, route_prefix="/")
-    except BaseException:
+    except BaseException as err:
         workers.shutdown()
         generators.shutdown()
+        if "Failed to bind" in str(err):
+            raise PortInUseError(f"serve.port {s.port} on {s.host} was taken while the endpoint started: "
+                                 f"choose another (serve.port=...)") from None
         raise
-    return Served(f"http://{config.serve.host}:{config.serve.port}", served_model_name(config), generators, workers)
+    return Served(f"http://{s.host}:{s.port}", served_model_name(config), generators, workers)
 
 
 def app_builder(args: dict[str, str]) -> Any:
@@ -128,7 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_workers_before_start(config)
         if config.serve.require_token:
             BearerTokens.load(config.serve.tokens_file)
-    except (MissingApiKeyError, ConfigError, TokensError) as err:
+        check_port_free(config.serve.host, config.serve.port)
+    except (MissingApiKeyError, ConfigError, TokensError, PortInUseError) as err:
         raise SystemExit(f"error: {err}") from None
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

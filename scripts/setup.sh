@@ -22,14 +22,18 @@ else
     VLLM_EXTRA=cpu
 fi
 
-# bubblewrap isolates graded code; install it once through the system packages.
-if ! command -v bwrap >/dev/null 2>&1; then
+# System packages, installed once: bubblewrap isolates graded code; chromium is the headless
+# browser that tests the served Conductor's page (tests/test_serve.py).
+SYSTEM_PACKAGES=()
+command -v bwrap >/dev/null 2>&1 || SYSTEM_PACKAGES+=(bubblewrap)
+command -v chromium >/dev/null 2>&1 || SYSTEM_PACKAGES+=(chromium)
+if [ ${#SYSTEM_PACKAGES[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "[setup] installing bubblewrap"
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null \
-            || echo "[setup] warning: could not install bubblewrap; the sandbox will fall back to rlimits"
+        echo "[setup] installing ${SYSTEM_PACKAGES[*]}"
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${SYSTEM_PACKAGES[@]}") >/dev/null 2>&1 \
+            || echo "[setup] warning: could not install ${SYSTEM_PACKAGES[*]}; without bubblewrap the sandbox falls back to rlimits, without chromium the page's test fails"
     else
-        echo "[setup] warning: bubblewrap missing and not root; install it with your package manager"
+        echo "[setup] warning: ${SYSTEM_PACKAGES[*]} missing and not root; install them with your package manager"
     fi
 fi
 
