@@ -1,6 +1,7 @@
 """The Conductor as a transformers model in this process: prompt in, sampled
 plan text out. Training samples through vLLM instead (GeneratorActor); this is
 what `conductor-rl ask` and the tests use, and the fallback where vLLM cannot run.
+`EngineConductor` is the same interface over sampling engines (a GeneratorPool).
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from conductor_rl.config import ConductorConfig
+from conductor_rl.config import Config, ConductorConfig
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan.constrained import PlanFormat
 from conductor_rl.plan.prompts import ConductorPrompt
-from conductor_rl.policy.generate import PlanConstraint, generate
+from conductor_rl.policy.generate import PlanConstraint, generate, prompt_seed
 from conductor_rl.policy.sampling import PlanShape, Sample, TransformersSampler
 
 
@@ -24,6 +25,12 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     truncated: bool          # cut off by max_new_tokens (not by end-of-sequence, nor by stop_after_plan)
+
+    @classmethod
+    def of(cls, sample: Sample, response_prefix: str, prompt_tokens: int) -> "Completion":
+        """An engine's sample as a completion of a prompt of `prompt_tokens` tokens."""
+        return cls(response_prefix + sample.text, tuple(sample.token_ids), prompt_tokens, len(sample.token_ids),
+                   sample.finish_reason == "length")
 
 
 _ACCESS_LINE = re.compile(r"^[ \t]*access_list[ \t]*=(.*)$", re.MULTILINE)
@@ -108,3 +115,22 @@ class Conductor:
                           seed=c.seed if seed is None else seed, constraint=constraint, stop=stop)
         return [[Completion(c.response_prefix + g.text, g.token_ids, len(prompt), len(g.token_ids), g.truncated)
                  for g in group] for prompt, group in zip(prompts, groups)]
+
+
+class EngineConductor:
+    """The Conductor's `write_plans_many` on sampling engines (a GeneratorPool, or anything with its
+    `sample`): an Orchestrator whose plans come from vLLM engines, as a served Conductor's do."""
+
+    def __init__(self, config: Config, engines: Any, tokenizer: Any) -> None:
+        self.config, self.engines, self.tokenizer = config.conductor, engines, tokenizer
+        self.prompts = ConductorPrompt.from_config(config, tokenizer=tokenizer)
+
+    def write_plans_many(self, questions: Sequence[str], n_workers: int, n: int = 1, seed: int | None = None,
+                         temperature: float | None = None) -> list[list[Completion]]:
+        c = self.config
+        prompt_ids = [self.tokenizer(self.prompts.text(q, n_workers), add_special_tokens=False)["input_ids"]
+                      for q in questions]
+        seeds = [prompt_seed(c.seed if seed is None else seed, i) for i in range(len(questions))]
+        groups = self.engines.sample(prompt_ids, n, c.temperature if temperature is None else temperature,
+                                     c.max_new_tokens, c.top_p, seed=seeds, shape=self.prompts.shape_for(n_workers))
+        return [[Completion.of(s, c.response_prefix, len(ids)) for s in group] for ids, group in zip(prompt_ids, groups)]

@@ -178,8 +178,7 @@ class ChatEndpoint:
         started = time.perf_counter()
         sample = await writer.write(prompt_ids, prompts.shape_for(len(roster)), seed)
         conductor_s = time.perf_counter() - started
-        plan = Completion(c.response_prefix + sample.text, tuple(sample.token_ids), len(prompt_ids),
-                          len(sample.token_ids), sample.finish_reason == "length")
+        plan = Completion.of(sample, c.response_prefix, len(prompt_ids))
         events.put_nowait(("plan", {"event": "plan", "completion": plan.text,
                                     "workers": [self.pool[i] for i in roster], "conductor_s": conductor_s}))
         depth = c.max_depth if request.max_depth is None else request.max_depth
