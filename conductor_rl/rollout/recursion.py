@@ -35,6 +35,7 @@ Decisions where the paper is silent:
 from __future__ import annotations
 
 import asyncio
+import time
 import contextlib
 import hashlib
 from dataclasses import dataclass, replace
@@ -136,13 +137,18 @@ def forced_groups(n_groups: int, share: float, seed: int, iteration: int) -> set
 class BatchedPlanWriter:
     """A `PlanWriter` over a batch sampler: calls made within `window_s` of each other are
     sampled together (a generator is much faster on one batch than on calls one by one).
+    A burst keeps the batch open while calls keep arriving, a window at a time, for up to
+    `max_wait_s`: a burst spread wider than one window would otherwise be split into a small
+    first batch and a large second one that waits for it.
     `sample_batch(prompt_ids, shapes, seeds)` returns one Sample per prompt; it runs in a thread."""
 
     def __init__(self, sample_batch: Callable[[list[list[int]], list[Any], list[int]], list["Sample"]],
-                 window_s: float = 0.05, lock: asyncio.Lock | None = None) -> None:
-        """`lock`: held while sampling, when the model has other users on the same event loop."""
+                 window_s: float = 0.05, lock: asyncio.Lock | None = None, max_wait_s: float | None = None) -> None:
+        """`lock`: held while sampling, when the model has other users on the same event loop;
+        `max_wait_s`: how long a burst may hold a batch open (default 10 windows)."""
         self.sample_batch = sample_batch
         self.window_s = window_s
+        self.max_wait_s = 10 * window_s if max_wait_s is None else max_wait_s
         self.lock = lock
         self._pending: list[tuple[list[int], Any, int, asyncio.Future]] = []
         self._flush: asyncio.Future | None = None
@@ -161,7 +167,11 @@ class BatchedPlanWriter:
     async def _sample_pending(self) -> None:
         # Calls made while a batch is being sampled wait for the next batch of this same loop.
         while self._pending:
-            await asyncio.sleep(self.window_s)
+            opened = time.monotonic()
+            seen = 0
+            while len(self._pending) > seen and time.monotonic() - opened < self.max_wait_s:
+                seen = len(self._pending)
+                await asyncio.sleep(self.window_s)   # one more window while calls keep arriving
             batch, self._pending = self._pending, []
             try:
                 async with self.lock or contextlib.nullcontext():
