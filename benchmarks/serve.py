@@ -30,7 +30,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import socket
 import statistics
 import sys
 import time
@@ -41,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from conductor_rl.config import load_config  # noqa: E402
 from conductor_rl.data import load_dataset  # noqa: E402
+from conductor_rl.workers.serving import free_port  # noqa: E402
 
 TOKEN = "benchmark-" + "x" * 24
 
@@ -92,12 +92,6 @@ def in_process_pass(orchestrator, questions: list[str], concurrency: int) -> dic
         latencies += [time.perf_counter() - began] * len(wave)
         unanswered += sum(a.final_answer is None for a in answers)
     return {**figures(latencies, time.perf_counter() - started), "unanswered": unanswered}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> int:

@@ -311,9 +311,7 @@ class Orchestrator:
 
     @property
     def temperature(self) -> float:
-        """The Conductor's sampling temperature here: `ask.temperature`, else `conductor.temperature`."""
-        t = self.config.ask.temperature
-        return self.config.conductor.temperature if t is None else t
+        return inference_temperature(self.config)
 
     def _submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         if self._closed:
@@ -345,6 +343,13 @@ class Orchestrator:
 
 async def _close_all(workers: Sequence[Provider]) -> None:
     await asyncio.gather(*(w.aclose() for w in workers))
+
+
+def inference_temperature(config: Config) -> float:
+    """The Conductor's sampling temperature when it answers (ask, serve): `ask.temperature`, else
+    `conductor.temperature`."""
+    t = config.ask.temperature
+    return config.conductor.temperature if t is None else t
 
 
 def as_task(question: str | Question | Task, reference: str | None, kind: str, index: int = 0) -> Task:

@@ -58,7 +58,12 @@ class Served:
         self.generators.shutdown()
 
 
-def build_application(config: Config) -> tuple[Any, Any, Any]:
+def load_tokens(config: Config) -> BearerTokens | None:
+    """The clients' token digests (None: serve.require_token is off); raises TokensError."""
+    return BearerTokens.load(config.serve.tokens_file) if config.serve.require_token else None
+
+
+def build_application(config: Config, tokens: BearerTokens | None) -> tuple[Any, Any, Any]:
     """(the bound Serve application, the generator pool, the worker pools): every actor started."""
     import ray
 
@@ -68,7 +73,6 @@ def build_application(config: Config) -> tuple[Any, Any, Any]:
     from jobs.training_system import generator_placement, start_worker_pools
 
     s = config.serve
-    tokens = BearerTokens.load(s.tokens_file) if s.require_token else None   # before anything starts
     model = resolve_model(config.conductor.model)
     _, engine_options = generator_placement(config, ray.cluster_resources().get("GPU", 0) > 0)
     log(f"starting {config.generator.engines} generator engine(s) with {config.conductor.model} ...")
@@ -103,15 +107,17 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def start_serving(config: Config) -> Served:
-    """Start the endpoint at serve.host:serve.port (Ray started or joined here) and return once it answers."""
+    """Start the endpoint at serve.host:serve.port (Ray started or joined here) and return once it answers.
+    The tokens and the port are checked before anything starts (TokensError, PortInUseError)."""
     from ray import serve
 
     from jobs.training_system import start_ray
 
     s = config.serve
+    tokens = load_tokens(config)
     check_port_free(s.host, s.port)
     start_ray(config)
-    application, generators, workers = build_application(config)
+    application, generators, workers = build_application(config, tokens)
     try:
         serve.start(http_options={"host": s.host, "port": s.port})
         serve.run(application, name=APP_NAME, route_prefix="/")
@@ -128,7 +134,8 @@ def start_serving(config: Config) -> Served:
 def app_builder(args: dict[str, str]) -> Any:
     """For `serve run jobs.serve:app_builder config=FILE key.sub=value ...` (Ray Serve's CLI)."""
     overrides = [f"{k}={v}" for k, v in args.items() if k != "config"]
-    application, _, _ = build_application(load_config(args.get("config"), overrides))
+    config = load_config(args.get("config"), overrides)
+    application, _, _ = build_application(config, load_tokens(config))
     return application
 
 
@@ -145,17 +152,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, rest = config_from_args(args, positional="overrides_positional")
     if rest:
         raise SystemExit(f"error: not configuration overrides: {rest}")
-    try:
-        check_workers_before_start(config)
-        if config.serve.require_token:
-            BearerTokens.load(config.serve.tokens_file)
-        check_port_free(config.serve.host, config.serve.port)
-    except (MissingApiKeyError, ConfigError, TokensError, PortInUseError) as err:
-        raise SystemExit(f"error: {err}") from None
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    served = start_serving(config)
+    try:
+        check_workers_before_start(config)
+        served = start_serving(config)
+    except (MissingApiKeyError, ConfigError, TokensError, PortInUseError) as err:
+        raise SystemExit(f"error: {err}") from None
     log(f"serving {served.model_name!r} at {served.url}/v1 (OpenAI chat completions; GET / to watch it think); "
         f"Ctrl-C stops")
     try:

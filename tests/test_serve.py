@@ -3,21 +3,15 @@ engine, its simulated pool on worker actors, the Ray Serve application on 127.0.
 the official `openai` client. Each test asks as its own client, so per-client windows stay apart."""
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
 from conductor_rl.config import load_config
+from conductor_rl.workers.serving import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENS = {name: name[0] * 24 for name in ("alice", "bob", "carol", "dave")}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

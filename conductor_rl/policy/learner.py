@@ -213,7 +213,7 @@ class PolicyLearner:
         )
 
     def _weight_tensors(self) -> list[torch.Tensor]:
-        return [p for p in self.engine.module.parameters()]
+        return list(self.engine.module.parameters())
 
     def _keep_weights(self) -> None:
         """Keep the weights before this step (the version that sampled next steps' stale rows)."""

@@ -35,9 +35,9 @@ Decisions where the paper is silent:
 from __future__ import annotations
 
 import asyncio
-import time
 import contextlib
 import hashlib
+import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 

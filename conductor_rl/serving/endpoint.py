@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 
 from conductor_rl.config import Config
-from conductor_rl.orchestrator import Answer
+from conductor_rl.orchestrator import Answer, inference_temperature
 from conductor_rl.plan.prompts import ConductorPrompt
 from conductor_rl.policy.conductor import Completion
 from conductor_rl.rollout.recursion import BatchedPlanWriter, Recursion
@@ -122,7 +122,7 @@ class ChatEndpoint:
         except RequestError as err:
             return error_reply(err)
         request_id, created = completion_id(), int(time.time())
-        events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         run = asyncio.ensure_future(self._run(request, request_id, client, events))
         if request.stream:
             return Reply(200, stream=self._stream(run, events, request, request_id, created),
@@ -137,13 +137,13 @@ class ChatEndpoint:
     # ------------------------------------------------------------ one request
 
     async def _run(self, request: ChatRequest, request_id: str, client: str,
-                   events: asyncio.Queue[tuple[str, Any]]) -> tuple[Answer, dict[str, int]]:
+                   events: asyncio.Queue[dict[str, Any]]) -> tuple[Answer, dict[str, int]]:
         """The answer and its usage; raises RequestFailed. Charges the client what was spent."""
         finished: list[StepTrace] = []
 
         def on_step(trace: StepTrace) -> None:
             finished.append(trace)
-            events.put_nowait(("step", step_event(trace)))
+            events.put_nowait(step_event(trace))
 
         spent: float | None = None   # None: what the finished steps cost (a timeout, a client gone)
         try:
@@ -161,7 +161,7 @@ class ChatEndpoint:
         finally:
             await self.admission.charge(client, sum(t.cost_usd for t in finished) if spent is None else spent)
 
-    async def _answer(self, request: ChatRequest, request_id: str, events: asyncio.Queue[tuple[str, Any]],
+    async def _answer(self, request: ChatRequest, request_id: str, events: asyncio.Queue[dict[str, Any]],
                       on_step: Callable[[StepTrace], None]) -> tuple[Answer, dict[str, int]]:
         c = self.config.conductor
         roster = list(range(len(self.pool))) if request.workers is None else \
@@ -179,8 +179,8 @@ class ChatEndpoint:
         sample = await writer.write(prompt_ids, prompts.shape_for(len(roster)), seed)
         conductor_s = time.perf_counter() - started
         plan = Completion.of(sample, c.response_prefix, len(prompt_ids))
-        events.put_nowait(("plan", {"event": "plan", "completion": plan.text,
-                                    "workers": [self.pool[i] for i in roster], "conductor_s": conductor_s}))
+        events.put_nowait({"event": "plan", "completion": plan.text, "workers": [self.pool[i] for i in roster],
+                           "conductor_s": conductor_s})
         depth = c.max_depth if request.max_depth is None else request.max_depth
         recursion = None if depth < 1 else Recursion(writer, prompts, depth, max_steps, forced_below=depth, seed=seed)
         rollout = await run_rollout(plan.text, Task(id=request_id, question=question), workers, limits, max_steps,
@@ -190,7 +190,7 @@ class ChatEndpoint:
                          plan.completion_tokens + answer.usage.output_tokens)
         return answer, usage
 
-    async def _stream(self, run: asyncio.Future, events: asyncio.Queue[tuple[str, Any]], request: ChatRequest,
+    async def _stream(self, run: asyncio.Future, events: asyncio.Queue[dict[str, Any]], request: ChatRequest,
                       request_id: str, created: int) -> AsyncIterator[bytes]:
         """Server-sent events: the role, the plan and each step as they happen (`conductor` field),
         then the answer's text, the finish, the usage when asked for, and [DONE]."""
@@ -203,12 +203,12 @@ class ChatEndpoint:
             while True:
                 await asyncio.wait([run, waiting], return_when=asyncio.FIRST_COMPLETED)
                 if waiting.done():
-                    yield event(conductor=waiting.result()[1])
+                    yield event(conductor=waiting.result())
                     waiting = asyncio.ensure_future(events.get())
                     continue
                 waiting.cancel()
                 while not events.empty():
-                    yield event(conductor=events.get_nowait()[1])
+                    yield event(conductor=events.get_nowait())
                 break
             try:
                 answer, usage = run.result()
@@ -233,10 +233,7 @@ class ChatEndpoint:
         return ANONYMOUS if self.tokens is None else self.tokens.client(authorization)
 
     def _temperature(self, request: ChatRequest) -> float:
-        if request.temperature is not None:
-            return request.temperature
-        ask = self.config.ask.temperature
-        return self.config.conductor.temperature if ask is None else ask
+        return inference_temperature(self.config) if request.temperature is None else request.temperature
 
     def _writer(self, temperature: float) -> BatchedPlanWriter:
         """One batching writer per temperature: a generator batch samples at one temperature."""
