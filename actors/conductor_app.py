@@ -12,17 +12,24 @@ asks a question and watches the plan, each step and the answer arrive (conductor
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import ray
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from ray import serve
+from ray.actor import ActorHandle
 
 from conductor_rl.config import Config
 from conductor_rl.serving.access import BearerTokens, ClientLimits, ClientQuota
 from conductor_rl.serving.chat_format import RequestError, RequestLimits
 from conductor_rl.serving.endpoint import ChatEndpoint, Reply, watch_page
+from conductor_rl.workers.providers import Provider
+
+if TYPE_CHECKING:
+    from conductor_rl.plan.shape import PlanShape
+    from conductor_rl.policy.sampling import Sample
 
 app = FastAPI(title="conductor-rl", description="A Conductor and its worker pool behind the OpenAI chat API")
 
@@ -49,7 +56,7 @@ class ClientLimitsActor:
 class SharedAdmission:
     """`Admission` through a ClientLimitsActor; `on_charge(client, usd)` sees every charge (metrics)."""
 
-    def __init__(self, actor: Any, on_charge: Callable[[str, float], None] = lambda client, usd: None) -> None:
+    def __init__(self, actor: ActorHandle, on_charge: Callable[[str, float], None] = lambda client, usd: None) -> None:
         self.actor, self.on_charge = actor, on_charge
 
     async def admit(self, client: str) -> None:
@@ -63,18 +70,27 @@ class SharedAdmission:
         await self.actor.charge.remote(client, usd)
 
 
-def respond(reply: Reply) -> Any:
+def respond(reply: Reply) -> Response:
     if reply.stream is not None:
-        return StreamingResponse(reply.stream, status_code=reply.status, media_type="text/event-stream",
-                                 headers=reply.headers)
+        return StreamingResponse(
+            reply.stream, status_code=reply.status, media_type="text/event-stream", headers=reply.headers
+        )
     return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
 
 
 @serve.deployment
 @serve.ingress(app)
 class ConductorServer:
-    def __init__(self, config: Config, model_name: str, tokenizer_path: str, generator_actors: Sequence[Any],
-                 workers: Sequence[Any], limits_actor: Any, tokens: BearerTokens | None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        model_name: str,
+        tokenizer_path: str,
+        generator_actors: Sequence[ActorHandle],
+        workers: Sequence[Provider],
+        limits_actor: ActorHandle,
+        tokens: BearerTokens | None,
+    ) -> None:
         """`tokens`: digests only (the job read the tokens); None: no authentication."""
         from ray.util.metrics import Counter
         from transformers import AutoTokenizer
@@ -84,22 +100,32 @@ class ConductorServer:
         generators = GeneratorPool.of(generator_actors)
         c, s = config.conductor, config.serve
 
-        def sample_batch(prompt_ids: list[list[int]], shapes: list[Any], seeds: list[int], temperature: float) -> list:
+        def sample_batch(
+            prompt_ids: list[list[int]], shapes: list[PlanShape | None], seeds: list[int], temperature: float
+        ) -> list[Sample]:
             groups = generators.sample(prompt_ids, 1, temperature, c.max_new_tokens, c.top_p, seed=seeds, shape=shapes)
             return [group[0] for group in groups]
 
-        cost = Counter("conductor_serve_cost_usd", "Worker dollars spent by served requests, per client",
-                       tag_keys=("client",))
+        cost = Counter(
+            "conductor_serve_cost_usd", "Worker dollars spent by served requests, per client", tag_keys=("client",)
+        )
 
         def count(client: str, usd: float) -> None:
             if usd > 0:
                 cost.inc(usd, tags={"client": client})
 
         self.endpoint = ChatEndpoint(
-            config, model_name, sample_batch, AutoTokenizer.from_pretrained(tokenizer_path), workers, tokens=tokens,
+            config,
+            model_name,
+            sample_batch,
+            AutoTokenizer.from_pretrained(tokenizer_path),
+            workers,
+            tokens=tokens,
             admission=SharedAdmission(limits_actor, count),
             limits=RequestLimits(s.max_request_bytes, s.max_messages, c.max_steps, c.max_depth),
-            timeout_s=s.timeout_s, batch_window_s=s.batch_window_s)
+            timeout_s=s.timeout_s,
+            batch_window_s=s.batch_window_s,
+        )
 
     @app.get("/")
     def page(self) -> HTMLResponse:
@@ -110,10 +136,9 @@ class ConductorServer:
         return {"status": "ok"}
 
     @app.get("/v1/models")
-    def models(self, request: Request) -> JSONResponse:
+    def models(self, request: Request) -> Response:
         return respond(self.endpoint.models(request.headers.get("authorization")))
 
     @app.post("/v1/chat/completions")
-    async def chat(self, request: Request) -> Any:
+    async def chat(self, request: Request) -> Response:
         return respond(await self.endpoint.chat(await request.body(), request.headers.get("authorization")))
-

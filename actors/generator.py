@@ -6,29 +6,45 @@ weights when the trainer demands fresh ones."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Literal
 
 import ray
 import torch
 
-from conductor_rl.models import load_causal_lm, resolve_model
+from conductor_rl.config import GeneratorConfig
+from conductor_rl.models import load_causal_lm, quiet_model_libraries, resolve_model
+from conductor_rl.plan.shape import Shapes, shape_per_prompt
+from conductor_rl.policy.sampling import Sample, StaleWeightsError, TransformersSampler, VLLMSampler
 from conductor_rl.policy.shared_weights import SharedWeightsReader, WeightsLayout
-from conductor_rl.policy.sampling import (Sample, Shapes, StaleWeightsError, TransformersSampler, VLLMSampler,
-                                         shape_per_prompt)
 
 
 @ray.remote
 class GeneratorActor:
-    def __init__(self, model: str, backend: Literal["vllm", "transformers"] = "vllm", seed: int = 0,
-                 max_model_len: int = 4096, tensor_parallel_size: int = 1, weights_version: int = 0,
-                 dtype: str = "auto", weight_transfer: str | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        backend: Literal["vllm", "transformers"] = "vllm",
+        seed: int = 0,
+        max_model_len: int = 4096,
+        tensor_parallel_size: int = 1,
+        weights_version: int = 0,
+        dtype: str = "auto",
+        weight_transfer: str | None = None,
+    ) -> None:
         """`weights_version`: the version of the weights `model` holds (a checkpoint's, on resume).
         `weight_transfer`: "nccl", "ipc" or "gloo" to receive weights by vLLM's weight-transfer API."""
+        quiet_model_libraries()  # before vLLM is imported: it reads its log level once
         if backend == "vllm":
-            self.sampler: Any = VLLMSampler(resolve_model(model), seed=seed, max_model_len=max_model_len,
-                                            tensor_parallel_size=tensor_parallel_size, dtype=dtype,
-                                            weight_transfer=weight_transfer)
+            self.sampler: Any = VLLMSampler(
+                resolve_model(model),
+                seed=seed,
+                max_model_len=max_model_len,
+                tensor_parallel_size=tensor_parallel_size,
+                dtype=dtype,
+                weight_transfer=weight_transfer,
+            )
         elif backend == "transformers":
             self.sampler = TransformersSampler(*load_causal_lm(model, "float32"))
         else:
@@ -40,9 +56,17 @@ class GeneratorActor:
     def weights_version(self) -> int:
         return self.sampler.weights_version
 
-    def sample(self, prompts: list[Any], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
-               seed: int | list[int] | None = None, min_version: int | None = None,
-               shape: Shapes = None) -> list[list[Sample]]:
+    def sample(
+        self,
+        prompts: list[Any],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        top_p: float = 1.0,
+        seed: int | list[int] | None = None,
+        min_version: int | None = None,
+        shape: Shapes = None,
+    ) -> list[list[Sample]]:
         """`min_version`: refuse (StaleWeightsError) unless the held weights are at least this new."""
         if min_version is not None and self.sampler.weights_version < min_version:
             raise StaleWeightsError(
@@ -73,7 +97,7 @@ class GeneratorActor:
         self.sampler.llm.init_weight_transfer_engine({"init_info": init_info})
 
     def start_weight_update(self) -> None:
-        self.sampler.weights_version = -1   # half-loaded weights are no version: fresh-weight sampling refuses
+        self.sampler.weights_version = -1  # half-loaded weights are no version: fresh-weight sampling refuses
         self.sampler.llm.start_weight_update()
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
@@ -97,45 +121,82 @@ class GeneratorPool:
     finishes first (an actor runs one call at a time), with the old weights:
     no request is dropped, and each sample records its weights version."""
 
-    def __init__(self, model: str, config: Any, seed: int = 0, resources: dict[str, float] | None = None,
-                 weights_version: int = 0, weight_transfer: str | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        config: GeneratorConfig,
+        seed: int = 0,
+        resources: dict[str, Any] | None = None,
+        weights_version: int = 0,
+        weight_transfer: str | None = None,
+    ) -> None:
         """`config` is a conductor_rl.config.GeneratorConfig; `resources`: Ray actor options per engine;
         `weight_transfer`: "nccl", "ipc" or "gloo" to ready the engines for actors/weight_sync.py's transfer."""
-        per_engine = resources or ({"num_gpus": config.tensor_parallel_size} if torch.cuda.is_available() else {"num_cpus": 1})
+        per_engine = resources or (
+            {"num_gpus": config.tensor_parallel_size} if torch.cuda.is_available() else {"num_cpus": 1}
+        )
         self.require_fresh = config.require_fresh_weights
         self.version = weights_version
         self._updating = threading.Lock()
         self.actors = [
-            GeneratorActor.options(**per_engine).remote(model, config.backend, seed + i, config.max_model_len,
-                                                        config.tensor_parallel_size, weights_version, config.dtype,
-                                                        weight_transfer)
+            GeneratorActor.options(**per_engine).remote(
+                model,
+                config.backend,
+                seed + i,
+                config.max_model_len,
+                config.tensor_parallel_size,
+                weights_version,
+                config.dtype,
+                weight_transfer,
+            )
             for i in range(config.engines)
         ]
         ray.get([a.weights_version.remote() for a in self.actors])  # wait until every engine is up
 
     @classmethod
-    def of(cls, actors: Sequence[Any], weights_version: int = 0) -> "GeneratorPool":
+    def of(cls, actors: Sequence[Any], weights_version: int = 0) -> GeneratorPool:
         """A pool over engines another process started (a served Conductor's replicas share them)."""
         pool = cls.__new__(cls)
         pool.require_fresh, pool.version, pool._updating = False, weights_version, threading.Lock()
         pool.actors = list(actors)
         return pool
 
-    def sample(self, prompts: list[Any], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
-               seed: int | Sequence[int] | None = None, shape: Shapes = None) -> list[list[Sample]]:
+    def sample(
+        self,
+        prompts: list[Any],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        top_p: float = 1.0,
+        seed: int | Sequence[int] | None = None,
+        shape: Shapes = None,
+    ) -> list[list[Sample]]:
         """G samples for each prompt (text or token ids), in prompt order; `shape`: one, or one per prompt;
         `seed`: one (each engine derives its prompts' seeds from it), or one per prompt."""
         shares = [list(range(i, len(prompts), len(self.actors))) for i in range(len(self.actors))]
         shapes = shape_per_prompt(shape, len(prompts))
+
         def engine_seed(i: int, share: list[int]) -> int | list[int] | None:
             if seed is None or isinstance(seed, int):
                 return None if seed is None else seed + i
             return [seed[j] for j in share]
+
         with self._updating:
             min_version = self.version if self.require_fresh else None
-            refs = [actor.sample.remote([prompts[j] for j in share], n, temperature, max_tokens, top_p,
-                                        engine_seed(i, share), min_version, [shapes[j] for j in share])
-                    for i, (actor, share) in enumerate(zip(self.actors, shares)) if share]
+            refs = [
+                actor.sample.remote(
+                    [prompts[j] for j in share],
+                    n,
+                    temperature,
+                    max_tokens,
+                    top_p,
+                    engine_seed(i, share),
+                    min_version,
+                    [shapes[j] for j in share],
+                )
+                for i, (actor, share) in enumerate(zip(self.actors, shares))
+                if share
+            ]
         results: list[list[Sample]] = [[] for _ in prompts]
         for share, groups in zip([s for s in shares if s], ray.get(refs)):
             for j, group in zip(share, groups):
@@ -148,7 +209,7 @@ class GeneratorPool:
         with self._updating:
             yield
 
-    def load_weights(self, named_tensors: Any, version: int) -> None:
+    def load_weights(self, named_tensors: list[tuple[str, torch.Tensor]] | ray.ObjectRef, version: int) -> None:
         """`named_tensors`: a list or an object ref to one (e.g. LearnerGroup.named_weights())."""
         ray.get([a.load_weights.remote(named_tensors, version) for a in self.actors])
         self.version = version

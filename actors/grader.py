@@ -23,9 +23,12 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import ray
+from ray import ObjectRef
+from ray.actor import ActorHandle
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from conductor_rl.config import GraderConfig
@@ -53,12 +56,12 @@ _PROBE_RETRY_S = 0.2
 class _Member:
     """One actor of the pool and what the pool knows about it."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: ActorHandle) -> None:
         self.handle = handle
-        self.load = 0            # calls sent and not yet answered (abandoned ones included)
-        self.probe: Any = None   # an info() call in flight after a failure; no new work until it answers
+        self.load = 0  # calls sent and not yet answered (abandoned ones included)
+        self.probe: ObjectRef | None = None  # an info() call in flight after a failure; no new work until it answers
         self.probe_at: float | None = None  # when to send the next probe (an actor that is restarting)
-        self.failures = 0        # probes that found it dead
+        self.failures = 0  # probes that found it dead
         self.dead = False
 
     @property
@@ -75,12 +78,15 @@ class GraderPool:
         resources: custom Ray resources each actor needs (e.g. a node type's label).
     """
 
-    def __init__(self, config: GraderConfig | None = None, *, num_cpus: float = 1.0,
-                 resources: dict[str, float] | None = None) -> None:
+    def __init__(
+        self, config: GraderConfig | None = None, *, num_cpus: float = 1.0, resources: dict[str, float] | None = None
+    ) -> None:
         self.config = config or GraderConfig()
         options = dict(
-            max_concurrency=self.config.concurrency, max_restarts=self.config.max_restarts,
-            max_task_retries=0, num_cpus=num_cpus,
+            max_concurrency=self.config.concurrency,
+            max_restarts=self.config.max_restarts,
+            max_task_retries=0,
+            num_cpus=num_cpus,
         )
         if resources:
             options["resources"] = resources
@@ -111,7 +117,7 @@ class GraderPool:
             if m.probe is None and m.probe_at is not None and now >= m.probe_at and not m.dead:
                 m.probe, m.probe_at = m.handle.info.remote(), None
 
-    def _probe_answered(self, member: _Member, ref: Any) -> None:
+    def _probe_answered(self, member: _Member, ref: ObjectRef) -> None:
         member.probe = None
         try:
             ray.get(ref)
@@ -144,9 +150,13 @@ class GraderPool:
                 break
             probes = {m.probe: m for m in self._members if m.probe is not None}
             waiting = [*inflight, *self._abandoned, *probes]
-            next_deadline = min([*(d for _, _, d in inflight.values()),
-                                 *(m.probe_at for m in self._members if m.probe_at is not None),
-                                 time.monotonic() + 1.0])
+            next_deadline = min(
+                [
+                    *(d for _, _, d in inflight.values()),
+                    *(m.probe_at for m in self._members if m.probe_at is not None),
+                    time.monotonic() + 1.0,
+                ]
+            )
             if not waiting:  # pragma: no cover - every member is busy or dead, both cases are waited on above
                 time.sleep(0.05)
                 continue
@@ -170,7 +180,7 @@ class GraderPool:
                     results[i] = GradeResult(Verdict.ERROR, None, f"grading timed out after {timeout:g}s")
         return [r if r is not None else GradeResult(Verdict.ERROR, None, "not graded") for r in results]
 
-    def _result_of(self, ref: Any, member: _Member) -> GradeResult:
+    def _result_of(self, ref: ObjectRef, member: _Member) -> GradeResult:
         try:
             result = ray.get(ref, timeout=0)
         except RayActorError as exc:
@@ -199,13 +209,13 @@ class GradingStream:
     def __init__(self, pool: GraderPool) -> None:
         self.pool = pool
         self._changed = threading.Condition()
-        self._queue: list[tuple[Any, GradeRequest]] = []
+        self._queue: list[tuple[Hashable, GradeRequest]] = []
         self._closed = False
-        self._results: dict[Any, GradeResult] = {}
+        self._results: dict[Hashable, GradeResult] = {}
         self._thread = threading.Thread(target=self._grade, name="grading-stream", daemon=True)
         self._thread.start()
 
-    def submit(self, key: Any, request: GradeRequest) -> None:
+    def submit(self, key: Hashable, request: GradeRequest) -> None:
         with self._changed:
             self._queue.append((key, request))
             self._changed.notify_all()
@@ -219,8 +229,10 @@ class GradingStream:
                 batch, self._queue = self._queue, []
             try:
                 results = self.pool.grade_many([request for _, request in batch])
-            except Exception as err:   # a pool failure is the infrastructure's: those rollouts are graded again
-                results = [GradeResult(Verdict.ERROR, None, f"grader pool failed: {type(err).__name__}: {err}")] * len(batch)
+            except Exception as err:  # a pool failure is the infrastructure's: those rollouts are graded again
+                results = [GradeResult(Verdict.ERROR, None, f"grader pool failed: {type(err).__name__}: {err}")] * len(
+                    batch
+                )
             with self._changed:
                 self._results.update((key, result) for (key, _), result in zip(batch, results))
 

@@ -4,7 +4,7 @@ placed together by a placement group, driven as one learner."""
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
 import ray
 import torch
@@ -12,8 +12,14 @@ from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from conductor_rl.config import LearnerConfig
+from conductor_rl.models import quiet_model_libraries
 from conductor_rl.policy.learner import PolicyLearner, RolloutBatch, StepStats, init_process_group
 from conductor_rl.policy.shared_weights import SharedWeightsWriter, WeightsLayout, layout_for
+
+if TYPE_CHECKING:
+    from vllm.distributed.weight_transfer.base import TrainerWeightTransferEngine
+
+    from actors.weight_sync import EnginesClient
 
 
 @ray.remote
@@ -21,12 +27,18 @@ class LearnerActor:
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int) -> None:
         import os
 
-        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
-                          WORLD_SIZE=str(world_size), LOCAL_RANK="0")
+        quiet_model_libraries()
+        os.environ.update(
+            MASTER_ADDR=master_addr,
+            MASTER_PORT=str(master_port),
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK="0",
+        )
         init_process_group()
         self.rank = rank
         self.learner: PolicyLearner | None = None
-        self.transfer: Any = None
+        self.transfer: TrainerWeightTransferEngine | None = None
         self.shared: SharedWeightsWriter | None = None
 
     def build(self, model: str, config: LearnerConfig, total_steps: int, past_versions: int = 0) -> None:
@@ -38,12 +50,15 @@ class LearnerActor:
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         return self._ready().named_weights()
 
-    def init_weight_transfer(self, transport: str, address: str, port: int, world_size: int, client: Any) -> None:
+    def init_weight_transfer(
+        self, transport: str, address: str, port: int, world_size: int, client: EnginesClient
+    ) -> None:
         """Join the generators' weight-transfer group (conductor_rl/policy/weight_transfer.py)."""
         from conductor_rl.policy.weight_transfer import trainer_engine
 
-        self.transfer = trainer_engine(transport, address, port, world_size, self.rank, client,
-                                       self._ready().engine.module)
+        self.transfer = trainer_engine(
+            transport, address, port, world_size, self.rank, client, self._ready().engine.module
+        )
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -82,8 +97,9 @@ class LearnerActor:
 
     def parameter_checksum(self) -> float:
         """A cheap fingerprint of the weights, to check ranks agree."""
-        return float(sum(p.detach().double().sum() * (i + 1) for i, p in
-                         enumerate(self._ready().engine.module.parameters())))
+        return float(
+            sum(p.detach().double().sum() * (i + 1) for i, p in enumerate(self._ready().engine.module.parameters()))
+        )
 
     def save(self, folder: str) -> str:
         return str(self._ready().save(folder))
@@ -101,8 +117,14 @@ class LearnerGroup:
     """`world_size` LearnerActors in one placement group (PACK: same node when
     it fits), joined into one torch.distributed group."""
 
-    def __init__(self, model: str, config: LearnerConfig, total_steps: int,
-                 resources_per_rank: dict[str, float] | None = None, past_versions: int = 0) -> None:
+    def __init__(
+        self,
+        model: str,
+        config: LearnerConfig,
+        total_steps: int,
+        resources_per_rank: dict[str, float] | None = None,
+        past_versions: int = 0,
+    ) -> None:
         """`past_versions`: steps whose weights each rank keeps to recompute stale rows' behaviour
         log-probs (conductor_rl/policy/learner.py)."""
         self.zero3 = config.zero_stage == 3
@@ -115,26 +137,38 @@ class LearnerGroup:
             raise RuntimeError(
                 f"the cluster could not place {config.world_size} learner rank(s) of {bundle} within 600 s "
                 f"(`ray status` shows what is free): lower learner.world_size, change cluster.learner, "
-                f"or add nodes") from None
+                f"or add nodes"
+            ) from None
         # Rank 0 listens for the others: its node's address and a port free there, not the driver's.
         master_addr, master_port = self.rendezvous()
         self.actors = [
             LearnerActor.options(
-                num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0),
+                num_cpus=bundle.get("CPU", 0),
+                num_gpus=bundle.get("GPU", 0),
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=r),
             ).remote(r, config.world_size, master_addr, master_port)
             for r in range(config.world_size)
         ]
         ray.get([a.build.remote(model, config, total_steps, past_versions) for a in self.actors])
 
+    def rebuild(self, model: str, config: LearnerConfig, total_steps: int, past_versions: int = 0) -> None:
+        """Build every rank's learner again (model loaded, new engine, optimizer and schedule) in the
+        ranks already running, as a new group of the same world size would; skips the ranks' start."""
+        if config.world_size != len(self.actors):
+            raise ValueError(
+                f"a group of {len(self.actors)} rank(s) cannot be rebuilt for world_size={config.world_size}"
+            )
+        self.zero3 = config.zero_stage == 3
+        ray.get([a.build.remote(model, config, total_steps, past_versions) for a in self.actors])
+
     def train_step(self, batch: RolloutBatch) -> StepStats:
         """Every rank steps on the same batch; rank 0's statistics come back."""
         return ray.get([a.train_step.remote(batch) for a in self.actors])[0]
 
-    def named_weights(self) -> Any:
+    def named_weights(self) -> ray.ObjectRef:
         """An object ref to rank 0's weights, to hand to generators without a driver copy."""
-        ranks = self.actors if self.zero3 else self.actors[:1]   # ZeRO-3 gathers: every rank takes part
-        return [a.named_weights.remote() for a in ranks][0]
+        ranks = self.actors if self.zero3 else self.actors[:1]  # ZeRO-3 gathers: every rank takes part
+        return [a.named_weights.remote() for a in ranks][0]  # noqa: RUF015 (every rank must be called: ZeRO-3 gathers)
 
     def checksums(self) -> list[float]:
         return ray.get([a.parameter_checksum.remote() for a in self.actors])
@@ -152,9 +186,12 @@ class LearnerGroup:
 
     def rendezvous(self) -> tuple[str, int]:
         """An address and a free port on rank 0's node (where a transfer group's store listens)."""
-        return ray.get(_rendezvous.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=0),
-            num_cpus=0).remote())
+        return ray.get(
+            _rendezvous.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=0),
+                num_cpus=0,
+            ).remote()
+        )
 
 
 @ray.remote

@@ -17,24 +17,36 @@ LATENCY_BOUNDARIES = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
 class RayMetricsObserver(CallObserver):
     def __init__(self) -> None:
         self.calls = metrics.Counter("conductor_worker_calls", "Worker calls that returned", tag_keys=("worker",))
-        self.errors = metrics.Counter("conductor_worker_errors", "Worker calls that failed, by kind",
-                                      tag_keys=("worker", "kind"))
-        self.retries = metrics.Counter("conductor_worker_retries", "Retried attempts, by error kind",
-                                       tag_keys=("worker", "kind"))
-        self.wait_s = metrics.Counter("conductor_worker_rate_limit_wait_seconds",
-                                      "Time spent waiting for the rate limiter", tag_keys=("worker",))
-        self.latency = metrics.Histogram("conductor_worker_latency_seconds", "Provider latency of a call",
-                                         boundaries=LATENCY_BOUNDARIES, tag_keys=("worker",))
-        self.tokens = metrics.Counter("conductor_worker_tokens", "Tokens by direction",
-                                      tag_keys=("worker", "direction"))
+        self.errors = metrics.Counter(
+            "conductor_worker_errors", "Worker calls that failed, by kind", tag_keys=("worker", "kind")
+        )
+        self.retries = metrics.Counter(
+            "conductor_worker_retries", "Retried attempts, by error kind", tag_keys=("worker", "kind")
+        )
+        self.wait_s = metrics.Counter(
+            "conductor_worker_rate_limit_wait_seconds", "Time spent waiting for the rate limiter", tag_keys=("worker",)
+        )
+        self.latency = metrics.Histogram(
+            "conductor_worker_latency_seconds",
+            "Provider latency of a call",
+            boundaries=LATENCY_BOUNDARIES,
+            tag_keys=("worker",),
+        )
+        self.tokens = metrics.Counter(
+            "conductor_worker_tokens", "Tokens by direction", tag_keys=("worker", "direction")
+        )
         self.cost = metrics.Counter("conductor_worker_cost_usd", "Cost of worker calls", tag_keys=("worker",))
 
     def call_finished(self, worker: str, response: WorkerResponse) -> None:
         tags = {"worker": worker}
         self.calls.inc(1, tags)
         self.latency.observe(response.latency_s, tags)
-        for direction, n in (("input", response.usage.input_tokens), ("output", response.usage.output_tokens),
-                             ("reasoning", response.usage.reasoning_tokens), ("cached", response.usage.cached_tokens)):
+        for direction, n in (
+            ("input", response.usage.input_tokens),
+            ("output", response.usage.output_tokens),
+            ("reasoning", response.usage.reasoning_tokens),
+            ("cached", response.usage.cached_tokens),
+        ):
             if n:
                 self.tokens.inc(n, {"worker": worker, "direction": direction})
         if response.cost_usd:

@@ -13,7 +13,7 @@ driver and hands each worker the URLs of its replicas.
   however it goes (`ray.kill`, a driver that exits or crashes, a node agent that
   kills it). `stop()` ends it at once and waits.
 
-Why not Ray Serve LLM (`ray.serve.llm`): docs/cluster.md, "Served workers".
+Why not Ray Serve LLM (`ray.serve.llm`): docs/decisions.md, "Worker pools".
 """
 
 from __future__ import annotations
@@ -21,14 +21,21 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import ray
 
 from conductor_rl.config import ServeSpec, WorkerConfig
-from conductor_rl.workers.serving import (Deployment, ServedWorkerError, ServerProcess, check_served_workers,
-                                          group_deployments, start_server)
+from conductor_rl.workers.serving import (
+    Deployment,
+    ServedWorkerError,
+    ServerProcess,
+    check_served_workers,
+    group_deployments,
+    start_server,
+)
 
 
 def _log_dir() -> Path:
@@ -36,7 +43,7 @@ def _log_dir() -> Path:
     try:
         session = Path(ray._private.worker._global_node.get_session_dir_path())  # noqa: SLF001
         return session / "logs" / "served-workers"
-    except Exception:   # no session directory reachable: a temporary folder does
+    except Exception:  # no session directory reachable: a temporary folder does
         return Path(tempfile.gettempdir()) / "conductor-rl-served-workers"
 
 
@@ -50,7 +57,7 @@ def _node_ip() -> str:
     return ray.util.get_node_ip_address()
 
 
-@ray.remote(max_concurrency=4)   # stop() and log_tail() must run while start() waits for the server
+@ray.remote(max_concurrency=4)  # stop() and log_tail() must run while start() waits for the server
 class ServedWorkerActor:
     def __init__(self, name: str, spec: ServeSpec, served_names: Sequence[str], replica: int = 0) -> None:
         self.name, self.spec, self.served_names, self.replica = name, spec, tuple(served_names), replica
@@ -62,15 +69,27 @@ class ServedWorkerActor:
         """Start the server and wait until it is healthy: {'base_url', 'seconds', 'node', 'port', 'pgid', 'log'}.
         Raises ServedWorkerError (with the server's last log lines) on a timeout or an early exit."""
         host = _node_ip()
-        server, seconds = start_server(f"{self.name}#{self.replica}", self.spec, self.served_names, host,
-                                       _log_dir(), on_retry=lambda msg: print(msg, flush=True))
+        server, seconds = start_server(
+            f"{self.name}#{self.replica}",
+            self.spec,
+            self.served_names,
+            host,
+            _log_dir(),
+            on_retry=lambda msg: print(msg, flush=True),
+        )
         with self._lock:
             self._server = server
-            if self._stopped:   # stop() came while the server was starting
+            if self._stopped:  # stop() came while the server was starting
                 server.stop()
                 raise ServedWorkerError(f"served worker {self.name!r}: stopped while starting")
-        return {"base_url": server.base_url, "seconds": seconds, "node": host, "port": server.port,
-                "pgid": server.pgid, "log": str(server.log_path)}
+        return {
+            "base_url": server.base_url,
+            "seconds": seconds,
+            "node": host,
+            "port": server.port,
+            "pgid": server.pgid,
+            "log": str(server.log_path),
+        }
 
     def running(self) -> bool:
         return self._server is not None and self._server.returncode is None
@@ -85,7 +104,7 @@ class ServedWorkerActor:
         if server is not None:
             server.stop()
 
-    def __ray_shutdown__(self) -> None:   # a graceful actor exit; ray.kill skips it and the guard does the work
+    def __ray_shutdown__(self) -> None:  # a graceful actor exit; ray.kill skips it and the guard does the work
         self.stop()
 
 
@@ -94,8 +113,13 @@ class ServedWorkers:
     served); `replicas[d][r]`: what replica r of deployment d reported (base_url, node, port, log, and
     pgid, the server's process group)."""
 
-    def __init__(self, deployments: list[Deployment], actors: list[list[Any]],
-                 replicas: list[list[dict[str, Any]]], n_workers: int) -> None:
+    def __init__(
+        self,
+        deployments: list[Deployment],
+        actors: list[list[Any]],
+        replicas: list[list[dict[str, Any]]],
+        n_workers: int,
+    ) -> None:
         self.deployments, self.actors, self.replicas = deployments, actors, replicas
         self.urls: list[list[str] | None] = [None] * n_workers
         for deployment, infos in zip(deployments, replicas):
@@ -107,29 +131,33 @@ class ServedWorkers:
         return len(self.deployments)
 
     @classmethod
-    def start(cls, workers: Sequence[WorkerConfig], log: Callable[[str], None] = print) -> "ServedWorkers":
+    def start(cls, workers: Sequence[WorkerConfig], log: Callable[[str], None] = print) -> ServedWorkers:
         """Start the replicas of every served worker and wait until all are healthy. On any failure every
         replica is stopped and the first failure is raised (ServedWorkerError, with its server's log)."""
         check_served_workers(workers)
         deployments = group_deployments(workers)
         actors: list[list[Any]] = []
-        pending: dict[Any, tuple[int, int, float]] = {}   # ref -> (deployment, replica, deadline)
+        pending: dict[Any, tuple[int, int, float]] = {}  # ref -> (deployment, replica, deadline)
         started = time.monotonic()
         for d_index, d in enumerate(deployments):
             names = f" (as {', '.join(d.served_names)})" if len(d.workers) > 1 else ""
-            log(f"starting served worker {d.name}{names} ({d.replicas} replica(s) of {d.spec.model}; per replica "
-                f"{_placement_text(d.spec)}) ...")
+            log(
+                f"starting served worker {d.name}{names} ({d.replicas} replica(s) of {d.spec.model}; per replica "
+                f"{_placement_text(d.spec)}) ..."
+            )
             options = {"num_cpus": d.spec.cpus, "num_gpus": d.spec.gpus}
             if d.spec.resources:
                 options["resources"] = dict(d.spec.resources)
-            replicas = [ServedWorkerActor.options(**options).remote(d.name, d.spec, d.served_names, r)
-                        for r in range(d.replicas)]
+            replicas = [
+                ServedWorkerActor.options(**options).remote(d.name, d.spec, d.served_names, r)
+                for r in range(d.replicas)
+            ]
             actors.append(replicas)
             for r, actor in enumerate(replicas):
                 # Placement may wait for a node (an autoscaler adds one); it gets a start timeout of its own.
                 pending[actor.start.remote()] = (d_index, r, started + 2 * d.spec.start_timeout_s)
         infos: list[list[dict[str, Any]]] = [[{} for _ in range(d.replicas)] for d in deployments]
-        served = cls(deployments, actors, infos, 0)   # for the clean-up below: stopping needs only the actors
+        served = cls(deployments, actors, infos, 0)  # for the clean-up below: stopping needs only the actors
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=5.0)
@@ -140,23 +168,33 @@ class ServedWorkers:
                         info = ray.get(ref)
                     except ray.exceptions.RayTaskError as err:
                         cause = err.cause
-                        raise (cause if isinstance(cause, ServedWorkerError) else ServedWorkerError(
-                            f"served worker {d.name!r} replica {r}: {type(cause).__name__}: {cause}")) from None
+                        raise (
+                            cause
+                            if isinstance(cause, ServedWorkerError)
+                            else ServedWorkerError(
+                                f"served worker {d.name!r} replica {r}: {type(cause).__name__}: {cause}"
+                            )
+                        ) from None
                     except ray.exceptions.RayActorError as err:
-                        raise ServedWorkerError(f"served worker {d.name!r} replica {r}: its actor died while the "
-                                                f"server started ({err}); see the Ray logs of its node") from None
+                        raise ServedWorkerError(
+                            f"served worker {d.name!r} replica {r}: its actor died while the "
+                            f"server started ({err}); see the Ray logs of its node"
+                        ) from None
                     infos[d_index][r] = info
-                    log(f"served {d.name} at {info['base_url']} in {info['seconds']:.0f} s (replica {r + 1}/"
-                        f"{d.replicas}, log {info['log']})")
+                    log(
+                        f"served {d.name} at {info['base_url']} in {info['seconds']:.0f} s (replica {r + 1}/"
+                        f"{d.replicas}, log {info['log']})"
+                    )
                 now = time.monotonic()
-                for ref, (d_index, r, deadline) in list(pending.items()):
+                for _ref, (d_index, r, deadline) in list(pending.items()):
                     if now > deadline:
                         d = deployments[d_index]
                         raise ServedWorkerError(
                             f"served worker {d.name!r} replica {r} was not running after "
                             f"{2 * d.spec.start_timeout_s:g} s: no node could take it ({_placement_text(d.spec)}) or "
                             f"it hung. Fix: see `ray status` for pending demands; give a node type those resources "
-                            f"(ray_cluster.yaml), or lower workers.<i>.serve.gpus/cpus/resources")
+                            f"(ray_cluster.yaml), or lower workers.<i>.serve.gpus/cpus/resources"
+                        )
         except BaseException:
             served.shutdown()
             raise
@@ -172,7 +210,7 @@ class ServedWorkers:
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         for actor in handles:
-            ray.kill(actor)   # whatever stop() left, the guard ends when the actor process goes
+            ray.kill(actor)  # whatever stop() left, the guard ends when the actor process goes
         self.actors = []
 
 

@@ -46,10 +46,14 @@ class TrainMetrics:
     def __init__(self) -> None:
         self.iteration = metrics.Gauge("conductor_train_iteration", "Last finished iteration")
         self.gauges = {key: metrics.Gauge(f"conductor_train_{key}", text) for key, text in GAUGES.items()}
-        self.usage = metrics.Gauge("conductor_train_worker_usage", "Share of plan steps per worker",
-                                   tag_keys=("worker",))
-        self.failed = metrics.Gauge("conductor_train_worker_failure_rate", "Share of a worker's calls that "
-                                    "failed in the iteration (every attempt)", tag_keys=("worker",))
+        self.usage = metrics.Gauge(
+            "conductor_train_worker_usage", "Share of plan steps per worker", tag_keys=("worker",)
+        )
+        self.failed = metrics.Gauge(
+            "conductor_train_worker_failure_rate",
+            "Share of a worker's calls that failed in the iteration (every attempt)",
+            tag_keys=("worker",),
+        )
 
     def publish(self, record: dict) -> None:
         self.iteration.set(record["iteration"])

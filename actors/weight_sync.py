@@ -19,12 +19,18 @@ generator engine, versioned. Two transports (`generator.weight_sync`):
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import ray
+from ray.actor import ActorHandle
 
 from conductor_rl.config import WEIGHT_TRANSFER_TRANSPORTS
 from conductor_rl.policy.shared_weights import SharedMemoryTooSmall
+
+if TYPE_CHECKING:
+    from actors.generator import GeneratorPool
+    from actors.learner import LearnerGroup
 
 
 class NotColocated(RuntimeError):
@@ -37,8 +43,7 @@ def resolve_weight_sync(setting: str, backend: str, has_gpus: bool) -> str:
     if setting == "auto":
         return "nccl" if has_gpus and backend == "vllm" else "shared_memory"
     if setting in ("nccl", "ipc") and not has_gpus:
-        raise ValueError(f"generator.weight_sync={setting} needs GPUs in the cluster: "
-                         f"use gloo or object_store on CPUs")
+        raise ValueError(f"generator.weight_sync={setting} needs GPUs in the cluster: use gloo or object_store on CPUs")
     return setting
 
 
@@ -59,11 +64,11 @@ class EnginesClient:
     vLLM's own Ray client gives every handle the same ranks, as it expects one
     engine (with data parallelism) rather than several."""
 
-    def __init__(self, actors: list[Any], tensor_parallel_size: int) -> None:
+    def __init__(self, actors: list[ActorHandle], tensor_parallel_size: int) -> None:
         self.actors, self.tp = actors, tensor_parallel_size
 
     def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
-        def for_engine(i: int) -> dict[str, Any]:   # ipc has no ranks
+        def for_engine(i: int) -> dict[str, Any]:  # ipc has no ranks
             return {**init_info, "rank_offset": 1 + i * self.tp} if "rank_offset" in init_info else init_info
 
         ray.get([a.init_weight_transfer_engine.remote(for_engine(i)) for i, a in enumerate(self.actors)])
@@ -71,7 +76,7 @@ class EnginesClient:
     def start_weight_update(self) -> None:
         ray.get([a.start_weight_update.remote() for a in self.actors])
 
-    def update_weights(self, update_info: Any) -> None:
+    def update_weights(self, update_info: dict[str, Any]) -> None:
         ray.get([a.update_weights.remote(update_info) for a in self.actors])
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
@@ -81,8 +86,15 @@ class EnginesClient:
 class WeightSync:
     """Pushes a LearnerGroup's weights into a GeneratorPool by `transport`."""
 
-    def __init__(self, learners: Any, generators: Any, transport: str, tensor_parallel_size: int = 1,
-                 fallback: bool = False, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        learners: LearnerGroup,
+        generators: GeneratorPool,
+        transport: str,
+        tensor_parallel_size: int = 1,
+        fallback: bool = False,
+        log: Callable[[str], None] = print,
+    ) -> None:
         """`fallback`: where shared memory cannot serve (an engine on another node, too little
         memory), use the object store and say so (generator.weight_sync=auto) instead of failing."""
         self.learners, self.generators, self.transport = learners, generators, transport
@@ -98,22 +110,28 @@ class WeightSync:
             address, port = learners.rendezvous()
             world_size = 1 + len(generators.actors) * tensor_parallel_size
             client = EnginesClient(generators.actors, tensor_parallel_size)
-            ray.get([a.init_weight_transfer.remote(transport, address, port, world_size, client)
-                     for a in learners.actors])
+            ray.get(
+                [a.init_weight_transfer.remote(transport, address, port, world_size, client) for a in learners.actors]
+            )
         elif transport != "object_store":
-            raise ValueError(f"generator.weight_sync must be object_store, shared_memory or one of "
-                             f"{WEIGHT_TRANSFER_TRANSPORTS}, got {transport!r}")
+            raise ValueError(
+                f"generator.weight_sync must be object_store, shared_memory or one of "
+                f"{WEIGHT_TRANSFER_TRANSPORTS}, got {transport!r}"
+            )
 
     def _share(self) -> None:
         """Map the learner's shared memory into every engine (all on rank 0's node), then drop its path."""
         rank0 = self.learners.actors[0]
         home = ray.get(rank0.node_id.remote())
-        away = [i for i, node in enumerate(ray.get([a.node_id.remote() for a in self.generators.actors]))
-                if node != home]
+        away = [
+            i for i, node in enumerate(ray.get([a.node_id.remote() for a in self.generators.actors])) if node != home
+        ]
         if away:
-            raise NotColocated(f"generator engine(s) {away} are not on learner rank 0's node, so they cannot map its "
-                               f"memory: place them together (cluster.generator / cluster.learner resources) or set "
-                               f"generator.weight_sync=object_store")
+            raise NotColocated(
+                f"generator engine(s) {away} are not on learner rank 0's node, so they cannot map its "
+                f"memory: place them together (cluster.generator / cluster.learner resources) or set "
+                f"generator.weight_sync=object_store"
+            )
         layout = ray.get(rank0.share_weights.remote())
         try:
             ray.get([a.attach_shared_weights.remote(layout) for a in self.generators.actors])

@@ -37,24 +37,34 @@ import asyncio
 import hashlib
 import itertools
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ray
+from ray import ObjectRef
+from ray.actor import ActorHandle
 
+from actors.metrics import RayMetricsObserver
 from conductor_rl.config import WorkerConfig
 from conductor_rl.workers.guarded import GuardedProvider
 from conductor_rl.workers.ledger import CostLedger
 from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits
-from conductor_rl.workers.providers import (OFFLINE_PROVIDERS, ProviderError, Secret, WorkerRequest, WorkerResponse,
-                                          build_provider)
+from conductor_rl.workers.providers import (
+    OFFLINE_PROVIDERS,
+    ProviderError,
+    Secret,
+    Usage,
+    WorkerRequest,
+    WorkerResponse,
+    build_provider,
+)
 from conductor_rl.workers.providers.keys import read_api_key
 from conductor_rl.workers.retry import RetryPolicy
-from actors.metrics import RayMetricsObserver
 
 NAMESPACE = "conductor-rl"
 LEDGER_NAME = "ledger"
 MAX_WAITERS = 100_000  # limiter and ledger calls are tiny; every in-flight call may be waiting on one
-SUSPECT_S = 30.0       # a replica seen failing gets no new calls for this long (Ray restarts it meanwhile)
+SUSPECT_S = 30.0  # a replica seen failing gets no new calls for this long (Ray restarts it meanwhile)
 
 
 def on_this_node() -> dict[str, Any]:
@@ -91,10 +101,14 @@ class LedgerActor:
     async def admit(self) -> None:
         self._ledger.admit()
 
-    async def record(self, worker: str, provider: str, usage: Any, cost_usd: float, call_id: str | None = None) -> bool:
+    async def record(
+        self, worker: str, provider: str, usage: Usage, cost_usd: float, call_id: str | None = None
+    ) -> bool:
         return self._ledger.record(worker, provider, usage, cost_usd, call_id=call_id)
 
-    async def open_call(self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True) -> None:
+    async def open_call(
+        self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True
+    ) -> None:
         self._ledger.open_call(call_id, worker, provider, max_cost_usd, admit)
 
     async def open_calls(self, calls: list[tuple[str, str, str, float]]) -> None:
@@ -131,8 +145,9 @@ def limiter_name(config: WorkerConfig, key: Secret, scope: str = "") -> str:
     return f"limiter-{digest}"
 
 
-def get_rate_limiter(config: WorkerConfig, key: Secret, window_s: float = 60.0, headroom_s: float | None = None,
-                     scope: str = ""):
+def get_rate_limiter(
+    config: WorkerConfig, key: Secret, window_s: float = 60.0, headroom_s: float | None = None, scope: str = ""
+):
     """The cluster's limiter for this key and model (and `scope`: runs that must not
     share limits, such as benchmarks); the first caller's limits win. It lives as
     long as some pool holds it."""
@@ -141,8 +156,11 @@ def get_rate_limiter(config: WorkerConfig, key: Secret, window_s: float = 60.0, 
     headroom = max(0.02 * window_s, 0.25) if headroom_s is None else headroom_s
     for _ in range(3):
         limiter = RateLimiterActor.options(
-            name=limiter_name(config, key, scope), namespace=NAMESPACE, get_if_exists=True,
-            max_concurrency=MAX_WAITERS, **on_this_node(),
+            name=limiter_name(config, key, scope),
+            namespace=NAMESPACE,
+            get_if_exists=True,
+            max_concurrency=MAX_WAITERS,
+            **on_this_node(),
         ).remote(config.rpm, config.tpm, window_s, headroom)
         try:
             ray.get(limiter.__ray_ready__.remote())
@@ -152,28 +170,31 @@ def get_rate_limiter(config: WorkerConfig, key: Secret, window_s: float = 60.0, 
     raise RuntimeError(f"worker {config.name!r}: could not start its rate limiter actor; is the Ray cluster healthy?")
 
 
-def get_ledger(budget_usd: float | None = None, name: str = LEDGER_NAME):
+def get_ledger(budget_usd: float | None = None, name: str = LEDGER_NAME) -> ActorHandle:
     """The run's ledger (created with `budget_usd` by its first caller)."""
-    return LedgerActor.options(name=name, namespace=NAMESPACE, get_if_exists=True,
-                               max_concurrency=MAX_WAITERS, **on_this_node()).remote(budget_usd)
+    return LedgerActor.options(
+        name=name, namespace=NAMESPACE, get_if_exists=True, max_concurrency=MAX_WAITERS, **on_this_node()
+    ).remote(budget_usd)
 
 
 class _Remote:
     """Calls an actor's methods as awaitables (GuardedProvider awaits whatever it gets)."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: ActorHandle) -> None:
         self._handle = handle
 
     def __getattr__(self, method: str):
         return getattr(self._handle, method).remote
 
 
-def actor_name(handle: Any) -> str:
+def actor_name(handle: ActorHandle) -> str:
     """The name a named actor was created with (WorkerActors look their limiter and ledger up by it)."""
     name = ray.get(handle.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_actor_name()))
     if not name:
-        raise ValueError("worker pools share their rate limiter and ledger by name: pass a named actor "
-                         "(get_rate_limiter, get_ledger)")
+        raise ValueError(
+            "worker pools share their rate limiter and ledger by name: pass a named actor "
+            "(get_rate_limiter, get_ledger)"
+        )
     return name
 
 
@@ -183,11 +204,13 @@ class _LedgerClient(_Remote):
     one message each would queue hundreds of calls that start at once behind
     one another."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: ActorHandle) -> None:
         super().__init__(handle)
         self._pending: list[tuple[str, str, str, float]] = []
 
-    def open_call(self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True) -> Any:
+    def open_call(
+        self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True
+    ) -> ObjectRef | None:
         if admit:
             return self._handle.open_call.remote(call_id, worker, provider, max_cost_usd, True)
         if not self._pending:
@@ -202,18 +225,30 @@ class _LedgerClient(_Remote):
 
 @ray.remote
 class WorkerActor:
-    def __init__(self, config: WorkerConfig, api_key: Secret | None, limiter_name: str | None, ledger_name: str | None,
-                 policy: RetryPolicy, seed: int = 0, check_budget: bool = True) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        api_key: Secret | None,
+        limiter_name: str | None,
+        ledger_name: str | None,
+        policy: RetryPolicy,
+        seed: int = 0,
+        check_budget: bool = True,
+    ) -> None:
         # Names, not handles: Ray cannot restart an actor whose constructor took actor handles
         # (they live in the object store), and replicas must be restartable.
         limiter = ray.get_actor(limiter_name, namespace=NAMESPACE) if limiter_name else None
         ledger = ray.get_actor(ledger_name, namespace=NAMESPACE) if ledger_name else None
         provider = build_provider(config, seed=seed, api_key=api_key)
         self._worker = GuardedProvider(
-            provider, provider_kind=config.provider,
+            provider,
+            provider_kind=config.provider,
             limiter=_Remote(limiter) if limiter is not None else None,
             ledger=_LedgerClient(ledger) if ledger is not None else None,
-            policy=policy, observer=RayMetricsObserver(), check_budget=check_budget, price=config.price,
+            policy=policy,
+            observer=RayMetricsObserver(),
+            check_budget=check_budget,
+            price=config.price,
         )
 
     async def complete(self, request: WorkerRequest) -> WorkerResponse:
@@ -228,10 +263,21 @@ class WorkerPool:
 
     simulated = False
 
-    def __init__(self, config: WorkerConfig, replicas: int = 1, *, ledger: Any = None, seed: int = 0,
-                 window_s: float = 60.0, headroom_s: float | None = None, num_cpus: float = 0.25,
-                 resources: dict[str, float] | None = None, policy: RetryPolicy | None = None,
-                 limiter_scope: str = "", base_urls: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        replicas: int = 1,
+        *,
+        ledger: ActorHandle | None = None,
+        seed: int = 0,
+        window_s: float = 60.0,
+        headroom_s: float | None = None,
+        num_cpus: float = 0.25,
+        resources: dict[str, float] | None = None,
+        policy: RetryPolicy | None = None,
+        limiter_scope: str = "",
+        base_urls: Sequence[str] | None = None,
+    ) -> None:
         """`base_urls`: the servers of a served worker (actors/served_worker.py), one per replica.
         WorkerActor i calls server i % len(base_urls), and there are at least as many
         WorkerActors as servers, so the pool's concurrency grows with the servers."""
@@ -244,16 +290,26 @@ class WorkerPool:
         self.name = config.name
         self.config = config
         self.simulated = config.provider == "sim"
-        key = read_api_key(config) if config.provider not in OFFLINE_PROVIDERS else None  # fails here, naming the variable
+        key = (
+            read_api_key(config) if config.provider not in OFFLINE_PROVIDERS else None
+        )  # fails here, naming the variable
         limited = config.rpm is not None or config.tpm is not None
-        self.limiter = (get_rate_limiter(config, key or Secret(config.name), window_s, headroom_s, limiter_scope)
-                        if limited else None)
+        self.limiter = (
+            get_rate_limiter(config, key or Secret(config.name), window_s, headroom_s, limiter_scope)
+            if limited
+            else None
+        )
         self.ledger = ledger if ledger is not None else get_ledger()
         check_budget = ray.get(self.ledger.budget.remote()) is not None
         policy = policy or RetryPolicy(max_retries=config.max_retries)
         # A crashed replica is restarted by Ray, and the calls it was serving (or that reached it while it
         # restarted) are sent to it again; past these limits a call fails as `replica_died`.
-        options = {"max_concurrency": config.concurrency, "num_cpus": num_cpus, "max_restarts": 3, "max_task_retries": 3}
+        options = {
+            "max_concurrency": config.concurrency,
+            "num_cpus": num_cpus,
+            "max_restarts": 3,
+            "max_task_retries": 3,
+        }
         if resources:
             options["resources"] = resources
         limiter_name = actor_name(self.limiter) if self.limiter is not None else None
@@ -263,11 +319,17 @@ class WorkerPool:
         self.replicas = [
             WorkerActor.options(**options).remote(
                 config.model_copy(update={"base_url": base_urls[i % len(base_urls)]}) if base_urls else config,
-                key, limiter_name, ledger_name, policy, seed, check_budget)
+                key,
+                limiter_name,
+                ledger_name,
+                policy,
+                seed,
+                check_budget,
+            )
             for i in range(replicas)
         ]
         self._in_flight = [0] * replicas
-        self._failed_at = [float("-inf")] * replicas   # monotonic time a replica was last seen failing
+        self._failed_at = [float("-inf")] * replicas  # monotonic time a replica was last seen failing
         self._turn = itertools.count()
 
     def __repr__(self) -> str:
@@ -300,16 +362,20 @@ class WorkerPool:
                 cause = err.cause
                 if isinstance(cause, ProviderError):  # BudgetExceededError included
                     raise cause from None
-                raise ProviderError(f"worker {self.name!r}: replica failed: {type(cause).__name__}: {cause}",
-                                    kind="worker_exception") from None
+                raise ProviderError(
+                    f"worker {self.name!r}: replica failed: {type(cause).__name__}: {cause}", kind="worker_exception"
+                ) from None
             except ray.exceptions.RayActorError as err:
                 self._failed_at[i] = time.monotonic()
                 lost = f"replica {i} died ({type(err).__name__})"
             finally:
                 self._in_flight[i] -= 1
             i = self._pick(exclude=frozenset(tried))
-        raise ProviderError(f"worker {self.name!r}: {lost}, and no other replica could take the call; "
-                            f"it can be retried", kind="replica_died", retryable=True)
+        raise ProviderError(
+            f"worker {self.name!r}: {lost}, and no other replica could take the call; it can be retried",
+            kind="replica_died",
+            retryable=True,
+        )
 
     async def aclose(self) -> None:
         for replica in self.replicas:

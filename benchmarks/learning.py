@@ -31,13 +31,15 @@ def run_seed(seed: int, overrides: list[str], out: Path) -> dict:
     from jobs.train import train
 
     shutil.rmtree(out, ignore_errors=True)
-    config = load_config(None, [f"train.seed={seed}", f"conductor.seed={seed}", f"train.output_dir={out}",
-                                "train.progress=false", *overrides])
+    config = load_config(
+        None,
+        [f"train.seed={seed}", f"conductor.seed={seed}", f"train.output_dir={out}", "train.progress=false", *overrides],
+    )
     started = time.perf_counter()
     summary = train(config)
     wall = time.perf_counter() - started
     logged = records(out)
-    first, last = logged[: min(3, len(logged))], logged[-min(3, len(logged)):]
+    first, last = logged[: min(3, len(logged))], logged[-min(3, len(logged)) :]
     final = logged[-1]
     return {
         "seed": seed,
@@ -45,7 +47,8 @@ def run_seed(seed: int, overrides: list[str], out: Path) -> dict:
         "wall_s": round(wall, 1),
         "first3_reward": statistics.fmean(r["reward_mean"] for r in first),
         "last3_reward": statistics.fmean(r["reward_mean"] for r in last),
-        "reward_gain": statistics.fmean(r["reward_mean"] for r in last) - statistics.fmean(r["reward_mean"] for r in first),
+        "reward_gain": statistics.fmean(r["reward_mean"] for r in last)
+        - statistics.fmean(r["reward_mean"] for r in first),
         "first_best_worker_share": logged[0].get("best_worker_share"),
         "final_best_worker_share": final.get("best_worker_share"),
         "last3_best_worker_share": statistics.fmean(r.get("best_worker_share", 0.0) for r in last),
@@ -67,9 +70,13 @@ def main() -> int:
         print(f"seed {seed}: training ...", file=sys.stderr, flush=True)
         result = run_seed(seed, args.overrides, Path(args.out) / f"seed-{seed}")
         runs.append(result)
-        print(f"seed {seed}: reward {result['first3_reward']:.3f} -> {result['last3_reward']:.3f} "
-              f"({result['reward_gain']:+.3f}); best-worker share {result['first_best_worker_share']} -> "
-              f"{result['final_best_worker_share']} in {result['wall_s']:.0f}s", file=sys.stderr, flush=True)
+        print(
+            f"seed {seed}: reward {result['first3_reward']:.3f} -> {result['last3_reward']:.3f} "
+            f"({result['reward_gain']:+.3f}); best-worker share {result['first_best_worker_share']} -> "
+            f"{result['final_best_worker_share']} in {result['wall_s']:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
     gain = statistics.fmean(r["reward_gain"] for r in runs)
     share = statistics.fmean(r["final_best_worker_share"] or 0.0 for r in runs)
     figures = {

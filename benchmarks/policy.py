@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from conductor_rl.config import GeneratorConfig, LearnerConfig  # noqa: E402
-from conductor_rl.policy.learner import RolloutBatch  # noqa: E402
-from conductor_rl.models import load_causal_lm, resolve_model  # noqa: E402
-from conductor_rl.plan.prompts import ConductorPrompt  # noqa: E402
-from conductor_rl.policy.sampling import TransformersSampler, VLLMSampler  # noqa: E402
+from conductor_rl.config import GeneratorConfig, LearnerConfig
+from conductor_rl.models import load_causal_lm
+from conductor_rl.plan.prompts import ConductorPrompt
+from conductor_rl.policy.learner import RolloutBatch
+from conductor_rl.policy.sampling import TransformersSampler
 
 QUESTIONS = [
     "What is 17 * 23?",
@@ -95,27 +95,43 @@ def main() -> int:
 
     ray.init(include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
-        pool, start_s = timed(lambda: GeneratorPool(args.model, GeneratorConfig(max_model_len=2048),
-                                                    resources=engine_resources, weight_transfer=collective))
+        pool, start_s = timed(
+            lambda: GeneratorPool(
+                args.model, GeneratorConfig(max_model_len=2048), resources=engine_resources, weight_transfer=collective
+            )
+        )
         engine = pool.actors[0]
         ray.get(engine.sample.remote(prompts[:1], 1, 1.0, 4, seed=0))  # warm-up
         v_groups, v_s = timed(lambda: ray.get(engine.sample.remote(prompts, args.samples, 1.0, args.tokens, seed=0)))
         v_tps = generated_tokens(v_groups) / v_s
-        print(f"vLLM: engine start {start_s:.1f}s; {generated_tokens(v_groups)} tokens in {v_s:.1f}s = "
-              f"{v_tps:.0f} tokens/s ({v_tps / hf_tps:.1f}x transformers)", flush=True)
+        print(
+            f"vLLM: engine start {start_s:.1f}s; {generated_tokens(v_groups)} tokens in {v_s:.1f}s = "
+            f"{v_tps:.0f} tokens/s ({v_tps / hf_tps:.1f}x transformers)",
+            flush=True,
+        )
 
         # 2. one GRPO learner step, on the vLLM samples
         rows = [(tokenizer(p, add_special_tokens=False).input_ids, s) for p, g in zip(prompts, v_groups) for s in g]
         rows = (rows * (args.learner_rows // max(len(rows), 1) + 1))[: args.learner_rows]
-        batch = RolloutBatch([r[0] for r in rows], [list(r[1].token_ids) for r in rows],
-                             [list(r[1].logprobs) for r in rows], [(-1.0) ** i for i in range(len(rows))])
-        learner, build_s = timed(lambda: LearnerGroup(args.model, LearnerConfig(micro_batch_size=4), total_steps=10,
-                                                      resources_per_rank=rank_resources))
+        batch = RolloutBatch(
+            [r[0] for r in rows],
+            [list(r[1].token_ids) for r in rows],
+            [list(r[1].logprobs) for r in rows],
+            [(-1.0) ** i for i in range(len(rows))],
+        )
+        learner, build_s = timed(
+            lambda: LearnerGroup(
+                args.model, LearnerConfig(micro_batch_size=4), total_steps=10, resources_per_rank=rank_resources
+            )
+        )
         learner.train_step(batch)  # warm-up (allocations, first backward)
         stats, step_s = timed(lambda: learner.train_step(batch))
         seq_tokens = sum(len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids))
-        print(f"learner: {len(rows)} rollouts, {seq_tokens} tokens ({stats.tokens} completion) in {step_s:.1f}s = "
-              f"{seq_tokens / step_s:.0f} tokens/s (build {build_s:.1f}s)", flush=True)
+        print(
+            f"learner: {len(rows)} rollouts, {seq_tokens} tokens ({stats.tokens} completion) in {step_s:.1f}s = "
+            f"{seq_tokens / step_s:.0f} tokens/s (build {build_s:.1f}s)",
+            flush=True,
+        )
 
         # 3. weight sync learner -> engine by each transport, against a plain in-memory copy of the same tensors
         weights = ray.get(learner.named_weights())
@@ -132,67 +148,98 @@ def main() -> int:
 
         copy()
         _, copy_s = timed(copy)
-        print(f"weight sync: {size_gb:.2f} GB; in-memory copy floor ({device}) {copy_s:.3f}s "
-              f"({size_gb / copy_s:.2f} GB/s)", flush=True)
+        print(
+            f"weight sync: {size_gb:.2f} GB; in-memory copy floor ({device}) {copy_s:.3f}s "
+            f"({size_gb / copy_s:.2f} GB/s)",
+            flush=True,
+        )
         syncs: dict[str, dict[str, float]] = {}
         version = 0
         for transport in ("object_store", "shared_memory", collective):
-            sync, setup_s = timed(lambda: WeightSync(learner, pool, transport))
+            sync, setup_s = timed(lambda transport=transport: WeightSync(learner, pool, transport))
             version += 1
-            sync.push(version)   # warm-up: the first round allocates
+            sync.push(version)  # warm-up: the first round allocates
             seconds = []
             for _ in range(args.syncs):
                 version += 1
-                seconds.append(timed(lambda: sync.push(version))[1])
+                seconds.append(timed(lambda sync=sync, version=version: sync.push(version))[1])
             median = sorted(seconds)[len(seconds) // 2]
-            syncs[transport] = {"setup_s": round(setup_s, 3), "seconds": round(median, 3),
-                                "gb_per_s": round(size_gb / median, 2), "ratio_over_floor": round(median / copy_s, 1)}
-            print(f"  {transport}: {median:.3f}s per sync ({size_gb / median:.2f} GB/s, {median / copy_s:.1f}x the "
-                  f"floor; set-up {setup_s:.2f}s)", flush=True)
+            syncs[transport] = {
+                "setup_s": round(setup_s, 3),
+                "seconds": round(median, 3),
+                "gb_per_s": round(size_gb / median, 2),
+                "ratio_over_floor": round(median / copy_s, 1),
+            }
+            print(
+                f"  {transport}: {median:.3f}s per sync ({size_gb / median:.2f} GB/s, {median / copy_s:.1f}x the "
+                f"floor; set-up {setup_s:.2f}s)",
+                flush=True,
+            )
         # shared memory's two halves: the hand-over (learner rank 0 copies into memory the engine has mapped)
         # and the engine's load (vLLM's reload_weights, with its CPU weight packing)
         sync = WeightSync(learner, pool, "shared_memory")
         halves: dict[str, list[float]] = {"handover_s": [], "engine_load_s": []}
         for _ in range(args.syncs):
             version += 1
-            halves["handover_s"].append(timed(lambda: ray.get(
-                [a.write_shared_weights.remote() for a in learner.actors]))[1])
-            halves["engine_load_s"].append(timed(lambda: pool.load_shared_weights(version))[1])
+            halves["handover_s"].append(
+                timed(lambda: ray.get([a.write_shared_weights.remote() for a in learner.actors]))[1]
+            )
+            halves["engine_load_s"].append(timed(lambda version=version: pool.load_shared_weights(version))[1])
         for key, values in halves.items():
             median = sorted(values)[len(values) // 2]
             syncs["shared_memory"][key] = round(median, 3)
             syncs["shared_memory"][key.replace("_s", "_over_floor")] = round(median / copy_s, 1)
-        print(f"  shared_memory: hand-over {syncs['shared_memory']['handover_s']:.3f}s "
-              f"({syncs['shared_memory']['handover_over_floor']}x the floor), engine load "
-              f"{syncs['shared_memory']['engine_load_s']:.3f}s", flush=True)
+        print(
+            f"  shared_memory: hand-over {syncs['shared_memory']['handover_s']:.3f}s "
+            f"({syncs['shared_memory']['handover_over_floor']}x the floor), engine load "
+            f"{syncs['shared_memory']['engine_load_s']:.3f}s",
+            flush=True,
+        )
         # the engine really holds the learner's weights: greedy text equals transformers' on them
         model.load_state_dict(dict(weights))
         [[greedy]] = ray.get(engine.sample.remote(prompts[:1], 1, 0.0, 16, seed=0))
         [[expected]] = TransformersSampler(model, tokenizer).sample(prompts[:1], n=1, temperature=0.0, max_tokens=16)
-        print(f"  after the syncs vLLM's greedy text {'equals' if greedy.text == expected.text else 'DIFFERS FROM'} "
-              f"transformers'", flush=True)
+        print(
+            f"  after the syncs vLLM's greedy text {'equals' if greedy.text == expected.text else 'DIFFERS FROM'} "
+            f"transformers'",
+            flush=True,
+        )
         learner.shutdown()
         pool.shutdown()
     finally:
         ray.shutdown()
 
-    auto = resolve_weight_sync("auto", "vllm", has_gpus=bool(gpus))   # every engine is on this node here
+    auto = resolve_weight_sync("auto", "vllm", has_gpus=bool(gpus))  # every engine is on this node here
     figures = {
         "benchmark": "policy",
         "model": args.model,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu x{os.cpu_count()}",
         "generation": {
-            "prompts": len(prompts), "samples_per_prompt": args.samples, "max_tokens": args.tokens,
-            "transformers_tokens_per_s": round(hf_tps, 1), "vllm_tokens_per_s": round(v_tps, 1),
-            "vllm_engine_start_s": round(start_s, 1), "ratio_vllm_over_transformers": round(v_tps / hf_tps, 2),
+            "prompts": len(prompts),
+            "samples_per_prompt": args.samples,
+            "max_tokens": args.tokens,
+            "transformers_tokens_per_s": round(hf_tps, 1),
+            "vllm_tokens_per_s": round(v_tps, 1),
+            "vllm_engine_start_s": round(start_s, 1),
+            "ratio_vllm_over_transformers": round(v_tps / hf_tps, 2),
         },
-        "learner": {"rollouts": len(rows), "tokens": seq_tokens, "completion_tokens": stats.tokens,
-                    "step_s": round(step_s, 2), "tokens_per_s": round(seq_tokens / step_s, 1)},
-        "weight_sync": {"gb": round(size_gb, 3), "copy_floor_s": round(copy_s, 4),
-                        "copy_floor_gb_per_s": round(size_gb / copy_s, 2), "transports": syncs,
-                        "auto": auto, "auto_ratio_over_floor": syncs[auto]["ratio_over_floor"],
-                        "goal_auto_ratio_over_floor": 2.0,
-                        "greedy_matches_transformers": greedy.text == expected.text},
+        "learner": {
+            "rollouts": len(rows),
+            "tokens": seq_tokens,
+            "completion_tokens": stats.tokens,
+            "step_s": round(step_s, 2),
+            "tokens_per_s": round(seq_tokens / step_s, 1),
+        },
+        "weight_sync": {
+            "gb": round(size_gb, 3),
+            "copy_floor_s": round(copy_s, 4),
+            "copy_floor_gb_per_s": round(size_gb / copy_s, 2),
+            "transports": syncs,
+            "auto": auto,
+            "auto_ratio_over_floor": syncs[auto]["ratio_over_floor"],
+            "goal_auto_ratio_over_floor": 2.0,
+            "greedy_matches_transformers": greedy.text == expected.text,
+        },
     }
     if args.json:
         print(json.dumps(figures))

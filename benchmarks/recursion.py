@@ -38,23 +38,28 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.measure import log  # noqa: E402
 from conductor_rl.config import Config, load_config  # noqa: E402
 
-BENCHMARKS = ["gsm8k:test", "mmlu:eval"]   # the training domains of the embedded default
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+BENCHMARKS = ["gsm8k:test", "mmlu:eval"]  # the training domains of the embedded default
 
 
 def base_config(args: argparse.Namespace) -> Config:
     shrunk = [
-        f"train.iterations={args.iterations}", f"train.questions_per_iteration={args.questions}",
-        f"train.rollouts_per_question={args.rollouts}", f"train.checkpoint_every={args.iterations}",
-        "train.keep_checkpoints=1", "train.progress=false", "train.report=false", "train.tensorboard=false",
-        f"train.seed={args.seed}", f"conductor.seed={args.seed}",
-        f"evaluate.benchmarks={json.dumps(BENCHMARKS)}", f"evaluate.limit={args.limit}",
-        f"evaluate.repeats={args.repeats}", "evaluate.progress=false",
+        f"train.iterations={args.iterations}",
+        f"train.questions_per_iteration={args.questions}",
+        f"train.rollouts_per_question={args.rollouts}",
+        f"train.checkpoint_every={args.iterations}",
+        "train.keep_checkpoints=1",
+        "train.progress=false",
+        "train.report=false",
+        "train.tensorboard=false",
+        f"train.seed={args.seed}",
+        f"conductor.seed={args.seed}",
+        f"evaluate.benchmarks={json.dumps(BENCHMARKS)}",
+        f"evaluate.limit={args.limit}",
+        f"evaluate.repeats={args.repeats}",
+        "evaluate.progress=false",
     ]
     return load_config(None, [*shrunk, *args.overrides])
 
@@ -71,11 +76,16 @@ def fine_tune(config: Config, out: Path) -> dict[str, Any]:
     if summary.get("stopped") != "finished":
         raise SystemExit(f"the fine-tuning in {out} did not finish: {summary}")
     logged = records(out)
-    return {"output_dir": str(out), "iterations": len(logged), "wall_s": round(time.perf_counter() - started, 1),
-            "forced_share": config.train.recursion.forced_share, "discount": config.train.recursion.discount,
-            "reward_by_iteration": [round(r["reward_mean"], 4) for r in logged],
-            "recursive_calls_per_rollout": [round(r.get("recursive_calls_per_rollout", 0.0), 3) for r in logged],
-            "recursion_kept_share": [round(r.get("recursion_kept_share", 0.0), 3) for r in logged]}
+    return {
+        "output_dir": str(out),
+        "iterations": len(logged),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "forced_share": config.train.recursion.forced_share,
+        "discount": config.train.recursion.discount,
+        "reward_by_iteration": [round(r["reward_mean"], 4) for r in logged],
+        "recursive_calls_per_rollout": [round(r.get("recursive_calls_per_rollout", 0.0), 3) for r in logged],
+        "recursion_kept_share": [round(r.get("recursion_kept_share", 0.0), 3) for r in logged],
+    }
 
 
 def evaluate_depths(config: Config, checkpoint: str, depths: list[int], out: Path) -> dict[str, Any]:
@@ -98,10 +108,17 @@ def evaluate_depths(config: Config, checkpoint: str, depths: list[int], out: Pat
         if not mine:
             raise SystemExit(f"{method}: no evaluated sample (see {out}/records.jsonl)")
         rows[depth] = {
-            "method": method, "samples": len(mine),
+            "method": method,
+            "samples": len(mine),
             "accuracy": round(sum(r.verdict == "correct" for r in mine) / len(mine), 4),
-            "accuracy_by_benchmark": {b: round(sum(r.verdict == "correct" for r in mine if r.benchmark == b)
-                                               / max(sum(r.benchmark == b for r in mine), 1), 4) for b in BENCHMARKS},
+            "accuracy_by_benchmark": {
+                b: round(
+                    sum(r.verdict == "correct" for r in mine if r.benchmark == b)
+                    / max(sum(r.benchmark == b for r in mine), 1),
+                    4,
+                )
+                for b in BENCHMARKS
+            },
             "plan_error_rate": round(sum(r.verdict == "plan_error" for r in mine) / len(mine), 4),
             "worker_calls_per_sample": round(statistics.fmean(r.calls for r in mine), 3),
             "cost_usd_per_sample": round(statistics.fmean(r.cost_usd for r in mine), 6),
@@ -113,8 +130,11 @@ def evaluate_depths(config: Config, checkpoint: str, depths: list[int], out: Pat
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="configuration overrides (key.sub=value), applied last")
-    parser.add_argument("--checkpoint", help="evaluate this run, checkpoint or model folder instead of fine-tuning "
-                        "(conductor:untrained: the base model)")
+    parser.add_argument(
+        "--checkpoint",
+        help="evaluate this run, checkpoint or model folder instead of fine-tuning "
+        "(conductor:untrained: the base model)",
+    )
     parser.add_argument("--depths", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--iterations", type=int, default=3, help="fine-tuning iterations")
     parser.add_argument("--questions", type=int, default=6, help="train.questions_per_iteration")
@@ -143,14 +163,23 @@ def main() -> int:
     by_depth = evaluation["by_depth"]
     base = by_depth[min(by_depth)]
     for depth, row in by_depth.items():
-        row["calls_vs_lowest_depth"] = round(row["worker_calls_per_sample"] / max(base["worker_calls_per_sample"],
-                                                                                  1e-9), 3)
-        log(f"  depth {depth}: accuracy {row['accuracy']:.3f}, {row['worker_calls_per_sample']:.2f} worker calls, "
-            f"${row['cost_usd_per_sample']:.5f} per sample")
+        row["calls_vs_lowest_depth"] = round(
+            row["worker_calls_per_sample"] / max(base["worker_calls_per_sample"], 1e-9), 3
+        )
+        log(
+            f"  depth {depth}: accuracy {row['accuracy']:.3f}, {row['worker_calls_per_sample']:.2f} worker calls, "
+            f"${row['cost_usd_per_sample']:.5f} per sample"
+        )
     figures = {
-        "benchmark": "recursion", "config": "configs/local.yaml", "simulated": True,
-        "checkpoint": checkpoint, "fine_tuning": training, "benchmarks": BENCHMARKS,
-        "limit": args.limit, "repeats": args.repeats, "overrides": args.overrides,
+        "benchmark": "recursion",
+        "config": "configs/local.yaml",
+        "simulated": True,
+        "checkpoint": checkpoint,
+        "fine_tuning": training,
+        "benchmarks": BENCHMARKS,
+        "limit": args.limit,
+        "repeats": args.repeats,
+        "overrides": args.overrides,
         "by_depth": by_depth,
         "accuracy_gain_deepest_vs_lowest": round(by_depth[max(by_depth)]["accuracy"] - base["accuracy"], 4),
         "calls_ratio_deepest_vs_lowest": by_depth[max(by_depth)]["calls_vs_lowest_depth"],

@@ -41,12 +41,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from conductor_rl.config import GraderConfig, SandboxConfig  # noqa: E402
-from conductor_rl.data import load_humaneval  # noqa: E402
-from conductor_rl.grading import Verdict  # noqa: E402
-from conductor_rl.grading.code import humaneval_program  # noqa: E402
-from conductor_rl.grading.service import GradeRequest  # noqa: E402
-from conductor_rl.grading.sandbox import Sandbox, SandboxError, stray_processes  # noqa: E402
+from conductor_rl.config import GraderConfig, SandboxConfig
+from conductor_rl.data import load_humaneval
+from conductor_rl.grading import Verdict
+from conductor_rl.grading.code import humaneval_program
+from conductor_rl.grading.sandbox import Sandbox, SandboxError, stray_processes
+from conductor_rl.grading.service import GradeRequest
 
 GOAL_RATIO = 0.7
 
@@ -71,6 +71,7 @@ def floor_pass(n: int, concurrency: int) -> float:
 
 def bare_programs(questions, concurrency: int) -> float:
     """The HumanEval programs (tests included) run without any sandbox: programs per second."""
+
     def run(q) -> None:
         program = humaneval_program(q.reference, q.meta)
         subprocess.run([sys.executable, "-I", "-c", program], capture_output=True, check=True)
@@ -105,23 +106,45 @@ def hostile_cases(port: int, mark: str) -> dict[str, tuple[str, object]]:
     """name -> (program, expectation on the SandboxResult)."""
     return {
         "infinite_loop": ("while True:\n    pass\n", lambda r: r.timed_out),
-        "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-                      lambda r: not r.ok),
-        "memory_bomb": ("b = []\nwhile True:\n    b.append(bytearray(50 << 20))\n", lambda r: "MemoryError" in r.stderr),
-        "output_flood": ("import sys\nwhile True:\n    sys.stdout.write('x' * 1000000)\n", lambda r: r.output_truncated),
-        "write_outside_tmp": (f"open('/var/tmp/{mark}', 'w').write('x')\n",
-                              lambda r: r.returncode != 0 and not os.path.exists(f"/var/tmp/{mark}")),
-        "network": (f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')\n",
-                    lambda r: "connected" not in r.stdout),
+        "fork_bomb": (
+            "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+            lambda r: not r.ok,
+        ),
+        "memory_bomb": (
+            "b = []\nwhile True:\n    b.append(bytearray(50 << 20))\n",
+            lambda r: "MemoryError" in r.stderr,
+        ),
+        "output_flood": (
+            "import sys\nwhile True:\n    sys.stdout.write('x' * 1000000)\n",
+            lambda r: r.output_truncated,
+        ),
+        "write_outside_tmp": (
+            f"open('/var/tmp/{mark}', 'w').write('x')\n",
+            lambda r: r.returncode != 0 and not os.path.exists(f"/var/tmp/{mark}"),
+        ),
+        "network": (
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')\n",
+            lambda r: "connected" not in r.stdout,
+        ),
         "read_secret": ("import os\nprint(os.environ.get('OPENAI_API_KEY'))\n", lambda r: "sk-bench" not in r.stdout),
         "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", lambda r: True),
-        "orphans": ("import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-                    f"        os.execv('/bin/sleep', ['sleep', '{mark}'])\n    os._exit(0)\n", lambda r: r.ok),
-        "deep_recursion": ("import sys\nsys.setrecursionlimit(10**9)\ndef f(n):\n    return f(n + 1) + 1\nf(0)\n",
-                           lambda r: not r.ok),
-        "ignore_sigterm": ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n"
-                           "    time.sleep(0.01)\n", lambda r: r.timed_out),
-        "close_fds": ("import os, time\nfor fd in (0, 1, 2):\n    os.close(fd)\ntime.sleep(60)\n", lambda r: r.timed_out),
+        "orphans": (
+            "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            f"        os.execv('/bin/sleep', ['sleep', '{mark}'])\n    os._exit(0)\n",
+            lambda r: r.ok,
+        ),
+        "deep_recursion": (
+            "import sys\nsys.setrecursionlimit(10**9)\ndef f(n):\n    return f(n + 1) + 1\nf(0)\n",
+            lambda r: not r.ok,
+        ),
+        "ignore_sigterm": (
+            "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.01)\n",
+            lambda r: r.timed_out,
+        ),
+        "close_fds": (
+            "import os, time\nfor fd in (0, 1, 2):\n    os.close(fd)\ntime.sleep(60)\n",
+            lambda r: r.timed_out,
+        ),
     }
 
 
@@ -172,8 +195,12 @@ def main() -> None:
     n = len(questions)
     log(f"{n} HumanEval programs, {args.actors} actors x {args.concurrency} sandboxes, {os.cpu_count()} CPUs")
 
-    ray.init(num_cpus=max(slots, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1")
+    ray.init(
+        num_cpus=max(slots, os.cpu_count() or 1),
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
     try:
         config = GraderConfig(actors=args.actors, concurrency=args.concurrency, sandbox=SandboxConfig(timeout_s=10))
         pool = GraderPool(config, num_cpus=0.5)
@@ -192,8 +219,10 @@ def main() -> None:
         log(f"same programs without a sandbox: {bare:.1f}/s")
         correct = sum(r.verdict is Verdict.CORRECT for r in results)
         pool_rate = rate(n, wall)
-        log(f"pool: {wall:.2f}s, {pool_rate:.1f} programs/s, {correct}/{n} correct, "
-            f"ratio to floor {pool_rate / floor:.2f} (goal >= {GOAL_RATIO}), to bare programs {pool_rate / bare:.2f}")
+        log(
+            f"pool: {wall:.2f}s, {pool_rate:.1f} programs/s, {correct}/{n} correct, "
+            f"ratio to floor {pool_rate / floor:.2f} (goal >= {GOAL_RATIO}), to bare programs {pool_rate / bare:.2f}"
+        )
 
         hang_every = 10
         hung = len(range(0, n, hang_every))
@@ -214,9 +243,11 @@ def main() -> None:
                 "others_correct": sum(r.verdict is Verdict.CORRECT for r in hang_results),
                 "cost_per_hung_sample_s": round(cost, 3),
             }
-            log(f"10% {hang} hangs: {hang_wall:.2f}s, {hangs[hang]['hung_wrong']}/{hung} hung samples WRONG "
+            log(
+                f"10% {hang} hangs: {hang_wall:.2f}s, {hangs[hang]['hung_wrong']}/{hung} hung samples WRONG "
                 f"(timed out), {hangs[hang]['others_correct']}/{n - hung} others correct; each hung sample "
-                f"cost {cost:.2f} slot-seconds (timeout {args.hang_timeout:g}s)")
+                f"cost {cost:.2f} slot-seconds (timeout {args.hang_timeout:g}s)"
+            )
         hang_pool.close()
         pool.close()
     finally:

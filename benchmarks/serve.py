@@ -38,15 +38,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.measure import log  # noqa: E402
 from conductor_rl.config import load_config  # noqa: E402
 from conductor_rl.data import load_dataset  # noqa: E402
 from conductor_rl.workers.serving import free_port  # noqa: E402
 
 TOKEN = "benchmark-" + "x" * 24
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -55,8 +52,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def figures(latencies: list[float], wall_s: float) -> dict[str, float]:
-    return {"rps": len(latencies) / wall_s, "p50_s": percentile(latencies, 0.5), "p95_s": percentile(latencies, 0.95),
-            "wall_s": wall_s}
+    return {
+        "rps": len(latencies) / wall_s,
+        "p50_s": percentile(latencies, 0.5),
+        "p95_s": percentile(latencies, 0.95),
+        "wall_s": wall_s,
+    }
 
 
 def served_pass(url: str, questions: list[str], concurrency: int) -> dict[str, float]:
@@ -70,15 +71,14 @@ def served_pass(url: str, questions: list[str], concurrency: int) -> dict[str, f
         try:
             client.chat.completions.create(model="conductor", messages=[{"role": "user", "content": question}])
             answered = True
-        except openai.InternalServerError:   # a plan cut off at conductor.max_new_tokens: a 500, timed all the same
+        except openai.InternalServerError:  # a plan cut off at conductor.max_new_tokens: a 500, timed all the same
             answered = False
         return time.perf_counter() - started, answered
 
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
         done = list(pool.map(one, todo))
-    return {**figures([t for t, _ in done], time.perf_counter() - started),
-            "unanswered": sum(not ok for _, ok in done)}
+    return {**figures([t for t, _ in done], time.perf_counter() - started), "unanswered": sum(not ok for _, ok in done)}
 
 
 def in_process_pass(orchestrator, questions: list[str], concurrency: int) -> dict[str, float]:
@@ -86,7 +86,7 @@ def in_process_pass(orchestrator, questions: list[str], concurrency: int) -> dic
     unanswered = 0
     started = time.perf_counter()
     for i in range(0, len(questions), concurrency):
-        wave = questions[i:i + concurrency]
+        wave = questions[i : i + concurrency]
         began = time.perf_counter()
         answers = orchestrator.answer_many(wave)
         latencies += [time.perf_counter() - began] * len(wave)
@@ -104,22 +104,31 @@ def main() -> int:
     args = parser.parse_args()
 
     import ray
-    from transformers import AutoTokenizer
 
-    from actors.generator import GeneratorPool
     from conductor_rl.models import resolve_model
     from conductor_rl.orchestrator import Orchestrator, in_process_workers
     from conductor_rl.policy.conductor import EngineConductor
+    from conductor_rl.system import System
     from jobs.serve import start_serving
-    from jobs.training_system import generator_placement, start_ray
+    from jobs.training_system import start_generators, start_ray
 
     os.environ["CONDUCTOR_RL_SERVE_TOKENS"] = f"benchmark:{TOKEN}"
     n_workers = len(load_config(None).workers)
-    config = load_config(None, [
-        f"serve.port={free_port()}", "serve.model_name=conductor", "serve.client_requests=null", "serve.client_usd=null",
-        "serve.max_ongoing_requests=256", "conductor.max_depth=0", f"cluster.generator={{CPU: {args.engine_cpus}}}",
-        "serve.worker_replicas=2", *[f"workers.{i}.sim.latency_s={args.worker_latency}" for i in range(n_workers)],
-        *[f"workers.{i}.concurrency=256" for i in range(n_workers)]])
+    config = load_config(
+        None,
+        [
+            f"serve.port={free_port()}",
+            "serve.model_name=conductor",
+            "serve.client_requests=null",
+            "serve.client_usd=null",
+            "serve.max_ongoing_requests=256",
+            "conductor.max_depth=0",
+            f"cluster.generator={{CPU: {args.engine_cpus}}}",
+            "serve.worker_replicas=2",
+            *[f"workers.{i}.sim.latency_s={args.worker_latency}" for i in range(n_workers)],
+            *[f"workers.{i}.concurrency=256" for i in range(n_workers)],
+        ],
+    )
     pool = [q.question for q in load_dataset(config.data.questions)]
     most = max(args.questions, max(args.concurrency))
     questions = (pool * (1 + most // len(pool)))[:most]
@@ -128,36 +137,44 @@ def main() -> int:
     log("starting the served Conductor ...")
     served = start_serving(config)
     log("starting the in-process Orchestrator's engine ...")
-    model = resolve_model(config.conductor.model)
-    _, engine_options = generator_placement(config, False)
-    engines = GeneratorPool(model, config.generator, seed=config.conductor.seed, resources=engine_options)
+    engines = start_generators(config, resolve_model(config.conductor.model))
     workers, _ = in_process_workers(config)
-    orchestrator = Orchestrator(config, EngineConductor(config, engines, AutoTokenizer.from_pretrained(model)), workers,
-                                owns_workers=True)
-    orchestrator.plan_batch = max(args.concurrency)   # one wave, one generator batch
+    orchestrator = Orchestrator(
+        config, EngineConductor(config, engines, System(config).prompts), workers, owns_workers=True
+    )
+    orchestrator.plan_batch = max(args.concurrency)  # one wave, one generator batch
     results = {}
     try:
-        served_pass(served.url, questions[:2], 2)          # warm both paths up (first requests load things)
+        served_pass(served.url, questions[:2], 2)  # warm both paths up (first requests load things)
         in_process_pass(orchestrator, questions[:2], 2)
         for c in args.concurrency:
-            asked = questions[:max(args.questions, c)]   # at least one question per client
+            asked = questions[: max(args.questions, c)]  # at least one question per client
             log(f"concurrency {c}: {len(asked)} questions served ...")
             s = served_pass(served.url, asked, c)
             log(f"concurrency {c}: {len(asked)} questions in process ...")
             p = in_process_pass(orchestrator, asked, c)
             results[str(c)] = {"served": s, "in_process": p, "serving_overhead_p50": s["p50_s"] / p["p50_s"] - 1}
-            log(f"concurrency {c}: served {s['rps']:.2f} req/s p50 {s['p50_s']:.2f}s p95 {s['p95_s']:.2f}s; in process "
-                f"{p['rps']:.2f} req/s p50 {p['p50_s']:.2f}s p95 {p['p95_s']:.2f}s")
+            log(
+                f"concurrency {c}: served {s['rps']:.2f} req/s p50 {s['p50_s']:.2f}s p95 {s['p95_s']:.2f}s; in process "
+                f"{p['rps']:.2f} req/s p50 {p['p50_s']:.2f}s p95 {p['p95_s']:.2f}s"
+            )
     finally:
         orchestrator.close()
         engines.shutdown()
         served.shutdown()
         ray.shutdown()
     overhead = max(r["serving_overhead_p50"] for r in results.values())
-    summary = {"benchmark": "serve", "questions": args.questions, "worker_latency_s": args.worker_latency,
-               "engine_cpus": args.engine_cpus, "by_concurrency": results, "serving_overhead_p50": overhead,
-               "goal_serving_overhead_p50": 0.10, "goal_met": overhead < 0.10,
-               "median_overhead_p50": statistics.median(r["serving_overhead_p50"] for r in results.values())}
+    summary = {
+        "benchmark": "serve",
+        "questions": args.questions,
+        "worker_latency_s": args.worker_latency,
+        "engine_cpus": args.engine_cpus,
+        "by_concurrency": results,
+        "serving_overhead_p50": overhead,
+        "goal_serving_overhead_p50": 0.10,
+        "goal_met": overhead < 0.10,
+        "median_overhead_p50": statistics.median(r["serving_overhead_p50"] for r in results.values()),
+    }
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=2))
     return 0
 

@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -36,10 +35,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import ray  # noqa: E402
+import ray
 
-from conductor_rl.config import WorkerConfig  # noqa: E402
-from conductor_rl.workers.providers import WorkerRequest, build_provider  # noqa: E402
+from benchmarks.measure import machine
+from conductor_rl.config import WorkerConfig
+from conductor_rl.workers.providers import WorkerRequest, build_provider
 
 QUESTIONS = [
     "What is 17 + 25? Answer with the number.",
@@ -57,22 +57,11 @@ QUESTIONS = [
 ]
 
 
-def cpu_info() -> dict[str, Any]:
-    model = ""
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return {"cpu_model": model, "cpus": os.cpu_count(), "avx512_bf16": " avx512_bf16" in flags,
-            "amx_bf16": " amx_bf16" in flags}
-
-
 def requests(n: int, tokens: int) -> list[WorkerRequest]:
-    return [WorkerRequest([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}], max_tokens=tokens,
-                          temperature=0.0) for i in range(n)]
+    return [
+        WorkerRequest([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}], max_tokens=tokens, temperature=0.0)
+        for i in range(n)
+    ]
 
 
 async def run(worker: Any, batch: list[WorkerRequest], concurrent: bool) -> tuple[int, float]:
@@ -89,30 +78,47 @@ def served_figures(label: str, env: dict[str, str], batch: list[WorkerRequest], 
     from actors.served_worker import ServedWorkers
     from actors.worker_pool import WorkerPool, get_ledger
 
-    worker = WorkerConfig(name=f"bench-served-{label}", provider="openai_compatible", model="smollm2-bench",
-                          temperature=0.0, max_tokens=batch[0].max_tokens, concurrency=64, timeout_s=600,
-                          serve={"model": "smollm2-135m", "cpus": 0.5, "start_timeout_s": 900,
-                                 "engine_args": {"dtype": "float32", "enforce_eager": True, "max_model_len": 2048},
-                                 "env": {"VLLM_CPU_KVCACHE_SPACE": "1", **env}})
+    worker = WorkerConfig(
+        name=f"bench-served-{label}",
+        provider="openai_compatible",
+        model="smollm2-bench",
+        temperature=0.0,
+        max_tokens=batch[0].max_tokens,
+        concurrency=64,
+        timeout_s=600,
+        serve={
+            "model": "smollm2-135m",
+            "cpus": 0.5,
+            "start_timeout_s": 900,
+            "engine_args": {"dtype": "float32", "enforce_eager": True, "max_model_len": 2048},
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", **env},
+        },
+    )
     created = time.perf_counter()
     served = ServedWorkers.start([worker], log=log)
     start_s = time.perf_counter() - created
     try:
         ledger = get_ledger(None, name=f"ledger-bench-{uuid.uuid4().hex[:8]}")
         pool = WorkerPool(worker, 1, ledger=ledger, base_urls=served.urls_for(0))
-        asyncio.run(run(pool, batch[:1], False))   # first request: tokenizer and kernels warm
+        asyncio.run(run(pool, batch[:1], False))  # first request: tokenizer and kernels warm
         seq_tokens, seq_s = asyncio.run(run(pool, batch, False))
         par_tokens, par_s = asyncio.run(run(pool, batch, True))
         asyncio.run(pool.aclose())
         ray.kill(ledger)
     finally:
         served.shutdown()
-    figures = {"start_s": round(start_s, 1), "server_start_s": round(served.replicas[0][0]["seconds"], 1),
-               "sequential_tokens_per_s": round(seq_tokens / seq_s, 1),
-               "concurrent_tokens_per_s": round(par_tokens / par_s, 1),
-               "sequential_tokens": seq_tokens, "concurrent_tokens": par_tokens}
-    log(f"served ({label}): started in {start_s:.1f} s; {figures['sequential_tokens_per_s']} tokens/s one at a "
-        f"time, {figures['concurrent_tokens_per_s']} tokens/s with {len(batch)} at once")
+    figures = {
+        "start_s": round(start_s, 1),
+        "server_start_s": round(served.replicas[0][0]["seconds"], 1),
+        "sequential_tokens_per_s": round(seq_tokens / seq_s, 1),
+        "concurrent_tokens_per_s": round(par_tokens / par_s, 1),
+        "sequential_tokens": seq_tokens,
+        "concurrent_tokens": par_tokens,
+    }
+    log(
+        f"served ({label}): started in {start_s:.1f} s; {figures['sequential_tokens_per_s']} tokens/s one at a "
+        f"time, {figures['concurrent_tokens_per_s']} tokens/s with {len(batch)} at once"
+    )
     return figures
 
 
@@ -121,31 +127,39 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--no-all-cores", dest="all_cores", action="store_false",
-                        help="skip the run with VLLM_CPU_NUM_OF_RESERVED_CPU=0")
+    parser.add_argument(
+        "--no-all-cores",
+        dest="all_cores",
+        action="store_false",
+        help="skip the run with VLLM_CPU_NUM_OF_RESERVED_CPU=0",
+    )
     args = parser.parse_args()
 
     def log(message: str) -> None:
         print(message, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     batch = requests(args.prompts, args.tokens)
-    figures: dict[str, Any] = {**cpu_info(), "prompts": args.prompts, "max_tokens": args.tokens}
+    figures: dict[str, Any] = {**machine(), "prompts": args.prompts, "max_tokens": args.tokens}
 
     # Baseline: the local provider (transformers) in this process, before Ray takes the cores.
     loaded = time.perf_counter()
-    local = build_provider(WorkerConfig(name="bench-local", provider="local", model="smollm2-135m",
-                                        temperature=0.0, max_tokens=args.tokens))
+    local = build_provider(
+        WorkerConfig(
+            name="bench-local", provider="local", model="smollm2-135m", temperature=0.0, max_tokens=args.tokens
+        )
+    )
     figures["local_load_s"] = round(time.perf_counter() - loaded, 1)
     asyncio.run(run(local, batch[:1], False))
     tokens, seconds = asyncio.run(run(local, batch, False))
     figures["local_tokens_per_s"] = round(tokens / seconds, 1)
     figures["local_tokens"] = tokens
-    log(f"local provider: loaded in {figures['local_load_s']} s; {figures['local_tokens_per_s']} tokens/s "
-        f"({tokens} tokens, one request at a time)")
+    log(
+        f"local provider: loaded in {figures['local_load_s']} s; {figures['local_tokens_per_s']} tokens/s "
+        f"({tokens} tokens, one request at a time)"
+    )
     del local
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1")
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
         runs = {"default": {}}
         if args.all_cores:
@@ -155,8 +169,9 @@ def main() -> int:
             prefix = "served" if label == "default" else f"served_{label}"
             figures.update({f"{prefix}_{k}": v for k, v in served.items()})
             for mode in ("sequential", "concurrent"):
-                figures[f"{prefix}_{mode}_vs_local"] = round(served[f"{mode}_tokens_per_s"]
-                                                              / figures["local_tokens_per_s"], 2)
+                figures[f"{prefix}_{mode}_vs_local"] = round(
+                    served[f"{mode}_tokens_per_s"] / figures["local_tokens_per_s"], 2
+                )
     finally:
         ray.shutdown()
     log(json.dumps(figures, indent=2))

@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.measure import log, machine  # noqa: E402
 from conductor_rl.config import Config, load_config, validate_config  # noqa: E402
 from conductor_rl.plan.roster import roster_of, with_workers  # noqa: E402
 
@@ -51,18 +52,19 @@ ALLROUNDER = {
     "name": "sim-allrounder",
     "provider": "sim",
     "price": {"input": 5.0, "output": 20.0},
-    "sim": {"accuracy": {"math": 0.7, "mmlu": 0.7, "code": 0.6}, "gain_with_context": 0.05, "latency_s": 0.2,
-            "latency_jitter": 0.3, "output_tokens": 250},
+    "sim": {
+        "accuracy": {"math": 0.7, "mmlu": 0.7, "code": 0.6},
+        "gain_with_context": 0.05,
+        "latency_s": 0.2,
+        "latency_jitter": 0.3,
+        "output_tokens": 250,
+    },
 }
 DEFAULT_SUBSET = "sim-knowledge-expert,sim-generalist,sim-allrounder"
 
 # Benchmarks of the two training domains (samples:gsm8k is math, samples:mmlu is mmlu);
 # the others of the embedded default would only add the evaluation's time.
 BENCHMARKS = ["gsm8k:test", "mmlu:eval"]
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def pool_config(args: argparse.Namespace) -> Config:
@@ -74,25 +76,29 @@ def pool_config(args: argparse.Namespace) -> Config:
         f"train.iterations={args.iterations}",
         f"train.questions_per_iteration={args.questions}",
         f"train.rollouts_per_question={args.rollouts}",
-        f"train.checkpoint_every={args.iterations}",   # one checkpoint, at the end: each costs seconds
+        f"train.checkpoint_every={args.iterations}",  # one checkpoint, at the end: each costs seconds
         "train.keep_checkpoints=1",
-        "train.progress=false", "train.report=false", "train.tensorboard=false",
-        f"train.seed={args.seed}", f"conductor.seed={args.seed}",
+        "train.progress=false",
+        "train.report=false",
+        "train.tensorboard=false",
+        f"train.seed={args.seed}",
+        f"conductor.seed={args.seed}",
         # Four iterations instead of the default's ten: twice its lr (the same cosine down to 0.2
         # of it) gives about the same sum of step sizes. In a trial a constant 2e-4 swung the
         # policy between iterations (math: all to the math expert, then all to the generalist),
         # so the schedule still decays.
         f"learner.lr={args.lr}",
         f"evaluate.benchmarks={json.dumps(BENCHMARKS)}",
-        f"evaluate.limit={args.limit}", f"evaluate.repeats={args.repeats}",
+        f"evaluate.limit={args.limit}",
+        f"evaluate.repeats={args.repeats}",
         "evaluate.progress=false",
     ]
     return load_config(validate_config(raw), [*shrunk, *args.overrides])
 
 
 def run_training(config: Config, out: Path, subset_size: int | None, reuse: bool) -> dict[str, Any]:
-    from jobs.train import train
     from conductor_rl.run.log import records
+    from jobs.train import train
 
     extra = [f"train.output_dir={out}"] + ([f"train.worker_subset={subset_size}"] if subset_size else [])
     config = load_config(config, extra)
@@ -106,10 +112,15 @@ def run_training(config: Config, out: Path, subset_size: int | None, reuse: bool
     logged = records(out)
     if not logged:
         raise SystemExit(f"no training records in {out}")
-    first, last = logged[: min(2, len(logged))], logged[-min(2, len(logged)):]
-    return {"output_dir": str(out), "worker_subset": subset_size, "iterations": len(logged), "wall_s": round(wall, 1),
-            "first2_reward": round(statistics.fmean(r["reward_mean"] for r in first), 4),
-            "last2_reward": round(statistics.fmean(r["reward_mean"] for r in last), 4)}
+    first, last = logged[: min(2, len(logged))], logged[-min(2, len(logged)) :]
+    return {
+        "output_dir": str(out),
+        "worker_subset": subset_size,
+        "iterations": len(logged),
+        "wall_s": round(wall, 1),
+        "first2_reward": round(statistics.fmean(r["reward_mean"] for r in first), 4),
+        "last2_reward": round(statistics.fmean(r["reward_mean"] for r in last), 4),
+    }
 
 
 def rosters_drawn(run: Path, pool: list[str], subset: list[str]) -> dict[str, Any]:
@@ -121,16 +132,18 @@ def rosters_drawn(run: Path, pool: list[str], subset: list[str]) -> dict[str, An
     questions = set()
     for row in read_traces(run):
         key = (row["iteration"], row["question_id"])
-        if key in questions:   # one roster per question and iteration, whatever the rollouts
+        if key in questions:  # one roster per question and iteration, whatever the rollouts
             continue
         questions.add(key)
         roster = row.get("roster") or list(range(len(pool)))
         drawn[tuple(pool[i] for i in roster)] += 1
     whole = tuple(n for n in pool if n in subset)
-    return {"prompts": sum(drawn.values()),
-            "evaluated_subset_drawn_whole": drawn.get(whole, 0),
-            "inside_evaluated_subset": sum(c for r, c in drawn.items() if set(r) <= set(subset)),
-            "by_roster": {"+".join(r): c for r, c in sorted(drawn.items())}}
+    return {
+        "prompts": sum(drawn.values()),
+        "evaluated_subset_drawn_whole": drawn.get(whole, 0),
+        "inside_evaluated_subset": sum(c for r, c in drawn.items() if set(r) <= set(subset)),
+        "by_roster": {"+".join(r): c for r, c in sorted(drawn.items())},
+    }
 
 
 def run_evaluation(config: Config, out: Path, methods: list[str], workers: list[str] | None) -> dict[str, Any]:
@@ -140,7 +153,7 @@ def run_evaluation(config: Config, out: Path, methods: list[str], workers: list[
     from conductor_rl.evaluation.summary import mean_and_stderr
     from jobs.evaluate import evaluate
 
-    shutil.rmtree(out, ignore_errors=True)   # a stale records.jsonl would be resumed, not redone
+    shutil.rmtree(out, ignore_errors=True)  # a stale records.jsonl would be resumed, not redone
     config = with_workers(config, workers)
     e = config.evaluate.model_copy(update={"methods": methods, "output_dir": str(out)})
     config = config.model_copy(update={"evaluate": e})
@@ -153,7 +166,7 @@ def run_evaluation(config: Config, out: Path, methods: list[str], workers: list[
     rows = {}
     for method in methods:
         mine = [r for r in records if r.method == method and r.verdict != "error"]
-        rewards = [{"correct": 1.0, "plan_error": 0.0}.get(r.verdict, 0.5) for r in mine]   # the training reward
+        rewards = [{"correct": 1.0, "plan_error": 0.0}.get(r.verdict, 0.5) for r in mine]  # the training reward
         final = {}
         for domain in sorted({r.domain for r in mine}):
             ends = Counter(r.workers[-1] for r in mine if r.domain == domain and r.workers)
@@ -170,8 +183,9 @@ def run_evaluation(config: Config, out: Path, methods: list[str], workers: list[
             "samples": len(mine),
             "accuracy": None if accuracy is None else round(accuracy, 4),
             "accuracy_stderr": None if stderr is None else round(stderr, 4),
-            "accuracy_by_benchmark": {b: None if c["accuracy"] is None else round(c["accuracy"], 4)
-                                      for b, c in cells.items()},
+            "accuracy_by_benchmark": {
+                b: None if c["accuracy"] is None else round(c["accuracy"], 4) for b, c in cells.items()
+            },
             "mean_reward": round(statistics.fmean(rewards), 4) if rewards else None,
             "plan_error_rate": round(sum(r.verdict == "plan_error" for r in mine) / len(mine), 4) if mine else None,
             "calls_per_sample": round(statistics.fmean(r.calls for r in mine), 3) if mine else None,
@@ -179,22 +193,12 @@ def run_evaluation(config: Config, out: Path, methods: list[str], workers: list[
             "errors": sum(r.verdict == "error" for r in records if r.method == method),
             "final_worker_by_domain": final,
         }
-    return {"workers": [w.name for w in config.workers], "output_dir": str(out), "wall_s": round(wall, 1),
-            "methods": rows}
-
-
-def machine() -> dict[str, Any]:
-    """The CPU and how busy the machine was: the times depend on both (a shared 2-core machine)."""
-    import os
-    import platform
-
-    model = platform.processor()
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": model, "cpus": os.cpu_count(), "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "workers": [w.name for w in config.workers],
+        "output_dir": str(out),
+        "wall_s": round(wall, 1),
+        "methods": rows,
+    }
 
 
 def declared_best(config: Config, names: list[str]) -> dict[str, Any]:
@@ -202,17 +206,23 @@ def declared_best(config: Config, names: list[str]) -> dict[str, Any]:
     simulated skills (context gains left out): the ceiling of one-step plans on that pool."""
     workers = [w for w in config.workers if w.name in names]
     best = {d: max(workers, key=lambda w: w.sim.accuracy.get(d, 0.0)) for d in ("math", "mmlu")}
-    return {d: {"worker": w.name, "model_id": names.index(w.name) if names else None,
-                "accuracy": w.sim.accuracy[d]} for d, w in best.items()}
+    return {
+        d: {"worker": w.name, "model_id": names.index(w.name) if names else None, "accuracy": w.sim.accuracy[d]}
+        for d, w in best.items()
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="configuration overrides (key.sub=value), applied last")
     parser.add_argument("--subset", default=DEFAULT_SUBSET, help="the workers of evaluation (b), comma-separated")
-    parser.add_argument("--subset-size", type=int, default=2,
-                        help="train.worker_subset of the subset-trained run; below the evaluated subset's size, "
-                             "so that subset is never drawn whole")
+    parser.add_argument(
+        "--subset-size",
+        type=int,
+        default=2,
+        help="train.worker_subset of the subset-trained run; below the evaluated subset's size, "
+        "so that subset is never drawn whole",
+    )
     parser.add_argument("--iterations", type=int, default=4)
     # Four questions of eight plans rather than eight of four: the learner's time goes mostly to
     # the prompts (about 340 tokens against 64 a plan), and eight plans a question give GRPO's
@@ -225,12 +235,18 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     # Off by default for time: the untrained row costs two more engine starts (about a minute),
     # and with it the benchmark took 668 s on the shared 2-core machine, past its 10 minutes.
-    parser.add_argument("--untrained", action="store_true",
-                        help="also evaluate conductor:untrained on both pools (a reference row; about a minute more)")
+    parser.add_argument(
+        "--untrained",
+        action="store_true",
+        help="also evaluate conductor:untrained on both pools (a reference row; about a minute more)",
+    )
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-subsets"))
-    parser.add_argument("--reuse-training", action="store_true",
-                        help="evaluate the two runs already in --out instead of training them again "
-                             "(their settings are what they were trained with, not these)")
+    parser.add_argument(
+        "--reuse-training",
+        action="store_true",
+        help="evaluate the two runs already in --out instead of training them again "
+        "(their settings are what they were trained with, not these)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -239,20 +255,26 @@ def main() -> int:
     config = pool_config(args)
     pool = [w.name for w in config.workers]
     subset = [n.strip() for n in args.subset.split(",") if n.strip()]
-    roster = roster_of(subset, pool)   # unknown names fail here, before anything starts
-    subset = [pool[i] for i in roster.workers]   # the pool's order: Model 0.. as the prompt numbers them
+    roster = roster_of(subset, pool)  # unknown names fail here, before anything starts
+    subset = [pool[i] for i in roster.workers]  # the pool's order: Model 0.. as the prompt numbers them
     if args.subset_size >= len(subset):
-        raise SystemExit(f"--subset-size {args.subset_size} would draw the evaluated subset of {len(subset)} whole; "
-                         f"use fewer than {len(subset)}")
+        raise SystemExit(
+            f"--subset-size {args.subset_size} would draw the evaluated subset of {len(subset)} whole; "
+            f"use fewer than {len(subset)}"
+        )
     out = Path(args.out)
 
     runs = {}
     for name, size in (("full", None), ("subsets", args.subset_size)):
-        log(f"training the Conductor on {'the full pool' if size is None else f'subsets of {size}'} "
-            f"({args.iterations} iterations) ...")
+        log(
+            f"training the Conductor on {'the full pool' if size is None else f'subsets of {size}'} "
+            f"({args.iterations} iterations) ..."
+        )
         runs[name] = run_training(config, out / f"train-{name}", size, args.reuse_training)
-        log(f"  reward {runs[name]['first2_reward']:.3f} -> {runs[name]['last2_reward']:.3f} "
-            f"in {runs[name]['wall_s']:.0f}s")
+        log(
+            f"  reward {runs[name]['first2_reward']:.3f} -> {runs[name]['last2_reward']:.3f} "
+            f"in {runs[name]['wall_s']:.0f}s"
+        )
     runs["subsets"]["rosters"] = rosters_drawn(out / "train-subsets", pool, subset)
 
     methods = [f"conductor:{out / 'train-full'}", f"conductor:{out / 'train-subsets'}"]
@@ -277,24 +299,38 @@ def main() -> int:
         "evaluated_subset": subset,
         "evaluated_subset_model_ids": {n: i for i, n in enumerate(subset)},
         "train_worker_subset": args.subset_size,
-        "settings": {"iterations": args.iterations, "questions_per_iteration": args.questions,
-                     "rollouts_per_question": args.rollouts, "seed": args.seed, "benchmarks": BENCHMARKS,
-                     "limit": args.limit, "repeats": args.repeats, "lr": config.learner.lr,
-                     "min_lr_ratio": config.learner.min_lr_ratio,
-                     "overrides": args.overrides, "fourth_worker": ALLROUNDER},
-        "declared_best_routing": {"full_pool": declared_best(config, pool),
-                                  "unseen_subset": declared_best(config, subset)},
+        "settings": {
+            "iterations": args.iterations,
+            "questions_per_iteration": args.questions,
+            "rollouts_per_question": args.rollouts,
+            "seed": args.seed,
+            "benchmarks": BENCHMARKS,
+            "limit": args.limit,
+            "repeats": args.repeats,
+            "lr": config.learner.lr,
+            "min_lr_ratio": config.learner.min_lr_ratio,
+            "overrides": args.overrides,
+            "fourth_worker": ALLROUNDER,
+        },
+        "declared_best_routing": {
+            "full_pool": declared_best(config, pool),
+            "unseen_subset": declared_best(config, subset),
+        },
         "accuracy": table,
         "accuracy_stderr": table_of("accuracy_stderr"),
         "mean_reward": table_of("mean_reward"),
         "calls_per_sample": table_of("calls_per_sample"),
         "cost_usd_per_sample": table_of("cost_usd_per_sample"),
-        "subset_minus_full": {p: None if table["trained_subsets"][p] is None or table["trained_full"][p] is None
-                              else round(table["trained_subsets"][p] - table["trained_full"][p], 4)
-                              for p in evaluations},
+        "subset_minus_full": {
+            p: None
+            if table["trained_subsets"][p] is None or table["trained_full"][p] is None
+            else round(table["trained_subsets"][p] - table["trained_full"][p], 4)
+            for p in evaluations
+        },
         "training": runs,
-        "evaluations": {p: {**ev, "methods": {labels[m]: r for m, r in ev["methods"].items()}}
-                        for p, ev in evaluations.items()},
+        "evaluations": {
+            p: {**ev, "methods": {labels[m]: r for m, r in ev["methods"].items()}} for p, ev in evaluations.items()
+        },
         "wall_s": round(time.perf_counter() - started, 1),
         "machine": {**machine_at_start, "load_average_at_end": machine()["load_average_1_5_15"]},
     }

@@ -40,11 +40,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-import ray  # noqa: E402
+import ray
 
-from conductor_rl.config import WorkerConfig  # noqa: E402
-from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits  # noqa: E402
-from conductor_rl.workers.providers import WorkerRequest, build_provider  # noqa: E402
+from conductor_rl.config import WorkerConfig
+from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits
+from conductor_rl.workers.providers import WorkerRequest, build_provider
 
 WINDOW_S = 10.0
 LIMIT = 60
@@ -59,8 +59,15 @@ def request(i: int) -> WorkerRequest:
 
 
 def config(server, rpm: int | None = None) -> WorkerConfig:
-    return WorkerConfig(name=f"bench-{uuid.uuid4().hex[:6]}", provider="openai", model="fake", api_key_env=KEY_ENV,
-                        base_url=server.openai_url, rpm=rpm, concurrency=256)
+    return WorkerConfig(
+        name=f"bench-{uuid.uuid4().hex[:6]}",
+        provider="openai",
+        model="fake",
+        api_key_env=KEY_ENV,
+        base_url=server.openai_url,
+        rpm=rpm,
+        concurrency=256,
+    )
 
 
 @ray.remote(num_cpus=0.25)
@@ -119,8 +126,13 @@ def limited_run(server, replicas: int, n: int) -> dict:
     from actors.worker_pool import WorkerPool, get_ledger
 
     server.reset(latency_s=LATENCY_S, rpm=LIMIT, window_s=WINDOW_S)
-    pool = WorkerPool(config(server, rpm=LIMIT), replicas=replicas, ledger=get_ledger(name=uuid.uuid4().hex),
-                      window_s=WINDOW_S, limiter_scope=uuid.uuid4().hex)
+    pool = WorkerPool(
+        config(server, rpm=LIMIT),
+        replicas=replicas,
+        ledger=get_ledger(name=uuid.uuid4().hex),
+        window_s=WINDOW_S,
+        limiter_scope=uuid.uuid4().hex,
+    )
     done, took = asyncio.run(stamped([pool.complete(request(i)) for i in range(n)]))
     asyncio.run(pool.aclose())
     return summarize(server, done, took)
@@ -142,9 +154,14 @@ def naive_run(server, replicas: int, n: int) -> dict:
 
 def summarize(server, done: list[float], took: float) -> dict:
     stats = server.stats
-    return {"calls_ok": len(done), "seconds": round(took, 2), "share_of_limit": round(steady_share(done, took), 3),
-            "server_429s": stats.limit_429s, "server_429s_after_first_window":
-                sum(1 for t in stats.limit_429_times if t > WINDOW_S), "server_requests": stats.requests}
+    return {
+        "calls_ok": len(done),
+        "seconds": round(took, 2),
+        "share_of_limit": round(steady_share(done, took), 3),
+        "server_429s": stats.limit_429s,
+        "server_429s_after_first_window": sum(1 for t in stats.limit_429_times if t > WINDOW_S),
+        "server_requests": stats.requests,
+    }
 
 
 def overhead_run(server, n: int, concurrency: int, rounds: int = 3) -> dict:
@@ -182,9 +199,14 @@ def overhead_run(server, n: int, concurrency: int, rounds: int = 3) -> dict:
 
     direct_s, pool_s = asyncio.run(interleaved())
     best_direct, best_pool = min(direct_s), min(pool_s)
-    return {"calls": n, "concurrency": concurrency, "rounds": rounds,
-            "direct_calls_per_s": round(n / best_direct, 1), "pool_calls_per_s": round(n / best_pool, 1),
-            "overhead": round(1 - best_direct / best_pool, 4)}
+    return {
+        "calls": n,
+        "concurrency": concurrency,
+        "rounds": rounds,
+        "direct_calls_per_s": round(n / best_direct, 1),
+        "pool_calls_per_s": round(n / best_pool, 1),
+        "overhead": round(1 - best_direct / best_pool, 4),
+    }
 
 
 def local_parts(n: int) -> dict:
@@ -233,39 +255,66 @@ def multinode_run(nodes: int, n: int) -> dict:
             server.reset(latency_s=LATENCY_S, rpm=LIMIT, window_s=WINDOW_S)
             cfg, scope = config(server, rpm=LIMIT), uuid.uuid4().hex
             # The ledger and the limiter stay on the driver's node, the head (actors/worker_pool.py).
-            pool = WorkerPool(cfg, replicas=replicas, ledger=get_ledger(name=uuid.uuid4().hex), window_s=WINDOW_S,
-                              num_cpus=0, resources={CPU_NODE: 1 / per_node}, limiter_scope=scope)
+            pool = WorkerPool(
+                cfg,
+                replicas=replicas,
+                ledger=get_ledger(name=uuid.uuid4().hex),
+                window_s=WINDOW_S,
+                num_cpus=0,
+                resources={CPU_NODE: 1 / per_node},
+                limiter_scope=scope,
+            )
             started = time.perf_counter()
-            where = ray.get([r.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
-                             for r in pool.replicas], timeout=600)   # every replica up before the calls
+            where = ray.get(
+                [r.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id()) for r in pool.replicas],
+                timeout=600,
+            )  # every replica up before the calls
             up_s = time.perf_counter() - started
             done, took = asyncio.run(stamped([pool.complete(request(i)) for i in range(n)]))
             asyncio.run(pool.aclose())
             spread = Counter(where)
-            runs[str(replicas)] = {**summarize(server, done, took), "replicas_per_node": sorted(spread.values()),
-                                   "nodes_used": len(spread), "replicas_up_s": round(up_s, 1),
-                                   "replicas_on_head": spread.get(head, 0)}
+            runs[str(replicas)] = {
+                **summarize(server, done, took),
+                "replicas_per_node": sorted(spread.values()),
+                "nodes_used": len(spread),
+                "replicas_up_s": round(up_s, 1),
+                "replicas_on_head": spread.get(head, 0),
+            }
             print(f"across {nodes} nodes, {replicas} replica(s): {runs[str(replicas)]}", file=sys.stderr)
         server.stop()
     finally:
-        left = local.shutdown()   # processes Cluster.shutdown left behind, killed since (0 expected)
-    return {"worker_nodes": nodes, "pool": runs, "leftover_processes": len(left),
-            "min_share": min(r["share_of_limit"] for r in runs.values()),
-            "max_429s": max(r["server_429s"] for r in runs.values())}
+        left = local.shutdown()  # processes Cluster.shutdown left behind, killed since (0 expected)
+    return {
+        "worker_nodes": nodes,
+        "pool": runs,
+        "leftover_processes": len(left),
+        "min_share": min(r["share_of_limit"] for r in runs.values()),
+        "max_429s": max(r["server_429s"] for r in runs.values()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--windows", type=int, default=3, help="windows of calls per measurement (default 3)")
-    parser.add_argument("--part", choices=("all", "local", "nodes"), default="all",
-                        help="local: parts 1-3 (one node); nodes: part 4 (several); default all")
+    parser.add_argument(
+        "--part",
+        choices=("all", "local", "nodes"),
+        default="all",
+        help="local: parts 1-3 (one node); nodes: part 4 (several); default all",
+    )
     parser.add_argument("--nodes", type=int, default=4, help="worker nodes of part 4 (default 4)")
     args = parser.parse_args(argv)
     os.environ[KEY_ENV] = "bench-key-not-secret"
     n = args.windows * LIMIT
-    figures: dict = {"window_s": WINDOW_S, "limit_per_window": LIMIT, "limit_rpm": LIMIT * 60 / WINDOW_S,
-                     "latency_s": LATENCY_S, "calls_per_run": n, "goal_share": GOAL_SHARE}
+    figures: dict = {
+        "window_s": WINDOW_S,
+        "limit_per_window": LIMIT,
+        "limit_rpm": LIMIT * 60 / WINDOW_S,
+        "latency_s": LATENCY_S,
+        "calls_per_run": n,
+        "goal_share": GOAL_SHARE,
+    }
     if args.part in ("all", "local"):
         figures.update(local_parts(n))
     if args.part in ("all", "nodes"):

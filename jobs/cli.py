@@ -7,22 +7,30 @@
     conductor-rl ask [QUESTION ...] [--config FILE] [key.sub=value ...] [--json]
     conductor-rl serve [--config FILE] [key.sub=value ...]      # an OpenAI-compatible endpoint on Ray Serve
     conductor-rl config [--config FILE] [key.sub=value ...]     # print the resolved configuration
+
+`conductor-rl --verbose COMMAND ...` (or CONDUCTOR_RL_VERBOSE=1) also shows what the libraries print
+(Ray, vLLM, transformers: their INFO lines, progress bars and routine warnings), normally kept out.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import yaml
 
+from conductor_rl.models import VERBOSE_ENV
 from jobs import ask, check, data, evaluate, serve, train
 from jobs.common import add_config_arguments, config_from_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--verbose"]:
+        os.environ[VERBOSE_ENV] = "1"  # read here and by the actors of a local cluster, which inherit it
+        argv = argv[1:]
     if argv[:1] == ["ask"]:
         return ask.main(argv[1:])  # its own parser, so overrides may follow options
     if argv[:1] == ["train"]:
@@ -35,8 +43,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check.main(argv[1:])
     if argv[:1] == ["serve"]:
         return serve.main(argv[1:])
-    parser = argparse.ArgumentParser(prog="conductor-rl", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="conductor-rl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help=f"also show the libraries' own output (as {VERBOSE_ENV}=1 does)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     train.add_arguments(commands.add_parser("train", help="train the Conductor with GRPO (the main job)"))
     ask.add_arguments(commands.add_parser("ask", help="ask the Conductor a question and run its plan"))

@@ -4,23 +4,35 @@ and progress messages on stderr (stdout stays clean for --json)."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from conductor_rl.config import Config, ConfigError, is_override, load_config
+from conductor_rl.models import verbose
 from conductor_rl.plan.roster import RosterError, parse_worker_names, with_workers
 from conductor_rl.workers.providers.keys import check_api_keys
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="YAML configuration (default: the embedded configs/local.yaml)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="a configuration override; bare key.sub=value arguments work too")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a configuration override; bare key.sub=value arguments work too",
+    )
 
 
 def add_workers_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", default=None, metavar="NAME,NAME",
-                        help="offer the Conductor only these workers, renumbered Model 0.. in the pool's order "
-                             "(adaptive pools, paper §3.2; default: every configured worker)")
+    parser.add_argument(
+        "--workers",
+        default=None,
+        metavar="NAME,NAME",
+        help="offer the Conductor only these workers, renumbered Model 0.. in the pool's order "
+        "(adaptive pools, paper §3.2; default: every configured worker)",
+    )
 
 
 def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
@@ -33,7 +45,9 @@ def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
 
 
 def config_from_args(args: argparse.Namespace, positional: str | None = None) -> tuple[Config, list[str]]:
-    """Load the configuration; exit with the error naming the key if it is invalid."""
+    """Load the configuration; exit with the error naming the key if it is invalid. Every command
+    starts here, so this also keeps third-party chatter out of its output (`quiet_third_party_output`)."""
+    quiet_third_party_output()
     items = list(getattr(args, positional) or []) if positional else []
     overrides, rest = split_overrides(items)
     try:
@@ -55,6 +69,17 @@ def check_workers_before_start(config: Config) -> None:
     problems = [p for w in config.workers for p in shape_problems(w)]
     if problems:
         raise ConfigError("invalid worker settings:\n  " + "\n  ".join(problems))
+
+
+def quiet_third_party_output() -> None:
+    """A command prints its own progress and summary; the libraries' routine INFO lines stay out
+    of it (warnings and errors do not), unless $CONDUCTOR_RL_VERBOSE is set. Model conversion and
+    the policy actors keep quiet by `conductor_rl.models` (`_quiet_conversion`, `quiet_model_libraries`)."""
+    if verbose():
+        return
+    # "Started a local Ray instance." / "Connected to Ray cluster.": the command says what it starts.
+    # (ray.init resets the "ray" logger's level, not this child's.)
+    logging.getLogger("ray._private.worker").setLevel(logging.WARNING)
 
 
 def log(message: str) -> None:

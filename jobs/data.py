@@ -19,16 +19,17 @@ import argparse
 import json
 import random
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from conductor_rl.config import Config, ConfigError
 from conductor_rl.data import Question, load_available, load_dataset
 from conductor_rl.data.mixture import mixture_report, select_mixture, write_mixture
 from conductor_rl.data.overlap import text_key
 from conductor_rl.evaluation import ResumeMismatchError, parse_method, single_verdicts_of
+from conductor_rl.evaluation.prepare import Evaluation, EvaluationError
 from jobs.common import add_config_arguments, config_from_args, log
-from jobs.evaluate import Evaluation, EvaluationError, run_evaluation
+from jobs.evaluate import run_evaluation
 
 
 def candidates(config: Config) -> dict[str, list[Question]]:
@@ -49,8 +50,10 @@ def candidates(config: Config) -> dict[str, list[Question]]:
         rng = random.Random(f"{m.seed}/{spec}")
         pools[spec] = sorted(rng.sample(kept, min(m.candidates_per_source, len(kept))), key=lambda q: q.id)
     if not pools:
-        raise EvaluationError(f"mix.sources: none of {m.sources} is available here; name sources that load "
-                              f"(see conductor_rl.data.DATASET_SPEC_FORMS)")
+        raise EvaluationError(
+            f"mix.sources: none of {m.sources} is available here; name sources that load "
+            f"(see conductor_rl.data.DATASET_SPEC_FORMS)"
+        )
     return pools
 
 
@@ -59,24 +62,35 @@ def mix(config: Config) -> dict:
     names = [w.name for w in config.workers]
     output = Path(config.mix.output)
     pilot_dir = output.with_name(output.name + ".pilot")
-    pilot_config = config.model_copy(update={"evaluate": config.evaluate.model_copy(
-        update={"repeats": 1, "output_dir": str(pilot_dir), "limit": None})})
+    pilot_config = config.model_copy(
+        update={
+            "evaluate": config.evaluate.model_copy(update={"repeats": 1, "output_dir": str(pilot_dir), "limit": None})
+        }
+    )
     ev = Evaluation(pilot_config, [parse_method(f"single:{n}", names) for n in names], pools)
-    log(f"mix: pilot pass of {len(names)} workers over {sum(map(len, pools.values()))} candidates "
-        f"from {list(pools)} ...")
+    log(
+        f"mix: pilot pass of {len(names)} workers over {sum(map(len, pools.values()))} candidates "
+        f"from {list(pools)} ..."
+    )
     how, _, store = run_evaluation(ev, pilot_dir)
     if how != "finished":
-        raise SystemExit(f"mix: stopped ({how}) during the pilot pass; its runs are kept in {pilot_dir}: "
-                         f"run the same command again to continue")
+        raise SystemExit(
+            f"mix: stopped ({how}) during the pilot pass; its runs are kept in {pilot_dir}: "
+            f"run the same command again to continue"
+        )
     verdicts: dict[str, dict[str, bool]] = {}
     for per_question in single_verdicts_of(store.records(), names).values():
         for qid, by_worker in per_question.items():
             verdicts[qid] = {w: share >= 0.5 for w, share in by_worker.items()}
     everything = [q for qs in pools.values() for q in qs]
     chosen = select_mixture(everything, verdicts, total=config.mix.total, seed=config.mix.seed)
-    info = {"sources": list(pools), "skipped_sources": [s for s in config.mix.sources if s not in pools],
-            "candidates": {s: len(qs) for s, qs in pools.items()}, "workers": names,
-            "simulated_workers": [w.name for w in config.workers if w.provider == "sim"]}
+    info = {
+        "sources": list(pools),
+        "skipped_sources": [s for s in config.mix.sources if s not in pools],
+        "candidates": {s: len(qs) for s, qs in pools.items()},
+        "workers": names,
+        "simulated_workers": [w.name for w in config.workers if w.provider == "sim"],
+    }
     write_mixture(output, chosen, verdicts, names, info)
     report = mixture_report(chosen, verdicts, names)
     log(f"mix: wrote {len(chosen)} problems to {output}")
@@ -84,8 +98,9 @@ def mix(config: Config) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="conductor-rl data", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="conductor-rl data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     tools = parser.add_subparsers(dest="tool", required=True)
     mixer = tools.add_parser("mix", help="build the training mixture (mix.*) from a pilot pass")
     mixer.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE", help="configuration overrides")
@@ -93,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_config_arguments(mixer)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] != ["mix"]:
-        parser.parse_args(argv)   # no tool, an unknown one, or --help: argparse says so and exits
+        parser.parse_args(argv)  # no tool, an unknown one, or --help: argparse says so and exits
         raise SystemExit(f"error: unknown data tool {argv[:1]}; the tools are: mix")
     # The tool's own parser: argparse refuses parse_intermixed_args on a parser with subcommands,
     # and overrides may come after options (`data mix --json mix.total=20`).

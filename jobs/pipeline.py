@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from conductor_rl.policy.staleness import may_collect
 
 T = TypeVar("T")
 
-JOIN_TIMEOUT_S = 600.0   # a producer finishes its phase in flight (a generation, a round of calls) first
+JOIN_TIMEOUT_S = 600.0  # a producer finishes its phase in flight (a generation, a round of calls) first
 
 
 class PipelineClosed(Exception):
@@ -38,8 +39,15 @@ class PipelineClosed(Exception):
 class RolloutPipeline(Generic[T]):
     """Collects iterations first..last-1 ahead of the learner, at most `max_staleness` ahead."""
 
-    def __init__(self, sample: Callable[[int], T], run: Callable[[T], T], first: int, last: int,
-                 max_staleness: int, halt: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        sample: Callable[[int], T],
+        run: Callable[[T], T],
+        first: int,
+        last: int,
+        max_staleness: int,
+        halt: Callable[[], None],
+    ) -> None:
         """`sample(j)`: iteration j's plans; `run(sampled)`: them executed and graded; `halt()`: ask a
         collection in flight to stop at its next safe point (it then raises, and its thread ends)."""
         if max_staleness < 1:
@@ -50,13 +58,15 @@ class RolloutPipeline(Generic[T]):
         self._sampled: dict[int, T] = {}
         self._ready: dict[int, T] = {}
         self._learned = first - 1
-        self._failed: tuple[int, BaseException] | None = None   # the first iteration a producer failed on
+        self._failed: tuple[int, BaseException] | None = None  # the first iteration a producer failed on
         self._closing = False
-        self.bound_wait_s: dict[int, float] = {}   # per iteration: how long sampling it waited on the bound
-        self._threads = [threading.Thread(target=self._sampler, name="pipeline-sampler", daemon=True),
-                         threading.Thread(target=self._runner, name="pipeline-runner", daemon=True)]
+        self.bound_wait_s: dict[int, float] = {}  # per iteration: how long sampling it waited on the bound
+        self._threads = [
+            threading.Thread(target=self._sampler, name="pipeline-sampler", daemon=True),
+            threading.Thread(target=self._runner, name="pipeline-runner", daemon=True),
+        ]
 
-    def __enter__(self) -> "RolloutPipeline[T]":
+    def __enter__(self) -> RolloutPipeline[T]:
         for thread in self._threads:
             thread.start()
         return self
@@ -77,13 +87,13 @@ class RolloutPipeline(Generic[T]):
         for j in range(self.first, self.last):
             started = time.perf_counter()
             with self._changed:
-                self._changed.wait_for(lambda: self._stopped() or may_collect(j, self._learned, self.max_staleness))
+                self._changed.wait_for(lambda j=j: self._stopped() or may_collect(j, self._learned, self.max_staleness))
                 if self._stopped():
                     return
                 self.bound_wait_s[j] = time.perf_counter() - started
             try:
                 sampled = self.sample(j)
-            except BaseException as err:   # delivered to the learner's thread by next()
+            except BaseException as err:  # delivered to the learner's thread by next()
                 self._fail(j, err)
                 return
             with self._changed:
@@ -93,8 +103,11 @@ class RolloutPipeline(Generic[T]):
     def _runner(self) -> None:
         for j in range(self.first, self.last):
             with self._changed:
-                self._changed.wait_for(lambda: j in self._sampled or self._closing
-                                       or (self._failed is not None and self._failed[0] <= j))
+                self._changed.wait_for(
+                    lambda j=j: (
+                        j in self._sampled or self._closing or (self._failed is not None and self._failed[0] <= j)
+                    )
+                )
                 if self._closing or j not in self._sampled:
                     return
                 sampled = self._sampled.pop(j)
@@ -112,8 +125,13 @@ class RolloutPipeline(Generic[T]):
         what stopped a producer on it or before it (StopRun, a failure)."""
         started = time.perf_counter()
         with self._changed:
-            self._changed.wait_for(lambda: iteration in self._ready or self._closing
-                                   or (self._failed is not None and self._failed[0] <= iteration))
+            self._changed.wait_for(
+                lambda: (
+                    iteration in self._ready
+                    or self._closing
+                    or (self._failed is not None and self._failed[0] <= iteration)
+                )
+            )
             if iteration in self._ready:
                 return self._ready.pop(iteration), time.perf_counter() - started
             if self._failed is not None:

@@ -8,15 +8,20 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING
 
-from conductor_rl.config import Config
+from conductor_rl.config import Config, TrainConfig
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable
 from jobs.common import check_workers_before_start, log
+
+if TYPE_CHECKING:
+    from jobs.training_system import TrainingSystem, WorkerPools
 
 
 def open_run(config: Config, resume: bool) -> tuple[Path, Checkpoints, dict | None]:
@@ -30,12 +35,16 @@ def open_run(config: Config, resume: bool) -> tuple[Path, Checkpoints, dict | No
         raise CheckpointError(f"{out} already holds a run: pass --resume to continue it, or a new train.output_dir")
     if not resume and (out / "metrics.jsonl").exists():
         # --resume cannot help here (no checkpoint), so the message must not send the user to it.
-        raise CheckpointError(f"{out} holds the log of a run that left no checkpoint to resume from: "
-                              f"set train.output_dir to a new folder, or delete {out} to start over")
-    check_workers_before_start(config)   # a missing key fails here, not after the actors start
+        raise CheckpointError(
+            f"{out} holds the log of a run that left no checkpoint to resume from: "
+            f"set train.output_dir to a new folder, or delete {out} to start over"
+        )
+    check_workers_before_start(config)  # a missing key fails here, not after the actors start
     if state and state["config"]["train"]["iterations"] != t.iterations:
-        log(f"warning: resuming with train.iterations={t.iterations}, the run started with "
-            f"{state['config']['train']['iterations']}: the learning-rate schedule follows the new length")
+        log(
+            f"warning: resuming with train.iterations={t.iterations}, the run started with "
+            f"{state['config']['train']['iterations']}: the learning-rate schedule follows the new length"
+        )
     return out, checkpoints, state
 
 
@@ -63,13 +72,15 @@ class StopSignal:
             self.reason = reason
 
     @contextmanager
-    def installed(self) -> Iterator["StopSignal"]:
-        def handle(signum: int, _frame: Any) -> None:
+    def installed(self) -> Iterator[StopSignal]:
+        def handle(signum: int, _frame: FrameType | None) -> None:
             if self.reason and signum == signal.SIGINT:
                 raise KeyboardInterrupt
             self.reason = signal.Signals(signum).name
-            log(f"{self.reason} received: stopping at the next safe point with a checkpoint "
-                f"(Ctrl-C again to stop at once)")
+            log(
+                f"{self.reason} received: stopping at the next safe point with a checkpoint "
+                f"(Ctrl-C again to stop at once)"
+            )
 
         previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -79,15 +90,17 @@ class StopSignal:
                 signal.signal(s, h)
 
 
-def check_budget(system: Any) -> None:
+def check_budget(system: TrainingSystem | WorkerPools) -> None:
     """After a round of rollouts (nothing in flight): count calls lost with a dead
     replica at their worst-case cost, then stop if the budget is spent."""
     import ray
 
     lost = ray.get(system.ledger.settle_open_calls.remote())
     if lost:
-        log(f"{lost} worker call(s) never returned (their replica died mid-call; the provider may have "
-            f"billed them): counted at their worst-case cost")
+        log(
+            f"{lost} worker call(s) never returned (their replica died mid-call; the provider may have "
+            f"billed them): counted at their worst-case cost"
+        )
     if ray.get(system.ledger.exhausted.remote()):
         raise StopRun("budget")
 
@@ -117,15 +130,23 @@ def run_summary(config: Config, out: Path, checkpoints: Checkpoints, how: str, d
     from conductor_rl.run.log import records
     from conductor_rl.run.report import summarize, write_report
 
-    summary = {"stopped": how, "iterations": done + 1, "output_dir": str(out),
-               "checkpoint": str(checkpoints.latest()) if checkpoints.latest() else None}
+    summary = {
+        "stopped": how,
+        "iterations": done + 1,
+        "output_dir": str(out),
+        "checkpoint": str(checkpoints.latest()) if checkpoints.latest() else None,
+    }
     kept = records(out) if (out / "metrics.jsonl").exists() else []
     if kept:
         summary.update(summarize(kept))
         if config.train.report:
-            summary["report"] = str(write_report(out, title=f"Training report: {config.conductor.model}",
-                                                 extra={"stopped": how, "output_dir": str(out),
-                                                        "seed": config.train.seed}))
+            summary["report"] = str(
+                write_report(
+                    out,
+                    title=f"Training report: {config.conductor.model}",
+                    extra={"stopped": how, "output_dir": str(out), "seed": config.train.seed},
+                )
+            )
     log(f"run {how} after iteration {done}; checkpoint: {summary['checkpoint']}")
     return summary
 
@@ -135,9 +156,9 @@ class Phase:
     """One phase of an iteration, as an observer hears of it when it ends. The
     rollouts are those it worked on (none for "generate": they do not exist yet)."""
 
-    name: str              # generate | execute | grade | learn | sync
+    name: str  # generate | execute | grade | learn | sync
     iteration: int
-    started: float         # time.perf_counter()
+    started: float  # time.perf_counter()
     ended: float
     rollouts: Sequence[Rollout] = ()
 
@@ -169,22 +190,35 @@ class Phases:
 class progress_bar:
     """A tqdm bar over iterations with the last reward, accuracy and cost."""
 
-    def __init__(self, t: Any, start: int) -> None:
+    def __init__(self, t: TrainConfig, start: int) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=t.iterations, initial=start, desc="train", unit="it", file=sys.stderr,
-                        disable=not t.progress, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=t.iterations,
+            initial=start,
+            desc="train",
+            unit="it",
+            file=sys.stderr,
+            disable=not t.progress,
+            dynamic_ncols=True,
+        )
 
-    def __enter__(self) -> "progress_bar":
+    def __enter__(self) -> progress_bar:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.bar.close()
 
     def update(self, record: dict) -> None:
-        self.bar.set_postfix(reward=f"{record['reward_mean']:.3f}", acc=f"{record['accuracy']:.2f}",
-                             cost=f"${record.get('cost_total_usd', 0.0):.4f}", refresh=False)
+        self.bar.set_postfix(
+            reward=f"{record['reward_mean']:.3f}",
+            acc=f"{record['accuracy']:.2f}",
+            cost=f"${record.get('cost_total_usd', 0.0):.4f}",
+            refresh=False,
+        )
         self.bar.update(1)
         if self.bar.disable:
-            log(f"iteration {record['iteration']}: reward {record['reward_mean']:.3f} accuracy {record['accuracy']:.2f} "
-                f"({record['time_iteration_s']:.1f}s)")
+            log(
+                f"iteration {record['iteration']}: reward {record['reward_mean']:.3f} "
+                f"accuracy {record['accuracy']:.2f} ({record['time_iteration_s']:.1f}s)"
+            )

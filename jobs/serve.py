@@ -20,17 +20,24 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING
 
 from conductor_rl.config import Config, ConfigError, load_config
 from conductor_rl.serving.access import BearerTokens, ClientQuota, TokensError
 from conductor_rl.workers.providers import MissingApiKeyError
 from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
 
+if TYPE_CHECKING:
+    from ray.serve import Application
+
+    from actors.generator import GeneratorPool
+    from jobs.training_system import WorkerPools
+
 APP_NAME = "conductor"
-REPLICA_CPUS = 0.25   # a replica tokenizes and waits on the engines and the workers
+REPLICA_CPUS = 0.25  # a replica tokenizes and waits on the engines and the workers
 
 
 def served_model_name(config: Config) -> str:
@@ -47,8 +54,8 @@ class Served:
 
     url: str
     model_name: str
-    generators: Any
-    workers: Any
+    generators: GeneratorPool
+    workers: WorkerPools
 
     def shutdown(self) -> None:
         from ray import serve
@@ -63,20 +70,16 @@ def load_tokens(config: Config) -> BearerTokens | None:
     return BearerTokens.load(config.serve.tokens_file) if config.serve.require_token else None
 
 
-def build_application(config: Config, tokens: BearerTokens | None) -> tuple[Any, Any, Any]:
+def build_application(config: Config, tokens: BearerTokens | None) -> tuple[Application, GeneratorPool, WorkerPools]:
     """(the bound Serve application, the generator pool, the worker pools): every actor started."""
-    import ray
-
     from actors.conductor_app import ClientLimitsActor, ConductorServer
-    from actors.generator import GeneratorPool
     from conductor_rl.models import resolve_model
-    from jobs.training_system import generator_placement, start_worker_pools
+    from jobs.training_system import start_generators, start_worker_pools
 
     s = config.serve
     model = resolve_model(config.conductor.model)
-    _, engine_options = generator_placement(config, ray.cluster_resources().get("GPU", 0) > 0)
     log(f"starting {config.generator.engines} generator engine(s) with {config.conductor.model} ...")
-    generators = GeneratorPool(model, config.generator, seed=config.conductor.seed, resources=engine_options)
+    generators = start_generators(config, model)
     try:
         workers = start_worker_pools(config, s.budget_usd, s.worker_replicas)
     except BaseException:
@@ -84,10 +87,12 @@ def build_application(config: Config, tokens: BearerTokens | None) -> tuple[Any,
         raise
     limits = ClientLimitsActor.remote(ClientQuota(s.client_requests, s.client_usd, s.client_window_s))
     scaling = {"autoscaling_config": s.autoscaling} if s.autoscaling else {"num_replicas": s.replicas}
-    deployment = ConductorServer.options(max_ongoing_requests=s.max_ongoing_requests,
-                                         ray_actor_options={"num_cpus": REPLICA_CPUS}, **scaling)
-    application = deployment.bind(config, served_model_name(config), model, generators.actors, workers.pools,
-                                  limits, tokens)
+    deployment = ConductorServer.options(
+        max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": REPLICA_CPUS}, **scaling
+    )
+    application = deployment.bind(
+        config, served_model_name(config), model, generators.actors, workers.pools, limits, tokens
+    )
     return application, generators, workers
 
 
@@ -102,8 +107,9 @@ def check_port_free(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as err:
-            raise PortInUseError(f"serve.port {port} on {host} is not free ({err.strerror}): choose another, "
-                                 f"e.g. serve.port={port + 1}") from None
+            raise PortInUseError(
+                f"serve.port {port} on {host} is not free ({err.strerror}): choose another, e.g. serve.port={port + 1}"
+            ) from None
 
 
 def start_serving(config: Config) -> Served:
@@ -125,13 +131,14 @@ def start_serving(config: Config) -> Served:
         workers.shutdown()
         generators.shutdown()
         if "Failed to bind" in str(err):
-            raise PortInUseError(f"serve.port {s.port} on {s.host} was taken while the endpoint started: "
-                                 f"choose another (serve.port=...)") from None
+            raise PortInUseError(
+                f"serve.port {s.port} on {s.host} was taken while the endpoint started: choose another (serve.port=...)"
+            ) from None
         raise
     return Served(f"http://{s.host}:{s.port}", served_model_name(config), generators, workers)
 
 
-def app_builder(args: dict[str, str]) -> Any:
+def app_builder(args: dict[str, str]) -> Application:
     """For `serve run jobs.serve:app_builder config=FILE key.sub=value ...` (Ray Serve's CLI)."""
     overrides = [f"{k}={v}" for k, v in args.items() if k != "config"]
     config = load_config(args.get("config"), overrides)
@@ -145,8 +152,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="conductor-rl serve", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="conductor-rl serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_arguments(parser)
     args = parser.parse_intermixed_args(argv)
     config, rest = config_from_args(args, positional="overrides_positional")
@@ -160,8 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         served = start_serving(config)
     except (MissingApiKeyError, ConfigError, TokensError, PortInUseError) as err:
         raise SystemExit(f"error: {err}") from None
-    log(f"serving {served.model_name!r} at {served.url}/v1 (OpenAI chat completions; GET / to watch it think); "
-        f"Ctrl-C stops")
+    log(
+        f"serving {served.model_name!r} at {served.url}/v1 (OpenAI chat completions; GET / to watch it think); "
+        f"Ctrl-C stops"
+    )
     try:
         stop.wait()
     finally:

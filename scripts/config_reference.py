@@ -20,8 +20,9 @@ import difflib
 import sys
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -48,7 +49,8 @@ NOTES: dict[str, str] = {
     "conductor.dtype": "Torch dtype the Conductor's weights are loaded in ('auto': the checkpoint's own).",
     "conductor.seed": "Seed of the Conductor's sampling; `ask` also passes it to every worker provider.",
     "workers.<i>.name": "Unique name, shown in logs and traces. The Conductor never sees it (only 'Model <i>').",
-    "workers.<i>.provider": "The backend that serves this worker (see `conductor_rl.workers.providers.build_provider`).",
+    "workers.<i>.provider": "The backend that serves this worker "
+    "(see `conductor_rl.workers.providers.build_provider`).",
     "workers.<i>.model": "The provider's model name; required unless the provider is 'sim'. "
     "For 'local': any name `conductor.model` accepts.",
     "workers.<i>.base_url": "Endpoint of an HTTP provider (an OpenAI-compatible server, a proxy).",
@@ -101,8 +103,11 @@ MISTAKES: list[tuple[list[str], str]] = [
 
 # Rules that involve several keys (model validators), each with an override that breaks it.
 RULES: list[tuple[str, list[str]]] = [
-    ("`conductor.response_prefix` must be empty or a start of `model_id = [` when "
-     "`conductor.constrain_format` is true.", ["conductor.response_prefix=Plan"]),
+    (
+        "`conductor.response_prefix` must be empty or a start of `model_id = [` when "
+        "`conductor.constrain_format` is true.",
+        ["conductor.response_prefix=Plan"],
+    ),
     ("A worker with provider `sim` needs a `sim` section.", ["workers.0.sim=null"]),
     ("A worker with any other provider needs `model`.", ["workers.0.provider=openai"]),
     ("Worker names are unique.", ["workers.1.name=sim-math-expert"]),
@@ -122,7 +127,7 @@ def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
         optional = len(args) < len(typing.get_args(annotation))
         if len(args) == 1:
             return args[0], optional
-        return typing.Union[tuple(args)], optional
+        return typing.Union[tuple(args)], optional  # noqa: UP007 (a union of a runtime list of types)
     return annotation, False
 
 
@@ -245,8 +250,11 @@ def section(model: type[BaseModel], prefix: str, level: int, title: str, intro: 
             note = []
             _, optional = _unwrap_optional(field.annotation)
             if optional:
-                note = [f"Optional section (default: `{as_yaml(default_of(field))}`)."
-                        + (f" {field.description}" if field.description else ""), ""]
+                note = [
+                    f"Optional section (default: `{as_yaml(default_of(field))}`)."
+                    + (f" {field.description}" if field.description else ""),
+                    "",
+                ]
             elif field.description:
                 note = [field.description, ""]
             out += section(nested, f"{key}.", level + 1, f"`{key}`", note)
@@ -263,8 +271,11 @@ def list_section(field: FieldInfo, items: type[BaseModel], key: str, level: int)
         "",
     ]
     if default:
-        intro += [f"Default ({len(default)} entries; the paper's roster, §4.1); "
-                  "columns show the keys an entry sets, other keys keep the defaults below:", ""]
+        intro += [
+            f"Default ({len(default)} entries; the paper's roster, §4.1); "
+            "columns show the keys an entry sets, other keys keep the defaults below:",
+            "",
+        ]
         intro += roster_table(default) + [""]
     return section(items, f"{key}.<i>.", level, f"`{key}`", intro)
 
@@ -317,7 +328,12 @@ def leading_comment(path: Path) -> list[str]:
 
 def provider_availability() -> tuple[list[str], list[str]]:
     """(providers `build_provider` makes in this version, those it refuses)."""
-    from conductor_rl.workers.providers import OFFLINE_PROVIDERS, ProviderUnavailableError, build_provider
+    from conductor_rl.workers.providers import (
+        OFFLINE_PROVIDERS,
+        MissingApiKeyError,
+        ProviderUnavailableError,
+        build_provider,
+    )
 
     literal, _ = _unwrap_optional(cfg.WorkerConfig.model_fields["provider"].annotation)
     available, missing = [], []
@@ -328,6 +344,8 @@ def provider_availability() -> tuple[list[str], list[str]]:
         probe = cfg.WorkerConfig(name="probe", provider=name, model="probe", api_key_env="CONDUCTOR_RL_NO_SUCH_KEY")
         try:
             build_provider(probe)
+        except MissingApiKeyError:  # built, once its key is set
+            available.append(name)
         except ProviderUnavailableError:
             missing.append(name)
         except Exception:  # noqa: BLE001 - it exists, it just wants real settings
@@ -352,8 +370,10 @@ def file_examples() -> list[str]:
         changed = [k for k in ours if ours[k] != defaults.get(k)]
         if changed:
             out += ["Differs from the defaults in:", "", "| key | this file | default |", "|---|---|---|"]
-            out += [f"| {code(k)} | {cell(code(as_yaml(ours[k])))} | {cell(code(as_yaml(defaults.get(k))))} |"
-                    for k in changed]
+            out += [
+                f"| {code(k)} | {cell(code(as_yaml(ours[k])))} | {cell(code(as_yaml(defaults.get(k))))} |"
+                for k in changed
+            ]
             out += [""]
         else:
             out += ["Apart from its workers, it keeps every default.", ""]
@@ -363,7 +383,8 @@ def file_examples() -> list[str]:
             out.append(f"- Model {i}: `{w.name}` (provider `{w.provider}`{model})")
         out += [""]
         unavailable = sorted({w.provider for w in config.workers if w.provider not in available})
-        command, overrides, note = EXAMPLES.get(path.name, (f"conductor-rl config --config {rel} {{overrides}}", [], ""))
+        fallback = (f"conductor-rl config --config {rel} {{overrides}}", [], "")
+        command, overrides, note = EXAMPLES.get(path.name, fallback)
         load_config(path, overrides)  # the example must be valid
         if "--config" not in command and path.name != cfg.DEFAULT_CONFIG:
             raise RuntimeError(f"the example for {rel} must pass --config {rel}")
@@ -371,9 +392,12 @@ def file_examples() -> list[str]:
         if note:
             out += [note, ""]
         if unavailable:
-            out += [f"Providers {', '.join(f'`{p}`' for p in unavailable)} are not available in this version "
-                    "(`build_provider` refuses them), so jobs that run workers stop at start with this file; "
-                    "`conductor-rl config` shows the resolved configuration.", ""]
+            out += [
+                f"Providers {', '.join(f'`{p}`' for p in unavailable)} are not available in this version "
+                "(`build_provider` refuses them), so jobs that run workers stop at start with this file; "
+                "`conductor-rl config` shows the resolved configuration.",
+                "",
+            ]
     return out
 
 
@@ -386,11 +410,13 @@ def intro() -> list[str]:
         "<!-- Generated by scripts/config_reference.py from conductor_rl/config/: do not edit by hand. -->",
         "",
         "Generated from the pydantic models in `conductor_rl/config/` by `python scripts/config_reference.py`;",
-        "`python scripts/config_reference.py --check` (run by `tests/test_docs.py`) fails when this file is out of date.",
+        "`python scripts/config_reference.py --check` (run by `tests/test_docs.py`) "
+        "fails when this file is out of date.",
         "",
         "## How a configuration is read",
         "",
-        f"- Every command takes `--config FILE` (YAML). Without it, the embedded `configs/{cfg.DEFAULT_CONFIG}` is read.",
+        "- Every command takes `--config FILE` (YAML). "
+        f"Without it, the embedded `configs/{cfg.DEFAULT_CONFIG}` is read.",
         f"- The top-level sections are {sections}. A key that a file leaves out takes the default listed below;",
         "  the defaults are the paper's setting (arXiv 2512.04388), the shipped files change some of them.",
         "- Overrides come after the file, as `key.sub=value`: either bare arguments (`conductor-rl ask",
@@ -412,10 +438,14 @@ def intro() -> list[str]:
         "  mistake stops the command at start with a message that names the dotted key (and, for an unknown key,",
         "  the keys allowed there). `conductor-rl config [--config FILE] [key=value ...]` prints the resolved",
         "  configuration as YAML.",
-        f"- Providers that `conductor_rl.workers.providers.build_provider` makes in this version: "
+        "- Providers that `conductor_rl.workers.providers.build_provider` makes in this version: "
         + ", ".join(f"`{p}`" for p in available)
-        + ("; the others (" + ", ".join(f"`{p}`" for p in missing) + ") pass validation but are refused when "
-           "a job builds its workers." if missing else "."),
+        + (
+            "; the others (" + ", ".join(f"`{p}`" for p in missing) + ") pass validation but are refused when "
+            "a job builds its workers."
+            if missing
+            else "."
+        ),
         "",
         "## What a mistake looks like",
         "",
@@ -465,8 +495,11 @@ def main(argv: list[str] | None = None) -> int:
         if current == text:
             print(f"{rel} is up to date")
             return 0
-        diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(),
-                                         f"{rel} (on disk)", f"{rel} (generated)", lineterm="", n=1))
+        diff = list(
+            difflib.unified_diff(
+                current.splitlines(), text.splitlines(), f"{rel} (on disk)", f"{rel} (generated)", lineterm="", n=1
+            )
+        )
         print(f"{rel} is out of date: run `python scripts/config_reference.py` and commit the result.")
         print("\n".join(diff[:60]) + (f"\n... ({len(diff) - 60} more diff lines)" if len(diff) > 60 else ""))
         return 1

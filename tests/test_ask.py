@@ -11,16 +11,26 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs import ask, cli
+from jobs import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAN = 'model_id = [0, 1]\nsubtasks = ["Solve the question", "Check the answer and state it"]\naccess_list = [[], "all"]\n'
+PLAN = (
+    'model_id = [0, 1]\nsubtasks = ["Solve the question", "Check the answer and state it"]\naccess_list = [[], "all"]\n'
+)
 
 
 def write_config(tmp_path, **conductor):
     config = yaml.safe_load((ROOT / "configs" / "local.yaml").read_text())
-    config["conductor"].update({"model": "tiny-qwen2", "max_new_tokens": 16, "response_prefix": PLAN,
-                                "stop_after_plan": True, "constrain_format": False, **conductor})
+    config["conductor"].update(
+        {
+            "model": "tiny-qwen2",
+            "max_new_tokens": 16,
+            "response_prefix": PLAN,
+            "stop_after_plan": True,
+            "constrain_format": False,
+            **conductor,
+        }
+    )
     for worker in config["workers"]:
         worker["sim"]["latency_s"] = 0.0
     config["workers"][0]["sim"]["accuracy"] = {"default": 1.0}
@@ -41,8 +51,8 @@ def test_ask_json_runs_the_plan_and_grades_it(ray_cluster, tmp_path, capsys):
         assert r["plan_error"] is None
         assert [s["worker"] for s in r["steps"]] == ["sim-math-expert", "sim-knowledge-expert"]
         assert r["steps"][1]["access"] == [0]
-        assert "Step 0 answer" in r["steps"][1]["messages"][-1]["content"]   # step 1 read step 0
-        assert r["verdict"] == "correct" and r["reward"] == 1.0              # accuracy 1.0 workers
+        assert "Step 0 answer" in r["steps"][1]["messages"][-1]["content"]  # step 1 read step 0
+        assert r["verdict"] == "correct" and r["reward"] == 1.0  # accuracy 1.0 workers
         assert r["simulated"] is True and all(s["simulated"] for s in r["steps"])
         assert r["cost_usd"] > 0 and r["steps"][0]["usage"]["output_tokens"] > 0
 
@@ -101,7 +111,7 @@ def test_ask_stops_at_its_budget(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
     assert cli.main(["ask", "--config", str(path), "--json", "ask.sample_questions=1", "--budget-usd", "1e-6"]) == 1
     captured = capsys.readouterr()
-    [r] = json.loads(captured.out)["results"]           # what was answered is still printed
+    [r] = json.loads(captured.out)["results"]  # what was answered is still printed
     assert r["steps"][0]["response"] and r["steps"][1]["error"].startswith("budget_exceeded:")
     assert "stopped by the worker budget" in captured.err and "--budget-usd" in captured.err
 
@@ -117,8 +127,17 @@ def test_ask_malformed_plan_gets_reward_zero(ray_cluster, tmp_path, capsys):
 @pytest.mark.slow
 def test_ask_failing_worker_is_an_infrastructure_error(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
-    cli.main(["ask", "--config", str(path), "--json", "ask.sample_questions=1", "workers.1.sim.fail_rate=1.0",
-              "workers.1.max_retries=0"])
+    cli.main(
+        [
+            "ask",
+            "--config",
+            str(path),
+            "--json",
+            "ask.sample_questions=1",
+            "workers.1.sim.fail_rate=1.0",
+            "workers.1.max_retries=0",
+        ]
+    )
     [r] = json.loads(capsys.readouterr().out)["results"]
     assert r["reward"] is None and "simulated_fault" in r["infrastructure_error"]
 
@@ -157,19 +176,39 @@ def test_console_script_runs_in_a_fresh_process(tmp_path):
     path = write_config(tmp_path)
     script = Path(sys.executable).parent / "conductor-rl"
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "jobs.cli"]
-    done = subprocess.run([*cmd, "ask", "--config", str(path), "--json", "ask.sample_questions=1"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ})
+    done = subprocess.run(
+        [*cmd, "ask", "--config", str(path), "--json", "ask.sample_questions=1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["results"][0]["reward"] == 1.0
     assert "loading the Conductor" in done.stderr  # progress goes to stderr, stdout stays JSON
-    assert "starting Ray" in done.stderr           # its own local cluster, as `conductor-rl train` starts one
+    assert "starting Ray" in done.stderr  # its own local cluster, as `conductor-rl train` starts one
 
 
 @pytest.mark.slow
 def test_overrides_may_follow_options(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
-    assert cli.main(["ask", "What is 17 * 23?", "--reference", "391", "--json", "--config", str(path),
-                     "ask.sample_questions=1", "conductor.seed=5"]) == 0
+    assert (
+        cli.main(
+            [
+                "ask",
+                "What is 17 * 23?",
+                "--reference",
+                "391",
+                "--json",
+                "--config",
+                str(path),
+                "ask.sample_questions=1",
+                "conductor.seed=5",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["config"]["conductor"]["seed"] == 5
 
 
@@ -182,7 +221,14 @@ def test_paper_config_without_keys_fails_cleanly(monkeypatch):
 @pytest.mark.slow
 def test_ask_with_a_response_cache_pays_once(ray_cluster, tmp_path, capsys):
     path = write_config(tmp_path)
-    args = ["ask", "--config", str(path), "--json", "ask.sample_questions=1", f"workflow.response_cache={tmp_path / 'cache'}"]
+    args = [
+        "ask",
+        "--config",
+        str(path),
+        "--json",
+        "ask.sample_questions=1",
+        f"workflow.response_cache={tmp_path / 'cache'}",
+    ]
     cli.main(args)
     [first] = json.loads(capsys.readouterr().out)["results"]
     cli.main(args)

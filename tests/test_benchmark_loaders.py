@@ -22,6 +22,7 @@ from conductor_rl.data import (
     ENV_VAR,
     GPQA_SEED,
     DataFormatError,
+    files,
     gpqa_permutation,
     iter_rows,
     lcb_window,
@@ -32,7 +33,6 @@ from conductor_rl.data import (
     load_rlpr,
     questions_from_hf_rows,
 )
-from conductor_rl.data import files
 from conductor_rl.data.livecodebench import NO_REFERENCE, pickled_string, unpack_private_tests
 from conductor_rl.grading import Verdict, grade_code
 from conductor_rl.grading.sandbox import Sandbox
@@ -75,8 +75,12 @@ def _comparable(row: dict) -> dict:
 
 
 def test_fixtures_match_make_fixtures(tmp_path):
-    proc = subprocess.run([sys.executable, str(FIXTURES / "make_fixtures.py"), "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(FIXTURES / "make_fixtures.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert len(made) == 7
@@ -126,10 +130,15 @@ def test_livecodebench_v1(data_dir):
     assert {(q.domain, q.source, q.reference) for q in qs} == {("code", "livecodebench", NO_REFERENCE)}
     stdin, call, packed_stdin = qs
     # plain-JSON private tests, then upstream-packed ones: public first, then private, testtype dropped
-    assert stdin.meta["tests"] == [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4\n", "output": "6\n"},
-                                   {"input": "1000000000 1000000000\n", "output": "2000000000\n"}]
-    assert packed_stdin.meta["tests"][1:] == [{"input": "1\na\n", "output": "a\n"},
-                                              {"input": "3\nab\nba\nzzz\n", "output": "ba\nab\nzzz\n"}]
+    assert stdin.meta["tests"] == [
+        {"input": "1 2\n", "output": "3\n"},
+        {"input": "10 -4\n", "output": "6\n"},
+        {"input": "1000000000 1000000000\n", "output": "2000000000\n"},
+    ]
+    assert packed_stdin.meta["tests"][1:] == [
+        {"input": "1\na\n", "output": "a\n"},
+        {"input": "3\nab\nba\nzzz\n", "output": "ba\nab\nzzz\n"},
+    ]
     assert stdin.meta["n_public_tests"] == 1 and stdin.meta["contest_date"] == "2023-05-13"
     assert stdin.meta["platform"] == "atcoder" and "fn_name" not in stdin.meta
     assert "standard input" in stdin.question and stdin.question.startswith("You are given two integers")
@@ -188,8 +197,10 @@ def test_pickled_string_reads_only_a_lone_string():
 @pytest.mark.parametrize(
     "change, needle",
     [
-        ({"public_test_cases": json.dumps([{"input": "1", "output": "1", "testtype": "functional"}])},
-         "all be 'stdin'"),
+        (
+            {"public_test_cases": json.dumps([{"input": "1", "output": "1", "testtype": "functional"}])},
+            "all be 'stdin'",
+        ),
         ({"private_test_cases": json.dumps([{"input": "1", "output": "1", "testtype": "other"}])}, "'other'"),
         ({"metadata": "{}"}, "func_name"),
         ({"contest_date": "May 2023"}, "contest_date"),
@@ -232,9 +243,15 @@ def test_bigcodebench_complete_and_instruct(data_dir):
     assert (q.domain, q.answer_kind, q.source) == ("code", "code_unittest", "bigcodebench")
     assert q.reference == row["code_prompt"] + row["canonical_solution"]
     assert row["complete_prompt"].rstrip() in q.question
-    assert q.meta == {"task_id": "BigCodeBench/0", "split": "complete", "entry_point": "task_func",
-                      "prompt": row["complete_prompt"], "code_prompt": row["code_prompt"], "test": row["test"],
-                      "libs": ["collections", "re"]}
+    assert q.meta == {
+        "task_id": "BigCodeBench/0",
+        "split": "complete",
+        "entry_point": "task_func",
+        "prompt": row["complete_prompt"],
+        "code_prompt": row["code_prompt"],
+        "test": row["test"],
+        "libs": ["collections", "re"],
+    }
     instruct = load_dataset("bigcodebench:instruct", limit=2)
     assert [i.id for i in instruct] == ["bigcodebench/instruct/BigCodeBench/0", "bigcodebench/instruct/BigCodeBench/1"]
     assert instruct[0].question == row["instruct_prompt"].strip() and instruct[0].reference == q.reference
@@ -268,8 +285,9 @@ def test_gpqa_choices_are_shuffled_deterministically(data_dir):
         assert q.id == f"gpqa/{row['Record ID']}"
         assert (q.domain, q.answer_kind, q.source) == ("science", "choice", "gpqa")
         assert q.meta["choices"]["ABCD".index(q.reference)] == row["Correct Answer"].strip()
-        assert sorted(q.meta["choices"]) == sorted(row[k].strip() for k in (
-            "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"))
+        assert sorted(q.meta["choices"]) == sorted(
+            row[k].strip() for k in ("Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
+        )
         assert q.meta["n_choices"] == 4 and q.meta["subject"] == row["Subdomain"]
         assert f"{q.reference}. {row['Correct Answer'].strip()}" in q.question
         assert q.question.startswith(row["Question"].strip())
@@ -278,8 +296,10 @@ def test_gpqa_choices_are_shuffled_deterministically(data_dir):
     assert gpqa_permutation("recX") == gpqa_permutation("recX", GPQA_SEED)
     other = load_gpqa(seed="another seed")
     assert [q.reference for q in other] != [q.reference for q in qs]
-    assert all(o.meta["choices"]["ABCD".index(o.reference)] == q.meta["choices"]["ABCD".index(q.reference)]
-               for o, q in zip(other, qs))
+    assert all(
+        o.meta["choices"]["ABCD".index(o.reference)] == q.meta["choices"]["ABCD".index(q.reference)]
+        for o, q in zip(other, qs)
+    )
 
 
 def test_gpqa_malformed_csv_names_the_record_line(tmp_path):
@@ -332,30 +352,44 @@ def test_rlpr_row_forms_and_errors(tmp_path):
 def test_hf_rows_of_each_new_schema_match_the_local_loaders():
     lcb = _lcb_rows() + _lcb_rows("test6.jsonl")
     hub = questions_from_hf_rows(lcb, "livecodebench/code_generation_lite@release_v6", "test")
-    assert hub == load_livecodebench("2000-01-01..2100-01-01", path=LCB / "test.jsonl") + \
-        load_livecodebench("2000-01-01..2100-01-01", path=LCB / "test6.jsonl")
+    assert hub == load_livecodebench("2000-01-01..2100-01-01", path=LCB / "test.jsonl") + load_livecodebench(
+        "2000-01-01..2100-01-01", path=LCB / "test6.jsonl"
+    )
     bcb = [row for _, row in iter_rows(FIXTURES / "bigcodebench" / "v0.1.4.parquet")]
-    assert questions_from_hf_rows(bcb, "bigcodebench/bigcodebench", "v0.1.4") == \
-        load_bigcodebench(path=FIXTURES / "bigcodebench")
-    assert questions_from_hf_rows(_gpqa_rows(), "Idavidrein/gpqa@gpqa_diamond", "train") == \
-        load_gpqa(path=FIXTURES / "gpqa")
+    assert questions_from_hf_rows(bcb, "bigcodebench/bigcodebench", "v0.1.4") == load_bigcodebench(
+        path=FIXTURES / "bigcodebench"
+    )
+    assert questions_from_hf_rows(_gpqa_rows(), "Idavidrein/gpqa@gpqa_diamond", "train") == load_gpqa(
+        path=FIXTURES / "gpqa"
+    )
     rlpr = [row for _, row in iter_rows(FIXTURES / "rlpr" / "train.parquet")]
-    assert questions_from_hf_rows(rlpr, "openbmb/RLPR-Train-Dataset", "train") == \
-        load_rlpr("train", path=FIXTURES / "rlpr")
+    assert questions_from_hf_rows(rlpr, "openbmb/RLPR-Train-Dataset", "train") == load_rlpr(
+        "train", path=FIXTURES / "rlpr"
+    )
 
 
 def test_spec_forms_are_listed():
-    for form in ("livecodebench[:v1|v6|<from>..<to>]", "bigcodebench[:complete|instruct]", "gpqa[:diamond",
-                 "rlpr[:test|train]", "<benchmark>[:<split>]@<path>"):
+    for form in (
+        "livecodebench[:v1|v6|<from>..<to>]",
+        "bigcodebench[:complete|instruct]",
+        "gpqa[:diamond",
+        "rlpr[:test|train]",
+        "<benchmark>[:<split>]@<path>",
+    ):
         assert any(f.startswith(form) for f in DATASET_SPEC_FORMS), form
 
 
 @pytest.mark.parametrize(
     "spec, needle",
-    [("bigcodebench:hard", "bigcodebench has the split(s)"), ("gpqa:experts", "gpqa has the split(s)"),
-     ("rlpr:dev", "rlpr has the split(s)"), ("gpqa@", "'@' must be followed"),
-     ("samples:mixed@/tmp/x.jsonl", "no @<path>"), ("nope@/tmp/x.csv", "unknown dataset 'nope'"),
-     ("humaneval:x@/tmp/h.jsonl", "humaneval has only")],
+    [
+        ("bigcodebench:hard", "bigcodebench has the split(s)"),
+        ("gpqa:experts", "gpqa has the split(s)"),
+        ("rlpr:dev", "rlpr has the split(s)"),
+        ("gpqa@", "'@' must be followed"),
+        ("samples:mixed@/tmp/x.jsonl", "no @<path>"),
+        ("nope@/tmp/x.csv", "unknown dataset 'nope'"),
+        ("humaneval:x@/tmp/h.jsonl", "humaneval has only"),
+    ],
 )
 def test_bad_benchmark_specs(spec, needle):
     with pytest.raises(ValueError) as info:
@@ -384,8 +418,10 @@ def test_livecodebench_solutions_grade_in_the_sandbox(data_dir):
     good_stdin = "a, b = map(int, input().split())\nprint(a + b)\n"
     assert grade_code(stdin.answer_kind, _answer(good_stdin), stdin.meta, sandbox=BOX).verdict is Verdict.CORRECT
     assert grade_code(stdin.answer_kind, _answer("print(3)\n"), stdin.meta, sandbox=BOX).verdict is Verdict.WRONG
-    good_call = ("from typing import List\n\nclass Solution:\n    def sumEven(self, nums: List[int]) -> int:\n"
-                 "        return sum(n for n in nums if n % 2 == 0)\n")
+    good_call = (
+        "from typing import List\n\nclass Solution:\n    def sumEven(self, nums: List[int]) -> int:\n"
+        "        return sum(n for n in nums if n % 2 == 0)\n"
+    )
     assert grade_code(call.answer_kind, _answer(good_call), call.meta, sandbox=BOX).verdict is Verdict.CORRECT
     wrong_call = good_call.replace("n % 2 == 0", "n > 0")
     assert grade_code(call.answer_kind, _answer(wrong_call), call.meta, sandbox=BOX).verdict is Verdict.WRONG

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from conductor_rl.config import load_config
-from tests.http_fakes import FAKE_KEY, fresh, server  # noqa: F401 (fixtures)
+from tests.http_fakes import FAKE_KEY
+
+# Every test talks to the fake LLM server: the fake key set, the server reset (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh")
 
 REPO = Path(__file__).resolve().parent.parent
 PAPER = REPO / "configs" / "paper.yaml"
@@ -20,9 +23,9 @@ KEYS = ("OPENAI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY")
 def paper_on_fakes(server) -> list[str]:
     """Overrides that point every worker of the paper's pool at the fake server."""
     config = load_config(PAPER)
-    overrides = ["cluster.worker={CPU: 0.25}"]   # this machine is no node of ray_cluster.yaml
+    overrides = ["cluster.worker={CPU: 0.25}"]  # this machine is no node of ray_cluster.yaml
     for i, worker in enumerate(config.workers):
-        if worker.serve is not None:   # the fake stands in for the vLLM server the job would start
+        if worker.serve is not None:  # the fake stands in for the vLLM server the job would start
             overrides += [f"workers.{i}.serve=null"]
         overrides += [f"workers.{i}.base_url={server.base_url_for(worker.provider)}"]
     return overrides
@@ -43,7 +46,8 @@ def run_check(argv: list[str], capsys) -> tuple[int, dict, str]:
 
 
 def test_check_on_the_paper_pool_prints_the_table_and_sends_each_model_what_it_accepts(
-        ray_cluster, server, keys, capsys):
+    ray_cluster, server, keys, capsys
+):
     code, result, out = run_check(paper_on_fakes(server), capsys)
     names = [w.name for w in load_config(PAPER).workers]
     assert code == 0, out
@@ -52,7 +56,7 @@ def test_check_on_the_paper_pool_prints_the_table_and_sends_each_model_what_it_a
     table = out.splitlines()
     assert table[0].split()[:3] == ["worker", "provider", "model"]
     assert all(any(line.startswith(name + " ") for line in table) for name in names)
-    assert "note gpt-5:" in out and "temperature" in out   # 0.2 is the paper's, but GPT-5 takes none
+    assert "note gpt-5:" in out and "temperature" in out  # 0.2 is the paper's, but GPT-5 takes none
     bodies = {json.dumps(b, sort_keys=True) for b in server.stats.bodies}
     gpt5 = [json.loads(b) for b in bodies if '"model": "gpt-5"' in b]
     assert gpt5 and all("temperature" not in b and b["reasoning_effort"] == "minimal" for b in gpt5)

@@ -13,10 +13,10 @@ from conductor_rl import grading
 from conductor_rl.data import load_humaneval
 from conductor_rl.grading import Verdict, extract_code, grade, grade_code
 from conductor_rl.grading.code import outputs_match
-from conductor_rl.workers.providers.base import WorkerRequest, WorkerResponse
-from conductor_rl.rollout.rollouts import grade_answer, run_rollout
 from conductor_rl.grading.sandbox import Sandbox
+from conductor_rl.rollout.rollouts import grade_answer, run_rollout
 from conductor_rl.rollout.workflow import Task
+from conductor_rl.testing.workers import ScriptedWorker
 
 BOX = Sandbox(timeout_s=5)
 
@@ -86,7 +86,7 @@ def test_all_humaneval_canonical_solutions_pass_and_broken_ones_fail():
 
 def test_humaneval_body_only_completion_and_helpers_from_the_prompt():
     q = next(q for q in _humaneval() if q.meta["entry_point"] == "decode_cyclic")  # uses the prompt's encode_cyclic
-    body = q.reference[len(q.meta["prompt"]):]
+    body = q.reference[len(q.meta["prompt"]) :]
     assert grade_code("code_humaneval", body, q.meta, sandbox=BOX).verdict is Verdict.CORRECT
 
 
@@ -105,20 +105,28 @@ def test_printing_does_not_break_the_verdict():
 
 def test_hanging_answer_is_wrong_within_the_timeout():
     q = _humaneval()[0]
-    r = grade_code("code_humaneval", q.meta["prompt"] + "    while True:\n        pass\n", q.meta,
-                   sandbox=Sandbox(timeout_s=1))
+    r = grade_code(
+        "code_humaneval", q.meta["prompt"] + "    while True:\n        pass\n", q.meta, sandbox=Sandbox(timeout_s=1)
+    )
     assert r.verdict is Verdict.WRONG and "timed out" in r.detail
 
 
 # ---------------------------------------------------------------------------
 # stdin / stdout (LiveCodeBench style)
 
-SUM_META = {"tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4\n", "output": "6"},
-                      {"input": "0 0", "output": "0\n\n"}]}
+SUM_META = {
+    "tests": [
+        {"input": "1 2\n", "output": "3\n"},
+        {"input": "10 -4\n", "output": "6"},
+        {"input": "0 0", "output": "0\n\n"},
+    ]
+}
 
 
 def test_stdio_all_tests_pass():
-    r = grade_code("code_stdio", "```python\na, b = map(int, input().split())\nprint(a + b)\n```", SUM_META, sandbox=BOX)
+    r = grade_code(
+        "code_stdio", "```python\na, b = map(int, input().split())\nprint(a + b)\n```", SUM_META, sandbox=BOX
+    )
     assert r.verdict is Verdict.CORRECT and "3 tests" in r.detail
 
 
@@ -148,7 +156,8 @@ def test_output_comparison_is_whitespace_normalised():
 
 TWO_SUM_META = {
     "fn_name": "twoSum",
-    "starter_code": "from typing import List\nclass Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n        ",
+    "starter_code": "from typing import List\nclass Solution:\n"
+    "    def twoSum(self, nums: List[int], target: int) -> List[int]:\n        ",
     "tests": [
         {"input": "[2, 7, 11, 15]\n9", "output": "[0, 1]"},
         {"input": "[3, 2, 4]\n6", "output": "[1, 2]"},
@@ -181,7 +190,10 @@ def test_call_based_per_test_timeout_and_print_noise():
     code = "def f(x):\n    print('noise', x)\n    while x == 2:\n        pass\n    return x\n"
     r = grade_code("code_call", code, meta, sandbox=BOX)
     assert r.verdict is Verdict.WRONG
-    assert grade_code("code_call", "def f(x):\n    print('[1]')\n    return x\n", meta, sandbox=BOX).verdict is Verdict.CORRECT
+    assert (
+        grade_code("code_call", "def f(x):\n    print('[1]')\n    return x\n", meta, sandbox=BOX).verdict
+        is Verdict.CORRECT
+    )
 
 
 def test_call_based_missing_function_is_wrong():
@@ -194,7 +206,7 @@ def test_call_based_missing_function_is_wrong():
 
 BCB_META = {
     "entry_point": "task_func",
-    "prompt": "import math\n\ndef task_func(values):\n    \"\"\"Return the rounded square roots.\"\"\"\n",
+    "prompt": 'import math\n\ndef task_func(values):\n    """Return the rounded square roots."""\n',
     "test": (
         "import unittest\n\nclass TestCases(unittest.TestCase):\n"
         "    def test_basic(self):\n        self.assertEqual(task_func([4, 9]), [2, 3])\n"
@@ -224,9 +236,15 @@ def test_no_code_is_wrong_and_missing_tests_are_errors():
     assert grade_code("code_stdio", "no idea", SUM_META, sandbox=BOX).verdict is Verdict.WRONG
     assert grade_code("code_stdio", "print(1)", {}, sandbox=BOX).verdict is Verdict.ERROR
     assert grade_code("code_stdio", "print(1)", None, sandbox=BOX).verdict is Verdict.ERROR
-    assert grade_code("code_call", "print(1)", {"fn_name": "f", "tests": [{"input": "1", "output": "not json"}]},
-                      sandbox=BOX).verdict is Verdict.ERROR
-    assert grade_code("code_humaneval", "print(1)", {"test": "def check(c): pass"}, sandbox=BOX).verdict is Verdict.ERROR
+    assert (
+        grade_code(
+            "code_call", "print(1)", {"fn_name": "f", "tests": [{"input": "1", "output": "not json"}]}, sandbox=BOX
+        ).verdict
+        is Verdict.ERROR
+    )
+    assert (
+        grade_code("code_humaneval", "print(1)", {"test": "def check(c): pass"}, sandbox=BOX).verdict is Verdict.ERROR
+    )
 
 
 def test_sandbox_failure_is_an_error_not_wrong():
@@ -246,8 +264,9 @@ def test_code_kinds_are_registered():
 
 def test_grade_answer_uses_the_tasks_meta():
     q = _humaneval()[2]
-    task = Task(id=q.id, question=q.question, domain="code", reference=q.reference,
-                answer_kind="code_humaneval", meta=q.meta)
+    task = Task(
+        id=q.id, question=q.question, domain="code", reference=q.reference, answer_kind="code_humaneval", meta=q.meta
+    )
     assert grade_answer(task, q.reference).verdict is Verdict.CORRECT
     assert grade_answer(task, "nothing").verdict is Verdict.WRONG
     stdio = Task(id="t", question="add", domain="code", reference="", answer_kind="code_stdio", meta=SUM_META)
@@ -255,36 +274,24 @@ def test_grade_answer_uses_the_tasks_meta():
     hash(task)  # still hashable with a dict inside
 
 
-class _FixedWorker:
-    """A worker that always answers with the same text."""
-
-    name = "fixed"
-    simulated = False
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    async def complete(self, request: WorkerRequest) -> WorkerResponse:
-        return WorkerResponse(text=self.text)
-
-    async def aclose(self) -> None:
-        pass
-
-
 def test_run_rollout_rewards_code():
     q = _humaneval()[0]
-    task = Task(id=q.id, question=q.question, domain="code", reference=q.reference,
-                answer_kind="code_humaneval", meta=q.meta)
+    task = Task(
+        id=q.id, question=q.question, domain="code", reference=q.reference, answer_kind="code_humaneval", meta=q.meta
+    )
     plan = 'model_id = [0]\nsubtasks = ["write it"]\naccess_list = [[]]'
-    good = asyncio.run(run_rollout(plan, task, [_FixedWorker("```python\n" + q.reference + "```")]))
-    bad = asyncio.run(run_rollout(plan, task, [_FixedWorker("```python\ndef has_close_elements(a, b):\n    return 1\n```")]))
+    good = asyncio.run(run_rollout(plan, task, [ScriptedWorker("fixed", text="```python\n" + q.reference + "```")]))
+    wrong = "```python\ndef has_close_elements(a, b):\n    return 1\n```"
+    bad = asyncio.run(run_rollout(plan, task, [ScriptedWorker("fixed", text=wrong)]))
     assert (good.reward, bad.reward) == (1.0, 0.5)
     assert json.dumps(good.to_dict())
 
 
 def test_call_answers_may_use_the_names_a_judge_provides_without_importing_them():
     # LeetCode-style answers use List, deque, heapq... as the judge's harness imports them.
-    code = ("class Solution:\n    def firstTwo(self, nums: List[int]) -> List[int]:\n"
-            "        q = deque(nums)\n        heapify(nums)\n        return [q.popleft(), q.popleft()]\n")
+    code = (
+        "class Solution:\n    def firstTwo(self, nums: List[int]) -> List[int]:\n"
+        "        q = deque(nums)\n        heapify(nums)\n        return [q.popleft(), q.popleft()]\n"
+    )
     meta = {"fn_name": "firstTwo", "tests": [{"input": "[3, 1, 2]", "output": "[3, 1]"}]}
     assert grade_code("code_call", code, meta, sandbox=BOX).verdict is Verdict.CORRECT

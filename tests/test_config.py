@@ -11,17 +11,24 @@ import yaml
 from conductor_rl.config import (
     CONFIG_DIR,
     DEFAULT_CONFIG,
+    OFFLINE_PROVIDERS,
     Config,
     ConfigError,
-    OFFLINE_PROVIDERS,
     apply_override,
     is_override,
     load_config,
     validate_config,
 )
 
-PAPER_WORKERS = ["gpt-5", "gemini-2.5-pro", "claude-sonnet-4", "qwen3-32b", "qwen3-32b-thinking",
-                 "deepseek-r1-distill-qwen-32b", "gemma-3-27b-it"]
+PAPER_WORKERS = [
+    "gpt-5",
+    "gemini-2.5-pro",
+    "claude-sonnet-4",
+    "qwen3-32b",
+    "qwen3-32b-thinking",
+    "deepseek-r1-distill-qwen-32b",
+    "gemma-3-27b-it",
+]
 
 
 def sim_worker(name: str, **extra: object) -> dict:
@@ -38,6 +45,7 @@ def write(tmp_path: Path):
         path = tmp_path / name
         path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
         return path
+
     return _write
 
 
@@ -77,7 +85,7 @@ def test_paper_api_workers_have_prices_and_key_variables():
     assert workers["qwen3-32b"].serve == workers["qwen3-32b-thinking"].serve
     assert (workers["qwen3-32b"].reasoning, workers["qwen3-32b-thinking"].reasoning) == ("off", "default")
     for name in ("gpt-5", "gemini-2.5-pro", "claude-sonnet-4"):
-        assert workers[name].rpm and workers[name].tpm   # tier-1 limits, not unlimited
+        assert workers[name].rpm and workers[name].tpm  # tier-1 limits, not unlimited
         assert workers[name].reasoning in ("minimal", "off")
 
 
@@ -123,8 +131,8 @@ def test_paper_yaml_has_the_paper_setting():
     assert (c.temperature, c.max_new_tokens, c.max_steps, c.n_examples) == (1.0, 1024, 5, 4)
     assert [w.name for w in config.workers] == PAPER_WORKERS
     assert all(w.temperature == 0.2 and w.max_tokens == 4096 and w.sim is None for w in config.workers)
-    assert config.workers == Config().workers   # the file spells out the defaults' pool
-    assert (config.learner.world_size, config.learner.zero_stage) == (2, 3)   # 2 x 80 GB, as the paper ran it
+    assert config.workers == Config().workers  # the file spells out the defaults' pool
+    assert (config.learner.world_size, config.learner.zero_stage) == (2, 3)  # 2 x 80 GB, as the paper ran it
 
 
 # --------------------------------------------------------------------------- overrides
@@ -139,8 +147,9 @@ def test_nested_override(write):
 
 def test_list_index_overrides(write):
     path = write(two_workers())
-    config = load_config(path, ["workers.0.temperature=0.5", "workers.1.sim.accuracy.math=0.9",
-                                "workers.1.price.output=2.5"])
+    config = load_config(
+        path, ["workers.0.temperature=0.5", "workers.1.sim.accuracy.math=0.9", "workers.1.price.output=2.5"]
+    )
     assert config.workers[0].temperature == 0.5
     assert config.workers[1].temperature == 0.3
     assert config.workers[1].sim.accuracy == {"default": 0.5, "math": 0.9}
@@ -160,9 +169,17 @@ def test_list_index_override_on_default_workers(write):
 
 def test_override_values_are_yaml(write):
     path = write(two_workers())
-    config = load_config(path, ["conductor.seed=3", "ask.questions=[What is 2+2, Name a prime]",
-                                "workers.0.sim.accuracy={math: 1, mmlu: 0.25}", "data.limit=null",
-                                "workers.0.reasoning_budget=1024", "data.questions=jsonl:/tmp/x.jsonl"])
+    config = load_config(
+        path,
+        [
+            "conductor.seed=3",
+            "ask.questions=[What is 2+2, Name a prime]",
+            "workers.0.sim.accuracy={math: 1, mmlu: 0.25}",
+            "data.limit=null",
+            "workers.0.reasoning_budget=1024",
+            "data.questions=jsonl:/tmp/x.jsonl",
+        ],
+    )
     assert config.conductor.seed == 3
     assert config.ask.questions == ["What is 2+2", "Name a prime"]
     assert config.workers[0].sim.accuracy == {"math": 1.0, "mmlu": 0.25}
@@ -239,16 +256,19 @@ def test_bad_type():
     assert "conductor" in message
 
 
-@pytest.mark.parametrize("key, value", [
-    ("learner.lr", "true"),                   # a float
-    ("conductor.top_p", "false"),
-    ("ask.temperature", "true"),              # an optional float
-    ("conductor.max_steps", "true"),          # an int
-    ("learner.zero_stage", "true"),           # a Literal of ints
-    ("learner.betas", "[true, 0.999]"),       # inside a tuple
-    ("cluster.worker", "{CPU: true}"),        # a dict's value
-    ("workers.0.sim.accuracy", "{math: true}"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("learner.lr", "true"),  # a float
+        ("conductor.top_p", "false"),
+        ("ask.temperature", "true"),  # an optional float
+        ("conductor.max_steps", "true"),  # an int
+        ("learner.zero_stage", "true"),  # a Literal of ints
+        ("learner.betas", "[true, 0.999]"),  # inside a tuple
+        ("cluster.worker", "{CPU: true}"),  # a dict's value
+        ("workers.0.sim.accuracy", "{math: true}"),
+    ],
+)
 def test_a_bool_for_a_number_is_refused(write, key, value):
     # pydantic alone would read true as 1.0: `lr: true` would train with a learning rate of 1.
     message = error_of(load_config, write(two_workers()), [f"{key}={value}"])
@@ -269,19 +289,22 @@ def test_bad_type_via_override(write):
     assert "workers.1.max_tokens" in message and "many" in message
 
 
-@pytest.mark.parametrize("raw,key", [
-    ({"conductor": {"temperature": -0.1}}, "conductor.temperature"),
-    ({"conductor": {"max_steps": 0}}, "conductor.max_steps"),
-    ({"conductor": {"n_examples": 5}}, "conductor.n_examples"),
-    ({"conductor": {"top_p": 0}}, "conductor.top_p"),
-    ({"workers": [sim_worker("a", temperature=-1)]}, "workers.0.temperature"),
-    ({"workers": [sim_worker("a", max_tokens=0)]}, "workers.0.max_tokens"),
-    ({"workers": [sim_worker("a", sim={"accuracy": {"math": 1.5}})]}, "workers.0.sim.accuracy"),
-    ({"workers": [sim_worker("a", sim={"fail_rate": 2})]}, "workers.0.sim.fail_rate"),
-    ({"workers": [sim_worker("a", price={"input": -1})]}, "workers.0.price.input"),
-    ({"workflow": {"step_timeout_s": 0}}, "workflow.step_timeout_s"),
-    ({"workflow": {"max_context_chars": 10}}, "workflow.max_context_chars"),
-])
+@pytest.mark.parametrize(
+    "raw,key",
+    [
+        ({"conductor": {"temperature": -0.1}}, "conductor.temperature"),
+        ({"conductor": {"max_steps": 0}}, "conductor.max_steps"),
+        ({"conductor": {"n_examples": 5}}, "conductor.n_examples"),
+        ({"conductor": {"top_p": 0}}, "conductor.top_p"),
+        ({"workers": [sim_worker("a", temperature=-1)]}, "workers.0.temperature"),
+        ({"workers": [sim_worker("a", max_tokens=0)]}, "workers.0.max_tokens"),
+        ({"workers": [sim_worker("a", sim={"accuracy": {"math": 1.5}})]}, "workers.0.sim.accuracy"),
+        ({"workers": [sim_worker("a", sim={"fail_rate": 2})]}, "workers.0.sim.fail_rate"),
+        ({"workers": [sim_worker("a", price={"input": -1})]}, "workers.0.price.input"),
+        ({"workflow": {"step_timeout_s": 0}}, "workflow.step_timeout_s"),
+        ({"workflow": {"max_context_chars": 10}}, "workflow.max_context_chars"),
+    ],
+)
 def test_out_of_range_values(raw, key):
     assert key in error_of(validate_config, raw)
 
@@ -317,7 +340,7 @@ def test_collective_weight_sync_needs_vllm_engines():
 def test_weight_sync_resolves_by_hardware():
     from actors.weight_sync import resolve_weight_sync
 
-    assert resolve_weight_sync("auto", "vllm", has_gpus=False) == "shared_memory"   # object_store off the node
+    assert resolve_weight_sync("auto", "vllm", has_gpus=False) == "shared_memory"  # object_store off the node
     assert resolve_weight_sync("auto", "vllm", has_gpus=True) == "nccl"
     assert resolve_weight_sync("auto", "transformers", has_gpus=True) == "shared_memory"
     assert resolve_weight_sync("gloo", "vllm", has_gpus=False) == "gloo"
@@ -356,8 +379,14 @@ def test_unknown_section_in_an_override_is_named(write):
 
 
 def test_is_override_rule():
-    for item in ("conductor.seed=3", "workers.0.temperature=0.5", "workers=[]", "nonsense.key=1",
-                 "conductor.response_prefix=model_id = [", "cluster.worker.CPU=1"):
+    for item in (
+        "conductor.seed=3",
+        "workers.0.temperature=0.5",
+        "workers=[]",
+        "nonsense.key=1",
+        "conductor.response_prefix=model_id = [",
+        "cluster.worker.CPU=1",
+    ):
         assert is_override(item), item
     for item in ("x=5, what is x?", "If a=b then?", "What is 2+2?", "a.b = c", "Conductor.seed=3", "nonsense=1", ""):
         assert not is_override(item), item
@@ -369,7 +398,7 @@ def test_command_line_names_an_unknown_section(command):
     from jobs.common import split_overrides
 
     assert split_overrides(["nonsense.key=1", "What is 2+2?"]) == (["nonsense.key=1"], ["What is 2+2?"])
-    with pytest.raises(SystemExit) as info:   # before any run starts: the configuration is read first
+    with pytest.raises(SystemExit) as info:  # before any run starts: the configuration is read first
         cli.main([command, "nonsense.key=1"])
     assert "unknown configuration section 'nonsense' in override nonsense.key=1" in str(info.value)
 
@@ -379,20 +408,24 @@ def test_override_value_not_yaml(write):
     assert "ask.questions" in message and "YAML" in message
 
 
-@pytest.mark.parametrize("override,where", [
-    ("workers.2.temperature=0.5", "workers.2"),
-    ("workers.-1.temperature=0.5", "workers.-1"),
-    ("workers.first.temperature=0.5", "workers.first"),
-    ("workers.99=1", "workers.99"),
-])
+@pytest.mark.parametrize(
+    "override,where",
+    [
+        ("workers.2.temperature=0.5", "workers.2"),
+        ("workers.-1.temperature=0.5", "workers.-1"),
+        ("workers.first.temperature=0.5", "workers.first"),
+        ("workers.99=1", "workers.99"),
+    ],
+)
 def test_bad_list_index(write, override, where):
     message = error_of(load_config, write(two_workers()), [override])
     assert where in message and "index below 2" in message
 
 
 def test_override_into_a_scalar(write):
-    message = error_of(load_config, write({**two_workers(), "conductor": {"temperature": 0.3}}),
-                       ["conductor.temperature.low=0.1"])
+    message = error_of(
+        load_config, write({**two_workers(), "conductor": {"temperature": 0.3}}), ["conductor.temperature.low=0.1"]
+    )
     assert "conductor.temperature.low" in message and "'conductor.temperature' is a value" in message
     message = error_of(load_config, write(two_workers()), ["workers.0.name.first=x"])
     assert "'workers.0.name' is a value" in message

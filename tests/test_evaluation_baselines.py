@@ -13,58 +13,35 @@ import pytest
 from conductor_rl import grading
 from conductor_rl.config import Price
 from conductor_rl.data.question import ANSWER_KINDS
-from conductor_rl.evaluation import (answer_instruction, moa_plan, oracle_worker, random_lengths_label,
-                                     random_plan, reflection_plan, single_plan)
+from conductor_rl.evaluation import (
+    answer_instruction,
+    moa_plan,
+    oracle_worker,
+    random_lengths_label,
+    random_plan,
+    reflection_plan,
+    single_plan,
+)
 from conductor_rl.evaluation.baselines import best_worker
 from conductor_rl.plan import parse_plan, render_plan
 from conductor_rl.rollout.workflow import StepLimits, Task, run_plan
-from conductor_rl.workers.providers.base import WorkerRequest, WorkerResponse
+from conductor_rl.testing.workers import CallLog, ScriptedWorker
 
 QUESTION = "What is 6 times 7? QUESTION-MARKER"
 TASK = Task(id="q", question=QUESTION, domain="math", reference="42", answer_kind="numeric")
 ANSWER = re.compile(r"ANS<(\d+)>")
 
 
-class Log:
-    """What every fake worker saw, shared by the pool: each call's number, worker,
-    user text, and the order in which calls started and ended."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, str, str]] = []
-        self.events: list[tuple[str, int]] = []
-
-
-class RecordingWorker:
-    """Answers ANS<n> for the pool's n-th call, yielding to the event loop a few
-    times first, so that calls that may overlap do."""
-
-    simulated = False
-
-    def __init__(self, name: str, log: Log) -> None:
-        self.name, self.log = name, log
-
-    async def complete(self, request: WorkerRequest) -> WorkerResponse:
-        n = len(self.log.calls)
-        user = "\n".join(m["content"] for m in request.messages if m["role"] == "user")
-        self.log.calls.append((n, self.name, user))
-        self.log.events.append(("start", n))
-        for _ in range(3):
-            await asyncio.sleep(0)
-        self.log.events.append(("end", n))
-        return WorkerResponse(text=f"ANS<{n}>")
-
-    async def aclose(self) -> None:
-        return None
-
-
 def run(plan, n_workers: int = 3):
-    log = Log()
-    workers = [RecordingWorker(f"w{i}", log) for i in range(n_workers)]
+    # One log for the pool: each worker answers ANS<n> for the pool's n-th call, yielding to the event
+    # loop a few times first, so that calls that may overlap do.
+    log = CallLog()
+    workers = [ScriptedWorker(f"w{i}", answer=lambda _, n: f"ANS<{n}>", yields=3, log=log) for i in range(n_workers)]
     result = asyncio.run(run_plan(plan, TASK, workers, StepLimits(timeout_s=60.0)))
     assert result.error is None
     call_of_step = [int(ANSWER.fullmatch(s.response).group(1)) for s in result.steps]
     # The answers each step's prompt shows, as step indices.
-    seen = [{call_of_step.index(int(k)) for k in ANSWER.findall(log.calls[c][2])} for c in call_of_step]
+    seen = [{call_of_step.index(int(k)) for k in ANSWER.findall(log.calls[c].user_text)} for c in call_of_step]
     return log, result, call_of_step, seen
 
 
@@ -73,22 +50,22 @@ def test_single_plan_is_the_question_and_its_answer_form():
     (step,) = plan.steps
     assert (step.model_id, step.access) == (2, [])
     assert step.subtask == QUESTION + "\n\n" + answer_instruction("choice")
-    log, result, _, _ = run(plan)
-    assert len(log.calls) == 1 and log.calls[0][1] == "w2" and QUESTION in log.calls[0][2]
+    log, _result, _, _ = run(plan)
+    assert len(log.calls) == 1 and log.calls[0].worker == "w2" and QUESTION in log.calls[0].user_text
 
 
 @pytest.mark.parametrize("rounds", [1, 2, 5])
 def test_reflection_makes_rounds_calls_strictly_in_turn_each_seeing_the_previous_answer(rounds):
     plan = reflection_plan(QUESTION, 1, rounds, answer_kind="numeric")
-    log, result, calls, seen = run(plan)
-    assert len(log.calls) == rounds and {w for _, w, _ in log.calls} == {"w1"}
+    log, _result, calls, seen = run(plan)
+    assert len(log.calls) == rounds and {c.worker for c in log.calls} == {"w1"}
     # Strictly sequential: each call starts after the one before has ended.
     assert log.events == [e for n in calls for e in (("start", n), ("end", n))]
     assert seen == [set()] + [{i - 1} for i in range(1, rounds)]
-    for n, _, user in log.calls:
+    for user in (c.user_text for c in log.calls):
         assert QUESTION in user and answer_instruction("numeric") in user
     if rounds > 1:
-        assert "critique" in log.calls[calls[1]][2]
+        assert "critique" in log.calls[calls[1]].user_text
 
 
 @pytest.mark.parametrize("proposers, layers", [([0, 1, 2], 3), ([2, 0], 4), ([1], 2)])
@@ -97,22 +74,22 @@ def test_moa_calls_layer_by_layer_each_reading_the_layer_before(proposers, layer
     p = len(proposers)
     assert len(plan.steps) == p * (layers - 1) + 1
     assert parse_plan(render_plan(plan), n_workers=3, max_steps=20) == plan
-    log, result, calls, seen = run(plan)
+    log, _result, calls, seen = run(plan)
     assert len(log.calls) == p * (layers - 1) + 1
     layer_of = [i // p for i in range(p * (layers - 1))] + [layers - 1]
     assert [s.model_id for s in plan.steps] == list(proposers) * (layers - 1) + [0]
     position = {event: k for k, event in enumerate(log.events)}
     for layer in range(layers):
-        mine = [calls[i] for i, l in enumerate(layer_of) if l == layer]
-        later = [calls[i] for i, l in enumerate(layer_of) if l > layer]
+        mine = [calls[i] for i, at in enumerate(layer_of) if at == layer]
+        later = [calls[i] for i, at in enumerate(layer_of) if at > layer]
         # The layer's calls overlap (all start before any ends); the next layer starts after all have ended.
         assert max(position[("start", n)] for n in mine) < min(position[("end", n)] for n in mine)
         if later:
             assert max(position[("end", n)] for n in mine) < min(position[("start", n)] for n in later)
     for i, layer in enumerate(layer_of):
-        expected = {j for j, l in enumerate(layer_of) if l == layer - 1}
+        expected = {j for j, at in enumerate(layer_of) if at == layer - 1}
         assert seen[i] == expected
-    aggregator_prompt = log.calls[calls[-1]][2]
+    aggregator_prompt = log.calls[calls[-1]].user_text
     assert QUESTION in aggregator_prompt and "final, complete answer" in aggregator_prompt
 
 
@@ -143,34 +120,36 @@ def test_random_plans_are_valid_and_follow_the_length_distribution():
 
 def test_random_plan_lengths_fall_back_to_uniform():
     rng = random.Random(1)
-    counts = Counter(len(random_plan(QUESTION, 2, [], rng, answer_kind="math", max_steps=5).steps)
-                     for _ in range(5000))
+    counts = Counter(len(random_plan(QUESTION, 2, [], rng, answer_kind="math", max_steps=5).steps) for _ in range(5000))
     assert set(counts) == {1, 2, 3, 4, 5} and all(abs(c / 5000 - 0.2) < 0.03 for c in counts.values())
     assert "uniform 1..5" in random_lengths_label([], 5)
     with pytest.raises(ValueError, match="lengths from 1 to 5"):
         random_plan(QUESTION, 2, [6], rng, answer_kind="math")
 
 
-@pytest.mark.parametrize("verdicts, prices, best", [
-    ([["correct", "wrong"], ["correct", "wrong"], ["wrong", "wrong"]], [2.0, 1.0, 0.0], 1),   # tie: cheaper
-    ([["correct", "correct"], ["correct", "wrong"]], [9.0, 1.0], 0),                          # more often right
-    ([["correct", "wrong"], ["correct", "wrong"]], [1.0, 1.0], 0),                           # same price: lower index
-    ([["correct", "error"], ["correct", "wrong"]], [5.0, 1.0], 0),                           # errors are not verdicts
-    ([["plan_error"], ["correct"]], [0.0, 1.0], 1),
-    (["correct", "wrong"], [1.0, 0.0], 0),                                                   # one verdict each
-    ([[grading.Verdict.WRONG], [grading.Verdict.CORRECT]], [0.0, 1.0], 1),
-])
+@pytest.mark.parametrize(
+    "verdicts, prices, best",
+    [
+        ([["correct", "wrong"], ["correct", "wrong"], ["wrong", "wrong"]], [2.0, 1.0, 0.0], 1),  # tie: cheaper
+        ([["correct", "correct"], ["correct", "wrong"]], [9.0, 1.0], 0),  # more often right
+        ([["correct", "wrong"], ["correct", "wrong"]], [1.0, 1.0], 0),  # same price: lower index
+        ([["correct", "error"], ["correct", "wrong"]], [5.0, 1.0], 0),  # errors are not verdicts
+        ([["plan_error"], ["correct"]], [0.0, 1.0], 1),
+        (["correct", "wrong"], [1.0, 0.0], 0),  # one verdict each
+        ([[grading.Verdict.WRONG], [grading.Verdict.CORRECT]], [0.0, 1.0], 1),
+    ],
+)
 def test_oracle_picks_the_most_often_correct_worker_ties_to_the_cheaper(verdicts, prices, best):
     assert oracle_worker(verdicts, prices) == best == best_worker(verdicts, prices)
 
 
 def test_pilot_evidence_may_be_shares_flags_or_verdicts_and_prices_may_be_price_objects():
     cheap, dear = Price(input=0.1, output=0.4), Price(input=1.0, output=10.0)
-    assert oracle_worker([0.5, 0.5], [dear, cheap]) == 1          # shares of correct repeats; tie: cheaper
+    assert oracle_worker([0.5, 0.5], [dear, cheap]) == 1  # shares of correct repeats; tie: cheaper
     assert oracle_worker([1.0, 0.5], [dear, cheap]) == 0
-    assert oracle_worker([False, True], [cheap, dear]) == 1       # solved flags
+    assert oracle_worker([False, True], [cheap, dear]) == 1  # solved flags
     assert oracle_worker([None, ["correct"], 0.0], [0.0, 1.0, 0.0]) == 1
-    assert oracle_worker([False, 0.0], [dear, cheap]) == 1        # nobody solved it: the cheapest
+    assert oracle_worker([False, 0.0], [dear, cheap]) == 1  # nobody solved it: the cheapest
     with pytest.raises(ValueError, match="from 0 to 1"):
         oracle_worker([2.0], [1.0])
 
@@ -192,12 +171,15 @@ def test_oracle_sends_unsolved_questions_to_the_cheapest_judged_worker():
         oracle_worker([["correct"]], [1.0, 2.0])
 
 
-@pytest.mark.parametrize("kind, response, reference", [
-    ("numeric", "6 x 7 = 42, so\nAnswer: 42", "42"),
-    ("choice", "B is right because ...\nAnswer: B", "B"),
-    ("freeform", "The capital is well known.\nAnswer: Paris", "Paris"),
-    ("exact", "Thinking...\nAnswer: blue whale", "blue whale"),
-])
+@pytest.mark.parametrize(
+    "kind, response, reference",
+    [
+        ("numeric", "6 x 7 = 42, so\nAnswer: 42", "42"),
+        ("choice", "B is right because ...\nAnswer: B", "B"),
+        ("freeform", "The capital is well known.\nAnswer: Paris", "Paris"),
+        ("exact", "Thinking...\nAnswer: blue whale", "blue whale"),
+    ],
+)
 def test_answers_in_the_instructed_form_are_read_by_the_graders(kind, response, reference):
     assert "Answer: <" in answer_instruction(kind)
     assert grading.grade(kind, response, reference).verdict is grading.Verdict.CORRECT

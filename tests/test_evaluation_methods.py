@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from conductor_rl.evaluation import (DEFAULT_METHODS, Method, MethodError, default_methods, expand_methods,
-                                     parse_method, parse_methods, resolve_checkpoint)
+from conductor_rl.evaluation import (
+    DEFAULT_METHODS,
+    Method,
+    MethodError,
+    default_methods,
+    expand_methods,
+    parse_method,
+    parse_methods,
+    resolve_checkpoint,
+)
 from conductor_rl.run.checkpoint import Checkpoints
 
 WORKERS = ["gpt-5", "claude", "qwen3:32b"]
@@ -28,39 +36,45 @@ def fake_run(root: Path, iterations: tuple[int, ...]) -> Path:
     return root
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("single:claude", Method("single:claude", "single", worker=1)),
-    ("single:qwen3:32b", Method("single:qwen3:32b", "single", worker=2)),
-    ("reflect:gpt-5", Method("reflect:gpt-5:5", "reflect", worker=0, rounds=5)),
-    ("reflect:gpt-5:3", Method("reflect:gpt-5:3", "reflect", worker=0, rounds=3)),
-    ("reflect:qwen3:32b", Method("reflect:qwen3:32b:5", "reflect", worker=2, rounds=5)),
-    ("reflect:qwen3:32b:2", Method("reflect:qwen3:32b:2", "reflect", worker=2, rounds=2)),
-    (" moa ", Method("moa", "moa")),
-    ("router", Method("router", "router")),
-    ("random", Method("random", "random")),
-    ("oracle", Method("oracle", "oracle")),
-    ("conductor:untrained", Method("conductor:untrained", "conductor")),
-    ("conductor:untrained@depth=2", Method("conductor:untrained@depth=2", "conductor", depth=2)),
-    ("conductor:untrained@depth=0", Method("conductor:untrained@depth=0", "conductor", depth=0)),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("single:claude", Method("single:claude", "single", worker=1)),
+        ("single:qwen3:32b", Method("single:qwen3:32b", "single", worker=2)),
+        ("reflect:gpt-5", Method("reflect:gpt-5:5", "reflect", worker=0, rounds=5)),
+        ("reflect:gpt-5:3", Method("reflect:gpt-5:3", "reflect", worker=0, rounds=3)),
+        ("reflect:qwen3:32b", Method("reflect:qwen3:32b:5", "reflect", worker=2, rounds=5)),
+        ("reflect:qwen3:32b:2", Method("reflect:qwen3:32b:2", "reflect", worker=2, rounds=2)),
+        (" moa ", Method("moa", "moa")),
+        ("router", Method("router", "router")),
+        ("random", Method("random", "random")),
+        ("oracle", Method("oracle", "oracle")),
+        ("conductor:untrained", Method("conductor:untrained", "conductor")),
+        ("conductor:untrained@depth=2", Method("conductor:untrained@depth=2", "conductor", depth=2)),
+        ("conductor:untrained@depth=0", Method("conductor:untrained@depth=0", "conductor", depth=0)),
+    ],
+)
 def test_parse_method(name, expected):
     assert parse_method(name, WORKERS) == expected
 
 
-@pytest.mark.parametrize("name, says", [
-    ("best", "unknown method 'best'; allowed: conductor:"),
-    ("single", "unknown method 'single'"),
-    ("single:gpt-4", "unknown worker 'gpt-4'; the workers are gpt-5, claude, qwen3:32b"),
-    ("reflect:gpt-4:3", "unknown worker 'gpt-4'"),
-    ("reflect:gpt-5:0", "rounds must be a whole number from 1 to 20, got '0'"),
-    ("reflect:gpt-5:two", "got 'two'"),
-    ("reflect:gpt-5:21", "got '21'"),
-    ("moa:gpt-5", "moa takes no argument"),
-    ("single:*", "expand_methods"),
-    ("conductor:untrained@depth=9", "after '@' write depth=N with N from 0 to 8"),
-    ("conductor:untrained@deep=2", "got 'deep=2'"),
-    ("conductor:untrained@depth=", "got 'depth='"),
-])
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("best", "unknown method 'best'; allowed: conductor:"),
+        ("single", "unknown method 'single'"),
+        ("single:gpt-4", "unknown worker 'gpt-4'; the workers are gpt-5, claude, qwen3:32b"),
+        ("reflect:gpt-4:3", "unknown worker 'gpt-4'"),
+        ("reflect:gpt-5:0", "rounds must be a whole number from 1 to 20, got '0'"),
+        ("reflect:gpt-5:two", "got 'two'"),
+        ("reflect:gpt-5:21", "got '21'"),
+        ("moa:gpt-5", "moa takes no argument"),
+        ("single:*", "expand_methods"),
+        ("conductor:untrained@depth=9", "after '@' write depth=N with N from 0 to 8"),
+        ("conductor:untrained@deep=2", "got 'deep=2'"),
+        ("conductor:untrained@depth=", "got 'depth='"),
+    ],
+)
 def test_bad_method_names_say_what_is_allowed_on_one_line(name, says):
     with pytest.raises(MethodError) as info:
         parse_method(name, WORKERS)
@@ -70,15 +84,32 @@ def test_bad_method_names_say_what_is_allowed_on_one_line(name, says):
 def test_expand_methods_writes_out_every_worker_once():
     names = ["single:*", "reflect:*:3", "reflect:*", "moa", "single:claude", "moa"]
     assert expand_methods(names, ["a", "b"]) == [
-        "single:a", "single:b", "reflect:a:3", "reflect:b:3", "reflect:a", "reflect:b", "moa", "single:claude"]
+        "single:a",
+        "single:b",
+        "reflect:a:3",
+        "reflect:b:3",
+        "reflect:a",
+        "reflect:b",
+        "moa",
+        "single:claude",
+    ]
     # Two spellings of one method are one row.
     methods = parse_methods(["reflect:gpt-5", "reflect:gpt-5:5", "single:*"], WORKERS)
     assert [m.name for m in methods] == ["reflect:gpt-5:5", "single:gpt-5", "single:claude", "single:qwen3:32b"]
 
 
 def test_default_methods_follow_the_paper(tmp_path):
-    assert default_methods(["a", "b"]) == ["conductor:untrained", "single:a", "single:b", "reflect:a:5",
-                                           "reflect:b:5", "moa", "router", "random", "oracle"]
+    assert default_methods(["a", "b"]) == [
+        "conductor:untrained",
+        "single:a",
+        "single:b",
+        "reflect:a:5",
+        "reflect:b:5",
+        "moa",
+        "router",
+        "random",
+        "oracle",
+    ]
     run = fake_run(tmp_path / "run", (10,))
     names = default_methods(["a"], checkpoint=str(run))
     assert names[0] == f"conductor:{run}" and len(names) == len(DEFAULT_METHODS) + 1

@@ -7,23 +7,54 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from conductor_rl.evaluation import (EvalRecord, RecordStore, ResumeMismatchError, StoreError, markdown_table,
-                                     strategy, summarise, write_results)
+from conductor_rl.evaluation import (
+    EvalRecord,
+    RecordStore,
+    ResumeMismatchError,
+    StoreError,
+    markdown_table,
+    strategy,
+    summarise,
+    write_results,
+)
 
 
 def rec(method: str, benchmark: str, question: str, repeat: int, verdict: str, **fields) -> EvalRecord:
-    return EvalRecord(method, benchmark, question, "mmlu" if benchmark == "mmlu" else "math", repeat, verdict,
-                      **fields)
+    return EvalRecord(method, benchmark, question, "mmlu" if benchmark == "mmlu" else "math", repeat, verdict, **fields)
 
 
 RECORDS = [
-    rec("conductor:run", "math500", "q1", 0, "correct", steps=2, calls=2, workers=("a", "b"), cost_usd=0.02,
-        input_tokens=300, output_tokens=50, plan=({"model_id": 0, "worker": "a", "subtask": "s", "access": []},
-                                                   {"model_id": 1, "worker": "b", "subtask": "t", "access": "all"})),
+    rec(
+        "conductor:run",
+        "math500",
+        "q1",
+        0,
+        "correct",
+        steps=2,
+        calls=2,
+        workers=("a", "b"),
+        cost_usd=0.02,
+        input_tokens=300,
+        output_tokens=50,
+        plan=(
+            {"model_id": 0, "worker": "a", "subtask": "s", "access": []},
+            {"model_id": 1, "worker": "b", "subtask": "t", "access": "all"},
+        ),
+    ),
     rec("conductor:run", "math500", "q2", 0, "wrong", steps=1, calls=1, workers=("a",), cost_usd=0.01),
     rec("conductor:run", "mmlu", "q3", 0, "correct", steps=1, calls=1, workers=("b",), cost_usd=0.01),
-    rec("single:a", "math500", "q1", 0, "correct", steps=1, calls=1, workers=("a",), cost_usd=0.001,
-        final_answer="\\boxed{3}"),
+    rec(
+        "single:a",
+        "math500",
+        "q1",
+        0,
+        "correct",
+        steps=1,
+        calls=1,
+        workers=("a",),
+        cost_usd=0.001,
+        final_answer="\\boxed{3}",
+    ),
     rec("single:a", "math500", "q2", 0, "error", error="step 0: timeout"),
     rec("single:a", "mmlu", "q3", 0, "wrong", steps=1, calls=1, workers=("a",), cost_usd=0.001, simulated=True),
 ]
@@ -40,17 +71,25 @@ def test_markdown_table_has_methods_in_rows_and_benchmarks_in_columns():
 def test_write_results_writes_four_parseable_files(tmp_path):
     cells, rows = summarise(RECORDS), strategy(RECORDS)
     paths = write_results(tmp_path / "out", cells, rows, RECORDS, {"config": "local.yaml", "repeats": 1})
-    assert sorted(p.name for p in paths.values()) == ["accuracy_vs_cost.png", "records.parquet", "results.json",
-                                                      "results.md"]
+    assert sorted(p.name for p in paths.values()) == [
+        "accuracy_vs_cost.png",
+        "records.parquet",
+        "results.json",
+        "results.md",
+    ]
     results = json.loads(paths["results.json"].read_text())
     assert results["info"] == {"config": "local.yaml", "repeats": 1} and results["simulated"] is True
     assert [(c["method"], c["benchmark"]) for c in results["cells"]] == [
-        ("conductor:run", "math500"), ("conductor:run", "mmlu"), ("single:a", "math500"), ("single:a", "mmlu")]
+        ("conductor:run", "math500"),
+        ("conductor:run", "mmlu"),
+        ("single:a", "math500"),
+        ("single:a", "mmlu"),
+    ]
     assert results["strategy"][0]["worker_shares"] == {"a": 2 / 3, "b": 1 / 3}
     markdown = paths["results.md"].read_text()
     assert "**Simulated workers**: 1 of 6 samples used simulated workers (their workers: a)" in markdown
     assert markdown_table(cells) in markdown and "| conductor:run | 50.0 ± 50.0 |" in markdown
-    assert "| single:a | 0.0010 |" in markdown       # $/sample, over the scored samples
+    assert "| single:a | 0.0010 |" in markdown  # $/sample, over the scored samples
     assert "| conductor:run | math | 2 | 1.50 | a 67%, b 33% |" in markdown
     assert "| repeats | 1 |" in markdown
     table = pq.read_table(paths["records.parquet"])
@@ -74,7 +113,7 @@ def test_store_appends_and_resumes_after_a_torn_last_line(tmp_path):
     store = RecordStore(tmp_path)
     assert store.records() == [] and store.done() == set()
     assert store.append(RECORDS[:3]) == 3
-    with open(store.path, "a", encoding="utf-8") as out:   # a kill in the middle of the next write
+    with open(store.path, "a", encoding="utf-8") as out:  # a kill in the middle of the next write
         out.write(json.dumps(RECORDS[3].to_dict())[:40])
     resumed = RecordStore(tmp_path)
     assert resumed.records() == RECORDS[:3]
@@ -88,7 +127,7 @@ def test_store_retries_errors_and_keeps_the_last_record_of_a_key(tmp_path):
     store = RecordStore(tmp_path)
     failed = rec("single:a", "math500", "q2", 0, "error", error="timeout")
     store.append([failed])
-    assert failed.key not in store.done()               # resumed runs try it again
+    assert failed.key not in store.done()  # resumed runs try it again
     fixed = rec("single:a", "math500", "q2", 0, "correct", final_answer="line\u2028separator inside")
     store.append([fixed])
     assert store.records() == [fixed] and fixed.key in store.done()
@@ -107,7 +146,7 @@ def test_settings_are_written_once_and_checked_on_resume(tmp_path):
     settings = {"methods": ["single:a", "moa"], "repeats": 3, "evaluate": {"limit": 10, "temperature": None}}
     RecordStore(tmp_path).check_settings(settings)
     assert json.loads((tmp_path / "evaluation.json").read_text()) == settings
-    RecordStore(tmp_path).check_settings({**settings, "methods": ("single:a", "moa")})   # tuples equal lists
+    RecordStore(tmp_path).check_settings({**settings, "methods": ("single:a", "moa")})  # tuples equal lists
     changed = {**settings, "repeats": 5, "evaluate": {"limit": 20, "temperature": None}, "seed": 1}
     with pytest.raises(ResumeMismatchError) as info:
         RecordStore(tmp_path).check_settings(changed)

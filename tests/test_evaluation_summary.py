@@ -33,12 +33,12 @@ def test_summarise_on_hand_computed_numbers():
     assert cell.accuracy == pytest.approx(0.5)
     assert cell.stderr == pytest.approx(math.sqrt(0.25 / 3))
     assert cell.calls == pytest.approx(8 / 6)
-    assert cell.steps == pytest.approx(8 / 5)            # the plan error has no plan
+    assert cell.steps == pytest.approx(8 / 5)  # the plan error has no plan
     assert cell.cost_usd == pytest.approx(0.08 / 6)
-    assert cell.cost_total_usd == pytest.approx(0.58)    # the error's spending still counts here
+    assert cell.cost_total_usd == pytest.approx(0.58)  # the error's spending still counts here
     assert cell.input_tokens == pytest.approx(800 / 6) and cell.output_tokens == pytest.approx(80 / 6)
     assert cell.simulated is False and other.simulated is True
-    assert (other.accuracy, other.stderr, other.questions) == (1.0, 0.0, 1)   # one question: se 0
+    assert (other.accuracy, other.stderr, other.questions) == (1.0, 0.0, 1)  # one question: se 0
 
 
 def test_repeats_are_averaged_per_question_before_the_mean_over_questions():
@@ -47,7 +47,7 @@ def test_repeats_are_averaged_per_question_before_the_mean_over_questions():
     records += [rec("q2", 0, "wrong"), rec("q2", 1, "error"), rec("q2", 2, "error")]
     (cell,) = summarise(records)
     assert cell.accuracy == pytest.approx(0.375)
-    assert cell.stderr == pytest.approx(math.sqrt(((0.75 - 0.375) ** 2 + 0.375 ** 2) / 1 / 2))
+    assert cell.stderr == pytest.approx(math.sqrt(((0.75 - 0.375) ** 2 + 0.375**2) / 1 / 2))
     assert (cell.samples, cell.errors, cell.repeats) == (5, 2, 4)
 
 
@@ -72,11 +72,25 @@ def test_strategy_per_conductor_method_and_domain():
 
 
 def test_records_go_through_json_unchanged_and_keep_the_end_of_long_answers():
-    plan = [{"model_id": 0, "worker": "w0", "subtask": "s", "access": []},
-            {"model_id": 1, "worker": "w1", "subtask": "t", "access": "all"}]
-    record = rec("q7", 2, "wrong", method="conductor:run", steps=2, workers=["w0", "w1"], calls=2,
-                 input_tokens=30, output_tokens=12, cost_usd=0.006, wall_s=1.5, plan=plan,
-                 final_answer="x" * (MAX_ANSWER_CHARS + 50) + "\\boxed{3}")
+    plan = [
+        {"model_id": 0, "worker": "w0", "subtask": "s", "access": []},
+        {"model_id": 1, "worker": "w1", "subtask": "t", "access": "all"},
+    ]
+    record = rec(
+        "q7",
+        2,
+        "wrong",
+        method="conductor:run",
+        steps=2,
+        workers=["w0", "w1"],
+        calls=2,
+        input_tokens=30,
+        output_tokens=12,
+        cost_usd=0.006,
+        wall_s=1.5,
+        plan=plan,
+        final_answer="x" * (MAX_ANSWER_CHARS + 50) + "\\boxed{3}",
+    )
     assert record.workers == ("w0", "w1") and record.plan[1]["access"] == "all"
     assert record.final_answer.startswith("[...] ") and record.final_answer.endswith("\\boxed{3}")
     assert len(record.final_answer) == MAX_ANSWER_CHARS + len("[...] ")

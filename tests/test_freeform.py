@@ -5,37 +5,18 @@ from __future__ import annotations
 import asyncio
 
 from conductor_rl.grading import FreeformGrader, Verdict, grade
-from conductor_rl.workers.providers.base import Provider, ProviderError, WorkerRequest, WorkerResponse
+from conductor_rl.testing.workers import ScriptedWorker
+from conductor_rl.workers.providers.base import ProviderError
 
 
-class FakeJudge:
-    """A worker that answers every judgement with a fixed text (or fails), and remembers what it was asked."""
-
-    name = "judge"
-    simulated = False
-
-    def __init__(self, text: str = "", *, error: Exception | None = None, delay_s: float = 0.0) -> None:
-        self.text, self.error, self.delay_s = text, error, delay_s
-        self.requests: list[WorkerRequest] = []
-
-    async def complete(self, request: WorkerRequest) -> WorkerResponse:
-        self.requests.append(request)
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        if self.error:
-            raise self.error
-        return WorkerResponse(text=self.text)
-
-    async def aclose(self) -> None:
-        pass
-
-
-def test_fake_judge_implements_the_worker_interface():
-    assert isinstance(FakeJudge(), Provider)
+def scripted_judge(text: str | None = None, **behaviour) -> ScriptedWorker:
+    """A judge worker that answers every judgement with `text` (or fails, or is slow, as `behaviour`
+    says: conductor_rl/testing/workers.py), and remembers what it was asked."""
+    return ScriptedWorker("judge", text=text, **behaviour)
 
 
 def test_normalised_match_needs_no_judge():
-    judge = FakeJudge("VERDICT: INCORRECT")
+    judge = scripted_judge("VERDICT: INCORRECT")
     g = FreeformGrader(judge=judge)
     r = g.grade("After some thought, the answer is: **The Mitochondria.**", "the mitochondria")
     assert r.verdict is Verdict.CORRECT and not judge.requests
@@ -53,35 +34,38 @@ def test_without_judge_a_paraphrase_is_wrong():
 
 
 def test_judge_decides_paraphrases():
-    yes = FakeJudge("The candidate names the same organelle.\nVERDICT: CORRECT")
+    yes = scripted_judge("The candidate names the same organelle.\nVERDICT: CORRECT")
     r = FreeformGrader(judge=yes).grade("Answer: the powerhouse organelle", "mitochondria", question="Which organelle?")
     assert r.verdict is Verdict.CORRECT
     sent = yes.requests[0].messages[-1]["content"]
     assert "Which organelle?" in sent and "mitochondria" in sent and "powerhouse" in sent
     assert yes.requests[0].temperature == 0.0
-    no = FakeJudge("<think>VERDICT: CORRECT</think>Different thing. VERDICT: **INCORRECT**")
+    no = scripted_judge("<think>VERDICT: CORRECT</think>Different thing. VERDICT: **INCORRECT**")
     assert FreeformGrader(judge=no).grade("Answer: the nucleus", "mitochondria").verdict is Verdict.WRONG
 
 
 def test_judge_failures_are_errors_not_wrong():
-    cases = [FakeJudge("I am not sure."), FakeJudge(error=ProviderError("rate limited", kind="rate_limit")),
-             FakeJudge(error=RuntimeError("bug"))]
+    cases = [
+        scripted_judge("I am not sure."),
+        scripted_judge(raises=ProviderError("rate limited", kind="rate_limit")),
+        scripted_judge(raises=RuntimeError("bug")),
+    ]
     for judge in cases:
         r = FreeformGrader(judge=judge).grade("Answer: nucleus", "mitochondria")
         assert r.verdict is Verdict.ERROR, judge.text
-    slow = FreeformGrader(judge=FakeJudge("VERDICT: CORRECT", delay_s=5), judge_timeout_s=0.2)
+    slow = FreeformGrader(judge=scripted_judge("VERDICT: CORRECT", delay_s=5), judge_timeout_s=0.2)
     r = slow.grade("Answer: nucleus", "mitochondria")
     assert r.verdict is Verdict.ERROR and "timed out" in r.detail
 
 
 def test_empty_answer_is_wrong_without_asking_the_judge():
-    judge = FakeJudge("VERDICT: CORRECT")
+    judge = scripted_judge("VERDICT: CORRECT")
     assert FreeformGrader(judge=judge).grade("   ", "mitochondria").verdict is Verdict.WRONG
     assert not judge.requests
 
 
 def test_agrade_on_a_running_loop():
-    g = FreeformGrader(judge=FakeJudge("VERDICT: CORRECT"))
+    g = FreeformGrader(judge=scripted_judge("VERDICT: CORRECT"))
     assert asyncio.run(g.agrade("Answer: powerhouse", "mitochondria")).verdict is Verdict.CORRECT
 
 
@@ -89,6 +73,11 @@ def test_grade_entry_point(math_grader):
     assert grade("freeform", "The answer is Paris.", "paris", math=math_grader).verdict is Verdict.CORRECT
     assert grade("freeform", "The answer is Rome.", "paris", math=math_grader).verdict is Verdict.WRONG
     assert grade("freeform", "The answer is Rome.", "  ", math=math_grader).verdict is Verdict.ERROR
-    judged = grade("freeform", "Answer: capital of France", "Paris", meta={"question": "Q?"},
-                   freeform=FreeformGrader(judge=FakeJudge("VERDICT: CORRECT")))
+    judged = grade(
+        "freeform",
+        "Answer: capital of France",
+        "Paris",
+        meta={"question": "Q?"},
+        freeform=FreeformGrader(judge=scripted_judge("VERDICT: CORRECT")),
+    )
     assert judged.verdict is Verdict.CORRECT

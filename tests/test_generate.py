@@ -1,4 +1,4 @@
-"""The one transformers generation path (conductor_rl/policy/generate.py), on the
+"""The one transformers generation path (conductor_rl/generation.py), on the
 random tiny Qwen2 with the real Qwen2.5 tokenizer: how a completion ends, top-p,
 seeding, log-probs, the plan constraint, the stop condition, batching, and that
 the Conductor, the transformers sampler and the local worker all sample through it."""
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from conductor_rl.config import ConductorConfig, WorkerConfig
+from conductor_rl.generation import generate
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan import parse_plan
-from conductor_rl.plan.constrained import PlanFormat
-from conductor_rl.policy.generate import PlanConstraint, generate
+from conductor_rl.plan.constrained import PlanConstraint, PlanFormat
 from tests.logprob_reference import completion_logprobs
 
 pytestmark = pytest.mark.slow  # samples a real model
@@ -29,7 +29,7 @@ def teacher_forced(model, tokenizer, prompt, token_ids):
     prompt_ids = tokenizer(prompt, add_special_tokens=False).input_ids
     ids = torch.tensor([prompt_ids + list(token_ids)])
     logps = completion_logprobs(model(ids).logits, ids)
-    return logps[0, len(prompt_ids) - 1:].tolist()
+    return logps[0, len(prompt_ids) - 1 :].tolist()
 
 
 def assert_close(actual, expected, tol=1e-4):
@@ -64,7 +64,7 @@ def test_a_completion_ends_at_its_first_eos_which_is_left_out(tiny):
     model, tokenizer = tiny
     forced = EndsAt(model, tokenizer.eos_token_id, stops=[2, 4, None])
     [group] = generate(forced, tokenizer, PROMPTS[:1], max_new_tokens=6, n=3, seed=0)
-    assert [len(g.token_ids) for g in group] == [2, 4, 6]       # no padding after an early end
+    assert [len(g.token_ids) for g in group] == [2, 4, 6]  # no padding after an early end
     assert [g.finish_reason for g in group] == ["eos", "eos", "length"]
     assert [g.finished for g in group] == [True, True, False] and group[2].truncated
     for g in group:
@@ -97,7 +97,7 @@ def test_the_same_seed_repeats_another_differs_and_global_rng_is_untouched(tiny)
     other = generate(model, tokenizer, PROMPTS[:2], max_new_tokens=5, n=2, seed=8)
     unseeded = generate(model, tokenizer, PROMPTS[:1], max_new_tokens=5, n=2, seed=None)
     assert torch.equal(torch.get_rng_state(), state)
-    assert first == again                                   # ids, log-probs, text, everything
+    assert first == again  # ids, log-probs, text, everything
     assert [g.token_ids for group in first for g in group] != [g.token_ids for group in other for g in group]
     assert len(unseeded[0]) == 2
     # the two samples of a prompt are not copies, nor are two prompts' draws the same
@@ -124,14 +124,16 @@ def test_prompts_of_different_lengths_batch_like_each_alone_with_exact_logprobs(
 
 def test_constrained_completions_parse_and_keep_the_unconstrained_logprobs(tiny):
     model, tokenizer = tiny
-    constraint = PlanConstraint(PlanFormat(tokenizer, max_subtask_tokens=3), n_workers=3, max_steps=2,
-                                prefix="model_id = [")
+    constraint = PlanConstraint(
+        PlanFormat(tokenizer, max_subtask_tokens=3), n_workers=3, max_steps=2, prefix="model_id = ["
+    )
     prompt = PROMPTS[0] + "model_id = ["
-    [group] = generate(model, tokenizer, [prompt], max_new_tokens=60, n=3, temperature=1.0, seed=2,
-                       constraint=constraint)
+    [group] = generate(
+        model, tokenizer, [prompt], max_new_tokens=60, n=3, temperature=1.0, seed=2, constraint=constraint
+    )
     for g in group:
         plan = parse_plan("model_id = [" + g.text, n_workers=3, max_steps=2)
-        assert plan.steps and g.finish_reason == "eos"        # the format forces the end
+        assert plan.steps and g.finish_reason == "eos"  # the format forces the end
         assert_close(g.logprobs, teacher_forced(model, tokenizer, prompt, g.token_ids))
 
 
@@ -151,8 +153,9 @@ def test_conductor_writes_what_generate_samples(tiny):
     from conductor_rl.policy.conductor import Conductor
 
     model, tokenizer = tiny
-    config = ConductorConfig(model="tiny-qwen2", max_new_tokens=6, temperature=1.0, response_prefix="model_id = [",
-                             n_examples=0)
+    config = ConductorConfig(
+        model="tiny-qwen2", max_new_tokens=6, temperature=1.0, response_prefix="model_id = [", n_examples=0
+    )
     conductor = Conductor(config, model, tokenizer)
     completions = conductor.write_plans("What is 2 + 2?", n_workers=2, n=2, seed=9)
     [group] = generate(model, tokenizer, [conductor.prompt("What is 2 + 2?", 2)], max_new_tokens=6, n=2, seed=9)
@@ -167,7 +170,8 @@ def test_transformers_sampler_samples_what_generate_samples_and_keeps_the_eos(ti
     model, tokenizer = tiny
     eos = tokenizer.eos_token_id
     [samples] = TransformersSampler(EndsAt(model, eos, [3, None]), tokenizer).sample(
-        PROMPTS[:1], n=2, temperature=1.0, max_tokens=5, seed=6)
+        PROMPTS[:1], n=2, temperature=1.0, max_tokens=5, seed=6
+    )
     [group] = generate(EndsAt(model, eos, [3, None]), tokenizer, PROMPTS[:1], max_new_tokens=5, n=2, seed=6)
     assert samples[0].token_ids == group[0].token_ids + (eos,) and samples[0].finish_reason == "stop"
     assert samples[0].logprobs == group[0].logprobs + (group[0].eos_logprob,)
@@ -181,8 +185,9 @@ def test_local_worker_answers_what_generate_samples(tiny):
     from conductor_rl.workers.providers.local import LocalProvider
 
     model, tokenizer = tiny
-    worker = LocalProvider(WorkerConfig(name="local-tiny", provider="local", model="tiny-qwen2"), model, tokenizer,
-                           seed=11)
+    worker = LocalProvider(
+        WorkerConfig(name="local-tiny", provider="local", model="tiny-qwen2"), model, tokenizer, seed=11
+    )
     messages = [{"role": "user", "content": "Say hi"}]
     response = asyncio.run(worker.complete(WorkerRequest(messages, max_tokens=5, temperature=1.0)))
     prompt = apply_chat_template(tokenizer, messages)

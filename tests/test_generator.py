@@ -52,6 +52,30 @@ def vllm_generator(ray_cluster):
     ray.kill(actor)
 
 
+@pytest.fixture(scope="module")
+def learner_rank(ray_cluster):
+    """`learner_rank()`: a one-rank LearnerGroup of tiny-qwen2 built afresh (model loaded, new engine and
+    optimizer). The object-store and shared-memory syncs take the module's rank, built again
+    (LearnerGroup.rebuild): starting a rank costs several times building it. The collective path
+    joins a weight-transfer group with the engine, so it starts a rank of its own."""
+    from actors.learner import LearnerGroup
+    from conductor_rl.config import LearnerConfig
+
+    kept = []
+
+    def take():
+        config = LearnerConfig(lr=1e-2, warmup_ratio=0.0, precision="float32")
+        if kept:
+            kept[0].rebuild("tiny-qwen2", config, total_steps=5)
+        else:
+            kept.append(LearnerGroup("tiny-qwen2", config, total_steps=5, resources_per_rank=RANK))
+        return kept[0]
+
+    yield take
+    for group in kept:
+        group.shutdown()
+
+
 def test_vllm_samples_g_completions_with_logprobs(vllm_generator):
     [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=12, seed=3))
     assert len(group) == 4
@@ -119,7 +143,7 @@ def test_stale_weights_are_refused(vllm_generator):
         try:
             ray.get(vllm_generator.sample.remote([PROMPT], n=1, temperature=1.0, max_tokens=2, min_version=current + 1))
         except ray.exceptions.RayTaskError as err:
-            raise err.as_instanceof_cause()
+            raise err.as_instanceof_cause() from err
 
 
 @pytest.mark.slow  # loads and samples a real model
@@ -136,26 +160,20 @@ def test_transformers_sampler_logprobs_match_a_forward_pass():
         sampler.load_weights([("not.a.weight", torch.zeros(1))], version=6)
 
 
-def test_learner_step_then_sync_matches_the_learner(vllm_generator):
+def test_learner_step_then_sync_matches_the_learner(vllm_generator, learner_rank):
     """Learner (DeepSpeed rank in a Ray actor) → GRPO step → weights to the vLLM
     generator: the generator's log-probs equal the learner's for the same tokens."""
-    from actors.learner import LearnerGroup
-    from conductor_rl.config import LearnerConfig
     from conductor_rl.policy.learner import RolloutBatch
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
     [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=11))
-    learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0, precision="float32"), total_steps=5,
-                           resources_per_rank=RANK)
-    try:
-        learner.train_step(RolloutBatch([prompt_ids] * 4, [list(s.token_ids) for s in group],
-                                        [list(s.logprobs) for s in group], [1.0, -1.0, 0.5, -0.5]))
-        weights = learner.named_weights()                       # an object ref: no copy through the driver
-        ray.get(vllm_generator.load_weights.remote(weights, 2))
-        model.load_state_dict(dict(ray.get(weights)))
-    finally:
-        learner.shutdown()
+    learner = learner_rank()
+    learner.train_step(RolloutBatch([prompt_ids] * 4, [list(s.token_ids) for s in group],
+                                    [list(s.logprobs) for s in group], [1.0, -1.0, 0.5, -0.5]))
+    weights = learner.named_weights()                       # an object ref: no copy through the driver
+    ray.get(vllm_generator.load_weights.remote(weights, 2))
+    model.load_state_dict(dict(ray.get(weights)))
     [after] = ray.get(vllm_generator.sample.remote([PROMPT], n=2, temperature=1.0, max_tokens=8, seed=12, min_version=2))
     for s in after:
         expected = recompute_logprobs(model, tokenizer, s.token_ids)
@@ -166,7 +184,7 @@ def test_learner_step_then_sync_matches_the_learner(vllm_generator):
 
 
 @pytest.mark.parametrize("path", ["collective", "shared_memory"])
-def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator, path):
+def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator, learner_rank, path):
     """The collective path (vLLM's weight-transfer API; gloo here, NCCL or CUDA IPC on GPUs):
     learner rank 0 broadcasts while the engine receives inside vLLM's layer-wise
     reload. The shared-memory path: rank 0 copies into memory the engine mapped once,
@@ -190,8 +208,11 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator, p
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
-    learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0, precision="float32"), total_steps=5,
-                           resources_per_rank=RANK)
+    if path == "collective":
+        learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0, precision="float32"),
+                               total_steps=5, resources_per_rank=RANK)
+    else:
+        learner = learner_rank()
     try:
         sync = WeightSync(learner, Pool(), local_transport() if path == "collective" else path)
         assert sync.transport == (local_transport() if path == "collective" else path)
@@ -210,7 +231,8 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator, p
             moved = recompute_logprobs(model, tokenizer, group[0].token_ids)
             assert max(abs(a - b) for a, b in zip(moved, group[0].logprobs)) > 1e-3
     finally:
-        learner.shutdown()
+        if path == "collective":
+            learner.shutdown()
 
 
 def test_generator_pool_splits_prompts_and_syncs_every_engine(ray_cluster):
@@ -234,7 +256,7 @@ def test_generator_pool_splits_prompts_and_syncs_every_engine(ray_cluster):
 
 def test_vllm_constrained_samples_are_plans(vllm_generator):
     from conductor_rl.plan import parse_plan
-    from conductor_rl.policy.sampling import PlanShape
+    from conductor_rl.plan.shape import PlanShape
 
     [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=6, temperature=1.0, max_tokens=300, seed=5,
                                                    shape=PlanShape(n_workers=3, max_steps=3, max_subtask_tokens=8)))
@@ -249,7 +271,7 @@ def test_vllm_constrained_samples_are_plans(vllm_generator):
 
 def test_vllm_gives_each_prompt_its_own_plan_shape(vllm_generator):
     from conductor_rl.plan import parse_plan
-    from conductor_rl.policy.sampling import PlanShape
+    from conductor_rl.plan.shape import PlanShape
 
     solo, team = ray.get(vllm_generator.sample.remote(
         [PROMPT, PROMPT + " "], n=6, temperature=1.0, max_tokens=200, seed=5,
@@ -260,7 +282,7 @@ def test_vllm_gives_each_prompt_its_own_plan_shape(vllm_generator):
 
 def test_vllm_with_allow_empty_samples_empty_and_full_plans(vllm_generator):
     from conductor_rl.plan import Plan, parse_plan
-    from conductor_rl.policy.sampling import PlanShape
+    from conductor_rl.plan.shape import PlanShape
 
     [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=8, temperature=1.0, max_tokens=200, seed=5,
                                                    shape=PlanShape(3, 3, max_subtask_tokens=8, allow_empty=True)))
@@ -273,7 +295,7 @@ def test_prompts_with_rosters_of_different_sizes_each_get_their_own_plan_shape()
     """Adaptive pools (plan/roster.py): one batch, a prompt listing 1 model and one listing 3; each
     prompt's plans name only the models it listed."""
     from conductor_rl.plan import parse_plan
-    from conductor_rl.policy.sampling import PlanShape
+    from conductor_rl.plan.shape import PlanShape
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     one, three = PlanShape(1, 3, max_subtask_tokens=4), PlanShape(3, 3, max_subtask_tokens=4)
@@ -288,7 +310,7 @@ def test_prompts_with_rosters_of_different_sizes_each_get_their_own_plan_shape()
 @pytest.mark.slow  # loads and samples a real model
 def test_transformers_constrained_samples_are_plans():
     from conductor_rl.plan import parse_plan
-    from conductor_rl.policy.sampling import PlanShape
+    from conductor_rl.plan.shape import PlanShape
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     [group] = TransformersSampler(model, tokenizer).sample(
@@ -302,7 +324,7 @@ def test_transformers_constrained_samples_are_plans():
 @pytest.mark.slow  # loads and samples a real model
 def test_transformers_sampler_with_allow_empty_samples_empty_and_full_plans():
     from conductor_rl.plan import Plan, parse_plan
-    from conductor_rl.policy.sampling import PlanShape
+    from conductor_rl.plan.shape import PlanShape
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     [group] = TransformersSampler(model, tokenizer).sample(

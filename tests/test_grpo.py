@@ -12,7 +12,7 @@ from tests.logprob_reference import completion_logprobs
 def reference_advantages(rewards, group_size):
     out = []
     for g in range(0, len(rewards), group_size):
-        group = rewards[g:g + group_size]
+        group = rewards[g : g + group_size]
         mean = sum(group) / len(group)
         std = math.sqrt(sum((r - mean) ** 2 for r in group) / len(group))
         out += [0.0 if std < 1e-6 else (r - mean) / std for r in group]
@@ -49,7 +49,9 @@ def test_advantages_match_reference_and_zero_variance_groups_are_marked():
     assert result.advantages[4:8].abs().sum() == 0
     # Each informative group is centred and scaled to unit (population) spread.
     group = result.advantages[:4]
-    assert float(group.mean()) == pytest.approx(0, abs=1e-6) and float(group.std(unbiased=False)) == pytest.approx(1, abs=1e-5)
+    assert float(group.mean()) == pytest.approx(0, abs=1e-6) and float(group.std(unbiased=False)) == pytest.approx(
+        1, abs=1e-5
+    )
 
 
 def test_advantages_reject_a_ragged_batch():
@@ -70,10 +72,12 @@ def test_loss_and_gradient_match_reference(aggregation, beta, eps_high):
     adv = torch.tensor([1.5, -1.0, 0.3, -0.7, 0.0, 2.0])
     mask = (torch.rand(n, t) > 0.3).float()
     mask[:, 0] = 1
-    loss, stats = grpo_loss(logp, old, adv, mask, clip_low=0.2, clip_high=eps_high, kl_beta=beta,
-                            ref_logprobs=ref, aggregation=aggregation)
-    expected = reference_loss(logp.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, eps_high, beta,
-                              ref.tolist(), aggregation)
+    loss, stats = grpo_loss(
+        logp, old, adv, mask, clip_low=0.2, clip_high=eps_high, kl_beta=beta, ref_logprobs=ref, aggregation=aggregation
+    )
+    expected = reference_loss(
+        logp.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, eps_high, beta, ref.tolist(), aggregation
+    )
     assert loss.item() == pytest.approx(expected, rel=1e-5, abs=1e-6)
     assert 0 < stats.clip_fraction < 1  # some tokens clipped, some not
 
@@ -85,8 +89,14 @@ def test_loss_and_gradient_match_reference(aggregation, beta, eps_high):
         up, down = base.clone(), base.clone()
         up[i, j] += h
         down[i, j] -= h
-        numeric = (reference_loss(up.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, eps_high, beta, ref.tolist(), aggregation)
-                   - reference_loss(down.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, eps_high, beta, ref.tolist(), aggregation)) / (2 * h)
+        numeric = (
+            reference_loss(
+                up.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, eps_high, beta, ref.tolist(), aggregation
+            )
+            - reference_loss(
+                down.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, eps_high, beta, ref.tolist(), aggregation
+            )
+        ) / (2 * h)
         assert float(logp.grad[i, j]) == pytest.approx(numeric, abs=2e-4)
 
 
@@ -117,8 +127,10 @@ def test_micro_batches_with_a_global_normalizer_equal_one_batch():
     for aggregation, normalizer in (("token_mean", float(mask.sum())), ("sequence_mean", 8.0)):
         full, _ = grpo_loss(logp, old, adv, mask, aggregation=aggregation)
         (full_grad,) = torch.autograd.grad(full, logp)
-        parts = [grpo_loss(logp[s], old[s], adv[s], mask[s], aggregation=aggregation, normalizer=normalizer)[0]
-                 for s in (slice(0, 3), slice(3, 8))]
+        parts = [
+            grpo_loss(logp[s], old[s], adv[s], mask[s], aggregation=aggregation, normalizer=normalizer)[0]
+            for s in (slice(0, 3), slice(3, 8))
+        ]
         (acc_grad,) = torch.autograd.grad(sum(parts), logp)
         assert torch.allclose(full_grad, acc_grad, atol=1e-6)
 

@@ -10,12 +10,14 @@ import logging
 
 import pytest
 
+from conductor_rl.testing.fake_llm_server import CACHED_TOKENS, REASONING_TOKENS
 from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.providers import MissingApiKeyError, ProviderError, Usage, build_provider
 from conductor_rl.workers.providers.errors import parse_retry_after
-from conductor_rl.testing.fake_llm_server import CACHED_TOKENS, REASONING_TOKENS
-from tests.http_fakes import fresh, server  # noqa: F401 (fixtures)
 from tests.http_fakes import FAKE_KEY, HTTP_PROVIDERS, KEY_ENV, PRICE, request, worker_config
+
+# Every test talks to the fake LLM server: the fake key set, the server reset (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh")
 
 
 SHORT_TIMEOUT_S = 0.5
@@ -40,8 +42,12 @@ def test_usage_and_cost_come_from_the_wire_format(provider, server):
     response = call(provider, server)
     sent = server.stats.usages[-1]
     assert response.text.startswith("echo:") and "What is 2 + 2?" in response.text
-    assert response.usage == Usage(input_tokens=sent["input"], output_tokens=sent["output"],
-                                   reasoning_tokens=REASONING_TOKENS, cached_tokens=CACHED_TOKENS)
+    assert response.usage == Usage(
+        input_tokens=sent["input"],
+        output_tokens=sent["output"],
+        reasoning_tokens=REASONING_TOKENS,
+        cached_tokens=CACHED_TOKENS,
+    )
     assert response.cost_usd == pytest.approx(cost_of(response.usage, PRICE)) and response.cost_usd > 0
     assert not response.simulated
     assert FAKE_KEY in server.stats.auth_headers[-1]  # the key is sent to the provider, and only there
@@ -96,7 +102,12 @@ def test_the_key_never_shows_in_reprs_errors_or_logs(server, caplog):
         for fault in ("401", "500", "drop"):
             with pytest.raises(ProviderError) as caught:
                 call(provider, server, [fault])
-            seen += [str(caught.value), repr(caught.value), repr(caught.value.__cause__), repr(caught.value.__context__)]
+            seen += [
+                str(caught.value),
+                repr(caught.value),
+                repr(caught.value.__cause__),
+                repr(caught.value.__context__),
+            ]
         asyncio.run(worker.aclose())
     text = "\n".join(seen) + caplog.text
     assert "Secret('***')" in text
@@ -114,8 +125,9 @@ def test_retry_after_forms():
 def test_gemini_retry_delay_in_the_error_body():
     from conductor_rl.workers.providers.google_genai import _retry_delay
 
-    body = {"error": {"code": 429, "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
-                                                "retryDelay": "17s"}]}}
+    body = {
+        "error": {"code": 429, "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "17s"}]}
+    }
     assert _retry_delay(body) == 17.0
     assert _retry_delay({"error": {"code": 429}}) is None
 

@@ -138,8 +138,9 @@ class LocalHead:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def head():
+    """One head for the module's jobs: `ray start` and its dashboard take most of a minute on a loaded machine."""
     assert RAY.is_file(), f"no ray command beside {sys.executable}: run the tests with the project's venv (bash scripts/test.sh)"
     head = LocalHead()
     try:
@@ -202,11 +203,14 @@ def test_submitted_training_job_writes_its_checkpoint(head: LocalHead, tmp_path:
     assert any((checkpoint / "model").glob("*.safetensors"))
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
 
-    # The upload is the repository without what .gitignore names (.venv, runs/, caches).
+    # The upload is the repository without what .gitignore names (.venv, runs/, caches). The head is the
+    # module's: the first job's upload is this one (another job's, of a tree that changed since, may follow).
     unpacked = Path(head.temp_dir) / "session_latest" / "runtime_resources" / "working_dir_files"
     uploads = [p for p in unpacked.glob("_ray_pkg_*") if p.is_dir()]  # beside it: its .zip.lock
     assert len(uploads) == 1, uploads
     uploaded = uploads[0]
+    package = client.get_job_info(job_id).runtime_env["working_dir"]   # gcs://_ray_pkg_<hash>.zip
+    assert uploaded.name == package.rsplit("/", 1)[-1].removesuffix(".zip"), (uploaded, package)
     assert (uploaded / "jobs" / "train.py").is_file()
     for ignored in (".venv", "runs", ".pytest_cache", ".hypothesis"):
         assert not (uploaded / ignored).exists(), f"{ignored} was uploaded with the working directory"
@@ -255,7 +259,7 @@ def test_cluster_yaml_offers_what_paper_yaml_places() -> None:
     demands = {"generator": (c.generator, config.generator.engines), "learner": (c.learner, config.learner.world_size),
                "worker": (c.worker, config.train.worker_replicas * len(config.workers)),
                "grader": (c.grader, config.grader.actors)}
-    for actor, (resources, count) in demands.items():
+    for actor, (resources, _count) in demands.items():
         custom = [k for k in resources if k not in ("CPU", "GPU")]
         assert custom, f"cluster.{actor} names no node type"
         homes = [name for name, t in node_types.items() if all(k in t["resources"] for k in custom)]

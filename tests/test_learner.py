@@ -5,6 +5,7 @@ Tests that compare two ways of computing one step pin float32: `auto` precision
 takes bf16 autocast on a CPU with bf16 instructions, and bf16 rounds the two
 orders of arithmetic apart."""
 
+import itertools
 import math
 import random
 from dataclasses import replace
@@ -32,21 +33,68 @@ def flat_weights(group):
     return torch.cat([t.flatten().double() for _, t in ray.get(group.named_weights())])
 
 
-@pytest.fixture(scope="module")
-def groups(ray_cluster):
-    from actors.learner import LearnerGroup
+def learner_config(**overrides) -> LearnerConfig:
+    return LearnerConfig(**{"lr": 1e-3, "warmup_ratio": 0.0, "precision": "float32", **overrides})
 
-    made = []
 
-    def make(past_versions=0, **overrides):
-        config = LearnerConfig(**{"lr": 1e-3, "warmup_ratio": 0.0, "precision": "float32", **overrides})
-        group = LearnerGroup("tiny-qwen2", config, total_steps=10, past_versions=past_versions)
-        made.append(group)
+class Groups:
+    """`groups(**overrides)`: a LearnerGroup of tiny-qwen2 whose every rank's learner is built afresh
+    (model loaded, new DeepSpeed engine, optimizer and schedule) from `learner_config(**overrides)`.
+    Its ranks are the module's (`ranks`): starting a rank (a process, torch and DeepSpeed imports,
+    torch.distributed) costs several times what building its learner does, so ranks a test is done
+    with build the next test's group. Ranks that held a ZeRO-3 engine are not used again."""
+
+    def __init__(self, idle: dict[int, list]) -> None:
+        self.idle = idle     # world size -> groups no test holds
+        self.taken: list = []
+
+    def __call__(self, past_versions: int = 0, model: str = "tiny-qwen2", total_steps: int = 10, **overrides):
+        from actors.learner import LearnerGroup
+
+        config = learner_config(**overrides)
+        spare = self.idle.get(config.world_size)
+        if not spare:
+            group = LearnerGroup(model, config, total_steps=total_steps, past_versions=past_versions)
+        else:
+            group = spare.pop()
+            try:
+                group.rebuild(model, config, total_steps, past_versions)
+            except BaseException:
+                group.shutdown()
+                raise
+        self.taken.append(group)
         return group
 
-    yield make
-    for group in made:
-        group.shutdown()
+    def rebuild(self, group, past_versions: int = 0, model: str = "tiny-qwen2", total_steps: int = 10,
+                **overrides) -> None:
+        """Build `group`'s learners again, from `learner_config(**overrides)`."""
+        group.rebuild(model, learner_config(**overrides), total_steps, past_versions)
+
+    def give_back(self, failed: bool) -> None:
+        for group in self.taken:
+            if failed or group.zero3:
+                group.shutdown()
+            else:
+                self.idle.setdefault(len(group.actors), []).append(group)
+
+
+@pytest.fixture(scope="module")
+def ranks(ray_cluster):
+    """The module's learner ranks, by world size (see `Groups`); shut down at the module's end."""
+    idle: dict[int, list] = {}
+    yield idle
+    for spare in idle.values():
+        for group in spare:
+            group.shutdown()
+
+
+@pytest.fixture
+def groups(ranks, request):
+    failed_before = request.session.testsfailed
+    made = Groups(ranks)
+    yield made
+    # A test that failed may have left its ranks mid-collective: they are shut down, not used again.
+    made.give_back(failed=request.session.testsfailed > failed_before)
 
 
 def test_two_ranks_with_micro_batches_equal_one_rank_with_one_batch(groups):
@@ -67,24 +115,22 @@ def test_two_ranks_with_micro_batches_equal_one_rank_with_one_batch(groups):
     assert torch.allclose(flat_weights(one), flat_weights(two), atol=1e-6, rtol=0)
 
 
-def test_zero3_ranks_hand_out_and_save_the_full_weights(ray_cluster, tmp_path):
+def test_zero3_ranks_hand_out_and_save_the_full_weights(groups, tmp_path):
     """Under ZeRO-3 each rank holds slices: the weights for the generators and the
     checkpoint are gathered, and equal ZeRO-2's after the same step."""
-    from actors.learner import LearnerGroup
     from conductor_rl.models import load_causal_lm
 
     batch = random_batch(n=6, seed=9)
     weights = {}
-    for stage in (2, 3):   # one group at a time: the session cluster's CPUs are shared with the module's groups
-        group = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, adam_eps=1e-3, world_size=2, precision="float32",
-                                                         micro_batch_size=2, zero_stage=stage), total_steps=10)
-        try:
-            group.train_step(batch)
-            weights[stage] = dict(ray.get(group.named_weights()))
-            if stage == 3:
-                group.save(str(tmp_path / "ckpt"))
-        finally:
-            group.shutdown()
+    settings = dict(adam_eps=1e-3, world_size=2, micro_batch_size=2)
+    group = groups(zero_stage=2, **settings)
+    for stage in (2, 3):   # the same two ranks, built again for ZeRO-3
+        if stage == 3:
+            groups.rebuild(group, zero_stage=3, **settings)
+        group.train_step(batch)
+        weights[stage] = dict(ray.get(group.named_weights()))
+        if stage == 3:
+            group.save(str(tmp_path / "ckpt"))
     model, _ = load_causal_lm("tiny-qwen2", "float32")
     assert weights[3].keys() == weights[2].keys() == model.state_dict().keys()
     for name, tensor in weights[3].items():
@@ -95,32 +141,23 @@ def test_zero3_ranks_hand_out_and_save_the_full_weights(ray_cluster, tmp_path):
         assert torch.allclose(tensor, weights[3][name], atol=1e-6, rtol=0), name
 
 
-def test_tokens_left_out_of_the_loss_mask_do_not_move_the_weights(ray_cluster):
+def test_tokens_left_out_of_the_loss_mask_do_not_move_the_weights(groups):
     """Two batches that differ only in each completion's last token: with that
     token masked out the two steps are identical; with it in the loss they are not."""
     from dataclasses import replace
-
-    from actors.learner import LearnerGroup
 
     a = random_batch(seed=4)
     b = replace(a, completion_ids=[c[:-1] + [(c[-1] + 1) % 1000] for c in a.completion_ids])
     masks = [[1] * (len(c) - 1) + [0] for c in a.completion_ids]
     with pytest.raises(ValueError, match="loss_masks"):
         replace(a, loss_masks=[m[:-1] for m in masks])
-    # Its own two ranks, freed at the end: the session cluster has 8 CPUs and the module's groups hold some.
-    made = [LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, zero_stage=1), total_steps=10)
-            for _ in range(2)]
-    try:
-        first, second = made
-        first.train_step(replace(a, loss_masks=masks))
-        second.train_step(replace(b, loss_masks=masks))
-        assert torch.equal(flat_weights(first), flat_weights(second))
-        first.train_step(a)
-        second.train_step(b)
-        assert not torch.equal(flat_weights(first), flat_weights(second))
-    finally:
-        for group in made:
-            group.shutdown()
+    first, second = (groups(precision="auto", zero_stage=1) for _ in range(2))
+    first.train_step(replace(a, loss_masks=masks))
+    second.train_step(replace(b, loss_masks=masks))
+    assert torch.equal(flat_weights(first), flat_weights(second))
+    first.train_step(a)
+    second.train_step(b)
+    assert not torch.equal(flat_weights(first), flat_weights(second))
 
 
 def grouped_batch(groups=3, size=4, seed=1):
@@ -151,14 +188,13 @@ def whole_sequence_logprobs(batch, weights=None):
     return out
 
 
-def test_shared_prompt_and_a_partial_loss_mask_give_the_masked_loss_of_whole_sequences(ray_cluster):
+def test_shared_prompt_and_a_partial_loss_mask_give_the_masked_loss_of_whole_sequences(groups):
     """Running a group's prompt once, its completions packed after it, is exact: the same
     loss and step as running every row's whole sequence (the path gradient checkpointing
     takes), with micro-batches that split groups and 1-token completions. With a loss mask
     that keeps a few tokens (and a row with none) the loss is the masked GRPO loss of each
     whole sequence's own log-probs. In float32: under bf16 autocast (`auto` on a bf16 CPU)
     the two orders of arithmetic round apart. (One test: each learner group costs seconds.)"""
-    from actors.learner import LearnerGroup
     from conductor_rl.policy.grpo import grpo_loss
 
     batch = grouped_batch(seed=5)
@@ -173,61 +209,51 @@ def test_shared_prompt_and_a_partial_loss_mask_give_the_masked_loss_of_whole_seq
                                     torch.tensor([masks[i]], dtype=torch.float32), normalizer=normalizer)[0])
 
     def make(**overrides):
-        return LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=3, adam_eps=1e-3,
-                                                        precision="float32", old_logprobs="sampler", **overrides),
-                            total_steps=10)
+        return groups(micro_batch_size=3, adam_eps=1e-3, old_logprobs="sampler", **overrides)
 
-    shared = make()
-    try:
-        whole = make(gradient_checkpointing=True)
-        try:
-            a, b = shared.train_step(batch), whole.train_step(batch)
-            assert a.tokens == b.tokens == normalizer
-            assert a.loss == pytest.approx(expected, abs=1e-5) and b.loss == pytest.approx(expected, abs=1e-5)
-            assert torch.allclose(flat_weights(shared), flat_weights(whole), atol=1e-6)
-        finally:
-            whole.shutdown()   # the module's other groups stay up; the session cluster has 8 CPUs
-    finally:
-        shared.shutdown()
+    shared, whole = make(), make(gradient_checkpointing=True)
+    a, b = shared.train_step(batch), whole.train_step(batch)
+    assert a.tokens == b.tokens == normalizer
+    assert a.loss == pytest.approx(expected, abs=1e-5) and b.loss == pytest.approx(expected, abs=1e-5)
+    assert torch.allclose(flat_weights(shared), flat_weights(whole), atol=1e-6)
 
 
-def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(ray_cluster):
+def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(groups):
     """By default the old log-probs are the learner's own: two batches that differ only
     in what the sampler reported (as vLLM reports a constrained format's masked
     distribution) give the same step, and ratio_mean shows the gap. With
     old_logprobs=sampler the reported ones enter the loss."""
-    from actors.learner import LearnerGroup
-
     batch = grouped_batch(seed=7)
     true = [lp.tolist() for lp in whole_sequence_logprobs(batch)]
     honest = replace(batch, old_logprobs=true)
     masked = replace(batch, old_logprobs=[[x + math.log(2.0) for x in lp] for lp in true])   # half the mass allowed
+    made = []
     for mode in ("learner", "sampler"):
-        made = [LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-3, warmup_ratio=0.0, micro_batch_size=4, zero_stage=1, precision="float32",
-                                                         old_logprobs=mode), total_steps=10) for _ in range(2)]
-        try:
-            a, b = made[0].train_step(honest), made[1].train_step(masked)
-            assert a.ratio_mean == pytest.approx(1.0, abs=1e-4) and b.ratio_mean == pytest.approx(0.5, abs=1e-4)
-            same = torch.equal(flat_weights(made[0]), flat_weights(made[1]))
-            assert same == (mode == "learner"), mode
-            if mode == "learner":
-                # Rows an older sampler drew (asynchronous training) are weighted by min(2, learner / sampler
-                # probability) from the sampler's log-probs: 1/2, capped 4 -> 2, or 1, row by row. Against
-                # the weights both groups now hold, a second step of one on them.
-                now = [lp.tolist() for lp in whole_sequence_logprobs(batch, ray.get(made[1].named_weights()))]
-                shifts = [(math.log(2.0), 0.5), (-math.log(4.0), 2.0), (0.0, 1.0)]
-                stale = replace(batch, staleness=[1] * len(now), old_logprobs=[
-                    [x + shifts[i % 3][0] for x in lp] for i, lp in enumerate(now)])
-                c = made[1].train_step(stale)
-                tokens = [len(lp) for lp in now]
-                expected = sum(n * shifts[i % 3][1] for i, n in enumerate(tokens)) / sum(tokens)
-                assert c.behaviour_weight_mean == pytest.approx(expected, abs=1e-4)
-                assert c.ratio_mean != pytest.approx(1.0, abs=1e-3)
-                made[0].train_step(replace(batch, staleness=[1] * len(now), old_logprobs=now))
-                assert not torch.equal(flat_weights(made[0]), flat_weights(made[1]))   # another direction
-        finally:
+        settings = dict(micro_batch_size=4, zero_stage=1, old_logprobs=mode)
+        if made:   # the same ranks, built again for this mode
             for group in made:
-                group.shutdown()
+                groups.rebuild(group, **settings)
+        else:
+            made = [groups(**settings) for _ in range(2)]
+        a, b = made[0].train_step(honest), made[1].train_step(masked)
+        assert a.ratio_mean == pytest.approx(1.0, abs=1e-4) and b.ratio_mean == pytest.approx(0.5, abs=1e-4)
+        same = torch.equal(flat_weights(made[0]), flat_weights(made[1]))
+        assert same == (mode == "learner"), mode
+        if mode == "learner":
+            # Rows an older sampler drew (asynchronous training) are weighted by min(2, learner / sampler
+            # probability) from the sampler's log-probs: 1/2, capped 4 -> 2, or 1, row by row. Against
+            # the weights both groups now hold, a second step of one on them.
+            now = [lp.tolist() for lp in whole_sequence_logprobs(batch, ray.get(made[1].named_weights()))]
+            shifts = [(math.log(2.0), 0.5), (-math.log(4.0), 2.0), (0.0, 1.0)]
+            stale = replace(batch, staleness=[1] * len(now), old_logprobs=[
+                [x + shifts[i % 3][0] for x in lp] for i, lp in enumerate(now)])
+            c = made[1].train_step(stale)
+            tokens = [len(lp) for lp in now]
+            expected = sum(n * shifts[i % 3][1] for i, n in enumerate(tokens)) / sum(tokens)
+            assert c.behaviour_weight_mean == pytest.approx(expected, abs=1e-4)
+            assert c.ratio_mean != pytest.approx(1.0, abs=1e-3)
+            made[0].train_step(replace(batch, staleness=[1] * len(now), old_logprobs=now))
+            assert not torch.equal(flat_weights(made[0]), flat_weights(made[1]))   # another direction
 
 
 def test_stale_rows_behaviour_log_probs_are_recomputed_with_the_weights_that_sampled_them(groups):
@@ -270,7 +296,7 @@ def test_lr_schedule_warms_up_then_follows_a_cosine():
     values = [lr_lambda(s, 100, 0.03, 0.0) for s in range(101)]
     assert values[0] == pytest.approx(1 / 3) and values[2] == pytest.approx(1.0)
     assert values[51] == pytest.approx(0.5, abs=0.02) and values[100] == pytest.approx(0.0, abs=1e-6)
-    assert all(a >= b for a, b in zip(values[2:], values[3:]))
+    assert all(a >= b for a, b in itertools.pairwise(values[2:]))
 
 
 @pytest.fixture(scope="module")
@@ -287,13 +313,11 @@ def peaked_model(tmp_path_factory):
     return str(folder)
 
 
-def test_grpo_on_a_toy_reward_raises_it(ray_cluster, peaked_model):
+def test_grpo_on_a_toy_reward_raises_it(groups, peaked_model):
     """Reward = share of completion tokens equal to the initially most frequent
     token; a few GRPO steps (sample → reward → advantages → learner step →
     weight sync) raise it."""
-    from actors.learner import LearnerGroup
-
-    group = LearnerGroup(peaked_model, LearnerConfig(lr=3e-3, warmup_ratio=0.0, micro_batch_size=16), total_steps=50)
+    group = groups(model=peaked_model, total_steps=50, lr=3e-3, precision="auto", micro_batch_size=16)
     model, tokenizer = load_causal_lm(peaked_model, "float32")
     sampler = TransformersSampler(model, tokenizer)
     prompts = ["<|im_start|>user\nCount.<|im_end|>\n<|im_start|>assistant\n",
@@ -303,19 +327,16 @@ def test_grpo_on_a_toy_reward_raises_it(ray_cluster, peaked_model):
              for s in group_ for t in s.token_ids]
     target = max(set(first), key=first.count)
     G, history = 16, []
-    try:
-        for step in range(8):
-            completions, old, rewards, pids = [], [], [], []
-            for p_ids, samples in zip(prompt_ids, sampler.sample(prompts, n=G, temperature=1.0, max_tokens=8, seed=step)):
-                for s in samples:
-                    completions.append(list(s.token_ids))
-                    old.append(list(s.logprobs))
-                    rewards.append(sum(t == target for t in s.token_ids) / len(s.token_ids))
-                    pids.append(p_ids)
-            history.append(sum(rewards) / len(rewards))
-            adv = group_advantages(torch.tensor(rewards), G).advantages.tolist()
-            group.train_step(RolloutBatch(pids, completions, old, adv))
-            sampler.load_weights(ray.get(group.named_weights()), version=step + 1)
-    finally:
-        group.shutdown()
+    for step in range(8):
+        completions, old, rewards, pids = [], [], [], []
+        for p_ids, samples in zip(prompt_ids, sampler.sample(prompts, n=G, temperature=1.0, max_tokens=8, seed=step)):
+            for s in samples:
+                completions.append(list(s.token_ids))
+                old.append(list(s.logprobs))
+                rewards.append(sum(t == target for t in s.token_ids) / len(s.token_ids))
+                pids.append(p_ids)
+        history.append(sum(rewards) / len(rewards))
+        adv = group_advantages(torch.tensor(rewards), G).advantages.tolist()
+        group.train_step(RolloutBatch(pids, completions, old, adv))
+        sampler.load_weights(ray.get(group.named_weights()), version=step + 1)
     assert sum(history[-3:]) / 3 > sum(history[:3]) / 3 + 0.1, history

@@ -8,23 +8,30 @@ import pickle
 
 import pytest
 
+from conductor_rl.plan import parse_plan
+from conductor_rl.rollout.workflow import Task, run_plan
 from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.guarded import GuardedProvider
 from conductor_rl.workers.ledger import BudgetExceededError, CostLedger
 from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits
-from conductor_rl.plan import parse_plan
 from conductor_rl.workers.providers import ProviderError, Usage, build_provider
 from conductor_rl.workers.retry import RetryPolicy
-from conductor_rl.rollout.workflow import Task, run_plan
-from tests.http_fakes import fresh, server  # noqa: F401 (fixtures)
 from tests.http_fakes import HTTP_PROVIDERS, PRICE, request, worker_config
+
+# Every test talks to the fake LLM server: the fake key set, the server reset (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh")
 
 FAST_RETRIES = RetryPolicy(max_retries=3, base_delay_s=0.01, max_delay_s=0.05)
 
 
 def guarded(provider, server, ledger, limiter=None, policy=FAST_RETRIES, **extra):
-    return GuardedProvider(build_provider(worker_config(provider, server, **extra)), provider_kind=provider,
-                           ledger=ledger, limiter=limiter, policy=policy)
+    return GuardedProvider(
+        build_provider(worker_config(provider, server, **extra)),
+        provider_kind=provider,
+        ledger=ledger,
+        limiter=limiter,
+        policy=policy,
+    )
 
 
 def test_ledger_costs_equal_usage_times_price_for_every_call_across_providers(server):
@@ -41,8 +48,10 @@ def test_ledger_costs_equal_usage_times_price_for_every_call_across_providers(se
     asyncio.run(go())
     assert len(ledger.entries) == len(server.stats.usages) == 2 * 3 * len(HTTP_PROVIDERS)
     # Every answer the server gave, priced independently of the providers' parsing:
-    expected = sum(((u["input"] - u["cached"]) * PRICE.input + u["cached"] * PRICE.cached_input
-                    + u["output"] * PRICE.output) / 1e6 for u in server.stats.usages)
+    expected = sum(
+        ((u["input"] - u["cached"]) * PRICE.input + u["cached"] * PRICE.cached_input + u["output"] * PRICE.output) / 1e6
+        for u in server.stats.usages
+    )
     assert ledger.total_usd == pytest.approx(expected, rel=1e-12)
     assert all(e.cost_usd == pytest.approx(cost_of(e.usage, PRICE)) for e in ledger.entries)
     by_provider = ledger.by("provider")
@@ -125,7 +134,7 @@ def test_the_budget_message_says_what_was_spent_and_how_to_raise_it_in_training_
     message = str(BudgetExceededError(2.5, 2.0))
     assert "spent $2.5000 of the $2.0000 budget" in message
     assert "train.budget_usd" in message and "--budget-usd" in message and "Orchestrator.from_config" in message
-    assert "checkpoint" not in message     # outside training there is none to resume from
+    assert "checkpoint" not in message  # outside training there is none to resume from
 
 
 def test_negative_budget_is_refused():
@@ -135,6 +144,7 @@ def test_negative_budget_is_refused():
 
 # ---------------------------------------------------------------- calls whose outcome is never seen
 
+
 def test_a_call_left_open_is_counted_at_its_worst_case_and_spends_the_budget():
     ledger = CostLedger(budget_usd=1.0)
     ledger.start_iteration(3)
@@ -142,9 +152,9 @@ def test_a_call_left_open_is_counted_at_its_worst_case_and_spends_the_budget():
     ledger.open_call("b", "w", "openai", max_cost_usd=0.75)
     ledger.start_iteration(4)
     ledger.record("w", "openai", Usage(10, 5), 0.25, call_id="a")
-    assert ledger.by("iteration")[3].cost_usd == 0.25   # booked where it was opened
+    assert ledger.by("iteration")[3].cost_usd == 0.25  # booked where it was opened
     assert not ledger.exhausted
-    assert ledger.settle_open_calls() == 1                # "b" never came back (its process died)
+    assert ledger.settle_open_calls() == 1  # "b" never came back (its process died)
     assert ledger.settle_open_calls() == 0
     assert ledger.total_usd == pytest.approx(1.0) and ledger.exhausted
     summary = ledger.summary()
@@ -173,8 +183,14 @@ def test_guarded_calls_close_what_they_open(server):
     ledger = CostLedger()
 
     async def go():
-        worker = GuardedProvider(build_provider(worker_config("openai", server)), provider_kind="openai",
-                                 ledger=ledger, policy=FAST_RETRIES, check_budget=False, price=PRICE)
+        worker = GuardedProvider(
+            build_provider(worker_config("openai", server)),
+            provider_kind="openai",
+            ledger=ledger,
+            policy=FAST_RETRIES,
+            check_budget=False,
+            price=PRICE,
+        )
         await worker.complete(request("fine"))
         server.script(["400", "slow:5"])
         with pytest.raises(ProviderError):

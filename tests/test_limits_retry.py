@@ -165,16 +165,19 @@ def run_retries(errors, policy=RetryPolicy(max_retries=3, base_delay_s=1.0, max_
         slept.append(s)
 
     async def go():
-        return await call_with_retries(attempt, policy, on_retry=lambda e, d: retried.append((e.kind, d)),
-                                       rng=random.Random(0), sleep=sleep)
+        return await call_with_retries(
+            attempt, policy, on_retry=lambda e, d: retried.append((e.kind, d)), rng=random.Random(0), sleep=sleep
+        )
 
     return asyncio.run(go()), calls, slept, retried
 
 
 def test_429_waits_its_retry_after_and_5xx_backs_off_with_full_jitter():
-    errors = [ProviderError("429", kind="rate_limited", retryable=True, retry_after_s=2.5),
-              ProviderError("500", kind="server_error", retryable=True),
-              ProviderError("drop", kind="connection", retryable=True)]
+    errors = [
+        ProviderError("429", kind="rate_limited", retryable=True, retry_after_s=2.5),
+        ProviderError("500", kind="server_error", retryable=True),
+        ProviderError("drop", kind="connection", retryable=True),
+    ]
     result, calls, slept, retried = run_retries(errors)
     assert result == "done" and len(calls) == 4
     assert slept[0] == 2.5

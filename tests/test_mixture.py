@@ -25,18 +25,38 @@ WORKERS = ("a", "b", "c")
 
 
 def math_q(i: int, level: int) -> Question:
-    return Question(id=f"math/train/x/{i}", domain="math", question=f"Compute {i} + {level}.", reference="1",
-                    answer_kind="math", source="math", meta={"level": level, "subject": "Algebra"})
+    return Question(
+        id=f"math/train/x/{i}",
+        domain="math",
+        question=f"Compute {i} + {level}.",
+        reference="1",
+        answer_kind="math",
+        source="math",
+        meta={"level": level, "subject": "Algebra"},
+    )
 
 
 def mmlu_q(i: int, subject: str) -> Question:
-    return Question(id=f"mmlu/{subject}/{i}", domain="mmlu", question=f"{subject} question {i}?\n\nA. x\nB. y",
-                    reference="A", answer_kind="choice", source="mmlu", meta={"subject": subject})
+    return Question(
+        id=f"mmlu/{subject}/{i}",
+        domain="mmlu",
+        question=f"{subject} question {i}?\n\nA. x\nB. y",
+        reference="A",
+        answer_kind="choice",
+        source="mmlu",
+        meta={"subject": subject},
+    )
 
 
 def code_q(i: int) -> Question:
-    return Question(id=f"humaneval/{i}", domain="code", question=f"def f{i}():", reference="pass",
-                    answer_kind="code_humaneval", source="humaneval")
+    return Question(
+        id=f"humaneval/{i}",
+        domain="code",
+        question=f"def f{i}():",
+        reference="pass",
+        answer_kind="code_humaneval",
+        source="humaneval",
+    )
 
 
 def verdicts_for(questions, solved=lambda q: 1) -> dict:
@@ -48,16 +68,16 @@ def verdicts_for(questions, solved=lambda q: 1) -> dict:
 def pool():
     questions = [math_q(i, level) for level in (1, 2, 3) for i in range(level * 100, level * 100 + 20)]
     questions += [mmlu_q(i, s) for s in ("anatomy", "virology") for i in range(15)]
-    questions += [code_q(i) for i in range(4)]   # a short domain
+    questions += [code_q(i) for i in range(4)]  # a short domain
     return questions
 
 
 def test_questions_every_worker_or_no_worker_solves_are_dropped(pool):
     verdicts = verdicts_for(pool, lambda q: 2)
     everyone, nobody, partial, unknown = pool[0], pool[1], pool[2], pool[3]
-    verdicts[everyone.id] = {w: True for w in WORKERS}
-    verdicts[nobody.id] = {w: False for w in WORKERS}
-    verdicts[partial.id] = {"a": True, "b": False}           # no verdict from c
+    verdicts[everyone.id] = dict.fromkeys(WORKERS, True)
+    verdicts[nobody.id] = dict.fromkeys(WORKERS, False)
+    verdicts[partial.id] = {"a": True, "b": False}  # no verdict from c
     del verdicts[unknown.id]
     chosen = {q.id for q in select_mixture(pool, verdicts, total=1000)}
     assert not chosen & {everyone.id, nobody.id, partial.id, unknown.id}
@@ -70,17 +90,17 @@ def test_domains_are_balanced_and_a_short_domain_leaves_its_share_to_the_others(
     assert domain_quotas({"code": 4, "math": 60, "mmlu": 30}, 40) == {"code": 4, "math": 18, "mmlu": 18}
     assert domain_quotas({"code": 4, "math": 60, "mmlu": 10}, 40) == {"code": 4, "math": 26, "mmlu": 10}
     assert domain_quotas({"a": 10, "b": 10, "c": 10}, 20) == {"a": 7, "b": 7, "c": 6}
-    assert domain_quotas({"a": 1, "b": 2}, 10) == {"a": 1, "b": 2}   # fewer than asked: all there is
+    assert domain_quotas({"a": 1, "b": 2}, 10) == {"a": 1, "b": 2}  # fewer than asked: all there is
     # Domains interleave, so a prefix is balanced too.
     assert Counter(q.domain for q in chosen[:12]) == {"code": 4, "math": 4, "mmlu": 4}
 
 
 def test_picks_go_round_robin_over_strata_harder_first(pool):
-    solved = {q.id: 1 + (q.id.endswith(("0", "2", "4"))) for q in pool}   # some questions are easier
+    solved = {q.id: 1 + (q.id.endswith(("0", "2", "4"))) for q in pool}  # some questions are easier
     chosen = select_mixture(pool, verdicts_for(pool, lambda q: solved[q.id]), total=30)
     maths = [q for q in chosen if q.domain == "math"]
-    assert sorted(Counter(q.meta["level"] for q in maths).values()) == [4, 4, 5]   # 13 over three levels
-    assert len({q.meta["level"] for q in maths[:3]}) == 3                          # one per stratum per round
+    assert sorted(Counter(q.meta["level"] for q in maths).values()) == [4, 4, 5]  # 13 over three levels
+    assert len({q.meta["level"] for q in maths[:3]}) == 3  # one per stratum per round
     assert sorted(Counter(q.meta["subject"] for q in chosen if q.domain == "mmlu").values()) == [6, 7]
     # Within a stratum the harder questions (one solver) come before the easier ones (two).
     assert all(solved[q.id] == 1 for q in chosen if q.domain != "code")
@@ -97,10 +117,17 @@ def test_selection_is_deterministic_whatever_the_candidates_order(pool):
 
 def test_copies_and_bad_input():
     a, b = math_q(1, 1), math_q(2, 1)
-    copy = Question(id="math500/test/x/1", domain="math", question="compute 1 +  1.", reference="1",
-                    answer_kind="math", source="math500", meta={"level": 1})
+    copy = Question(
+        id="math500/test/x/1",
+        domain="math",
+        question="compute 1 +  1.",
+        reference="1",
+        answer_kind="math",
+        source="math500",
+        meta={"level": 1},
+    )
     kept = select_mixture([copy, a, b], verdicts_for([a, b, copy]), total=10)
-    assert sorted(kept, key=lambda q: q.id) == [a, b]   # of the copies, the smallest id stays
+    assert sorted(kept, key=lambda q: q.id) == [a, b]  # of the copies, the smallest id stays
     with pytest.raises(ValueError, match="appear twice"):
         select_mixture([a, a], verdicts_for([a]))
     with pytest.raises(ValueError, match="run the pilot"):
@@ -112,11 +139,27 @@ def test_copies_and_bad_input():
 def test_parquet_round_trip_keeps_questions_verdicts_and_metadata(tmp_path, pool):
     verdicts = verdicts_for(pool, lambda q: 1 + (q.domain == "mmlu"))
     chosen = select_mixture(pool, verdicts, total=20)
-    path = write_mixture(tmp_path / "runs" / "mixture.parquet", chosen, verdicts, WORKERS,
-                         {"candidates": "math:train+mmlu:train", "pilot_attempts": 1})
+    path = write_mixture(
+        tmp_path / "runs" / "mixture.parquet",
+        chosen,
+        verdicts,
+        WORKERS,
+        {"candidates": "math:train+mmlu:train", "pilot_attempts": 1},
+    )
     table = pq.read_table(path)
-    assert table.column_names == ["id", "domain", "question", "reference", "answer_kind", "source", "meta",
-                                  "pilot_a", "pilot_b", "pilot_c", "pilot_solved"]
+    assert table.column_names == [
+        "id",
+        "domain",
+        "question",
+        "reference",
+        "answer_kind",
+        "source",
+        "meta",
+        "pilot_a",
+        "pilot_b",
+        "pilot_c",
+        "pilot_solved",
+    ]
     assert table.column("pilot_a").type == "bool" and set(table.column("pilot_solved").to_pylist()) == {1, 2}
     metadata = json.loads(table.schema.metadata[METADATA_KEY])
     assert metadata["info"] == {"candidates": "math:train+mmlu:train", "pilot_attempts": 1}
@@ -129,7 +172,7 @@ def test_parquet_round_trip_keeps_questions_verdicts_and_metadata(tmp_path, pool
     assert load_pilot_verdicts(path) == back
     assert load_mixture(path, limit=3) == chosen[:3]
     assert load_dataset(f"mixture:{path}") == chosen
-    assert not list(path.parent.glob(".*.tmp"))   # written through a temporary file
+    assert not list(path.parent.glob(".*.tmp"))  # written through a temporary file
 
 
 def test_report_counts(pool):

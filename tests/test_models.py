@@ -3,14 +3,15 @@ transformers-backed Conductor and local worker built on them."""
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
-from conductor_rl.policy.conductor import Conductor, plan_finished
 from conductor_rl.config import ConductorConfig, WorkerConfig
+from conductor_rl.generation import prompt_seed
 from conductor_rl.models import ModelNotAvailableError, load_causal_lm, qwen2_tokenizer, resolve_model
 from conductor_rl.plan import parse_plan
-from conductor_rl.policy.generate import prompt_seed
+from conductor_rl.policy.conductor import Conductor, plan_finished
 from conductor_rl.workers.providers import WorkerRequest, build_provider
 
 
@@ -34,7 +35,7 @@ def test_qwen2_tokenizer_matches_the_real_vocabulary():
 def test_tiny_qwen2_folder_is_a_plain_hf_checkpoint(tiny):
     model, tokenizer = tiny
     folder = resolve_model("tiny-qwen2")
-    config = json.load(open(f"{folder}/config.json"))
+    config = json.loads(Path(folder, "config.json").read_text())
     assert config["model_type"] == "qwen2"
     assert config["hidden_size"] // config["num_attention_heads"] >= 64  # vLLM CPU attention needs it
     assert "quantization_config" not in config
@@ -44,12 +45,13 @@ def test_tiny_qwen2_folder_is_a_plain_hf_checkpoint(tiny):
 @pytest.mark.slow
 def test_smollm2_converts_once_to_a_safetensors_folder():
     folder = resolve_model("smollm2-135m")
-    config = json.load(open(f"{folder}/config.json"))
+    config = json.loads(Path(folder, "config.json").read_text())
     assert config["model_type"] == "llama" and "quantization_config" not in config
     model, tokenizer = load_causal_lm("smollm2-135m")
     assert sum(p.numel() for p in model.parameters()) > 100_000_000
     assert "<|im_start|>assistant" in tokenizer.apply_chat_template(
-        [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
+        [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
+    )
 
 
 @pytest.mark.slow
@@ -58,13 +60,16 @@ def test_unknown_model_fails_with_advice():
         load_causal_lm("no-such-org/no-such-model-xyz")
 
 
-@pytest.mark.parametrize("text, done", [
-    ("model_id = [0]\nsubtasks = ['a']\naccess_list = [[]]", True),
-    ("model_id = [0]\nsubtasks = ['a']\naccess_list = [[], [0", False),
-    ("model_id = [0]\nsubtasks = ['a']\n", False),
-    ("reasoning\naccess_list = [\n  [],\n  \"all\"\n]", True),
-    ("access_list = [[]]\nmore\naccess_list = [[", False),  # a later attempt is still open
-])
+@pytest.mark.parametrize(
+    "text, done",
+    [
+        ("model_id = [0]\nsubtasks = ['a']\naccess_list = [[]]", True),
+        ("model_id = [0]\nsubtasks = ['a']\naccess_list = [[], [0", False),
+        ("model_id = [0]\nsubtasks = ['a']\n", False),
+        ('reasoning\naccess_list = [\n  [],\n  "all"\n]', True),
+        ("access_list = [[]]\nmore\naccess_list = [[", False),  # a later attempt is still open
+    ],
+)
 def test_plan_finished(text, done):
     assert plan_finished(text) is done
 
@@ -99,7 +104,7 @@ def test_conductor_without_stop_runs_to_max_tokens_and_is_marked_truncated(tiny)
 
 def seed_alone(per_prompt_seed: int) -> int:
     """The seed of a one-question call whose question draws with `per_prompt_seed`
-    (prompt 0 of a call seeded s draws with s * 7919 mod 2**31, policy/generate.py)."""
+    (prompt 0 of a call seeded s draws with s * 7919 mod 2**31, generation.py)."""
     seed = per_prompt_seed * pow(7919, -1, 2**31) % 2**31
     assert prompt_seed(seed, 0) == per_prompt_seed
     return seed
@@ -116,8 +121,8 @@ def test_write_plans_many_samples_each_question_as_the_one_question_path_with_it
     assert [len(plans) for plans in batched] == [2, 2, 2]
     for i, (question, plans) in enumerate(zip(questions, batched)):
         assert conductor.write_plans(question, 3, n=2, seed=seed_alone(prompt_seed(5, i))) == plans
-    assert batched[0] == conductor.write_plans(questions[0], 3, n=2, seed=5)   # question 0: the same seed
-    assert conductor.write_plans_many(questions, 3, n=2, seed=5) == batched     # seeded: it repeats
+    assert batched[0] == conductor.write_plans(questions[0], 3, n=2, seed=5)  # question 0: the same seed
+    assert conductor.write_plans_many(questions, 3, n=2, seed=5) == batched  # seeded: it repeats
     assert conductor.write_plans_many([], 3, n=2, seed=5) == []
 
 

@@ -17,19 +17,29 @@ import yaml
 from conductor_rl import Answer, BudgetSpentError, Orchestrator
 from conductor_rl.config import ConfigError, load_config, validate_config
 from conductor_rl.data import load_dataset
+from conductor_rl.testing.workers import Gate, GatedProvider
 from conductor_rl.workers.providers import build_provider
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow  # a Conductor model is loaded and sampled
 # Steps in sequence: step 1 reads step 0's answer.
-PLAN = 'model_id = [0, 1]\nsubtasks = ["Solve the question", "Check the answer and state it"]\naccess_list = [[], "all"]\n'
+PLAN = (
+    'model_id = [0, 1]\nsubtasks = ["Solve the question", "Check the answer and state it"]\naccess_list = [[], "all"]\n'
+)
 
 
 def sim_config():
     """configs/local.yaml with a tiny Conductor whose plan is fixed by its prefix, and sure, instant workers."""
     raw = yaml.safe_load((ROOT / "configs" / "local.yaml").read_text())
-    raw["conductor"].update({"model": "tiny-qwen2", "max_new_tokens": 16, "response_prefix": PLAN,
-                             "stop_after_plan": True, "constrain_format": False})
+    raw["conductor"].update(
+        {
+            "model": "tiny-qwen2",
+            "max_new_tokens": 16,
+            "response_prefix": PLAN,
+            "stop_after_plan": True,
+            "constrain_format": False,
+        }
+    )
     for worker in raw["workers"]:
         worker["sim"].update({"latency_s": 0.0, "accuracy": {"default": 1.0}})
     return validate_config(raw)
@@ -51,7 +61,7 @@ def test_answer_runs_the_plan_on_the_workers(orchestrator):
     assert answer.usage.total == sum(s.usage.total for s in answer.steps)
     assert answer.final_answer == answer.steps[-1].response and answer.completion.startswith(PLAN)
     assert answer.verdict == "correct" and answer.reward == 1.0 and answer.graded
-    assert orchestrator.ledger.totals().calls >= 2    # the in-process ledger saw the calls
+    assert orchestrator.ledger.totals().calls >= 2  # the in-process ledger saw the calls
 
 
 def test_a_question_with_a_reference_is_graded_and_a_bare_one_is_not(orchestrator):
@@ -61,7 +71,7 @@ def test_a_question_with_a_reference_is_graded_and_a_bare_one_is_not(orchestrato
     assert graded.verdict == "correct" and graded.reward == 1.0
     bare = orchestrator.answer("Why is the sky blue?")
     assert not bare.graded and bare.reward is None and "no reference" in bare.grade_detail
-    assert bare.final_answer                                   # it still ran and answered
+    assert bare.final_answer  # it still ran and answered
 
 
 def test_answer_is_frozen_and_serialises_to_json(orchestrator):
@@ -79,7 +89,7 @@ def test_the_rate_limiter_applies_in_process():
         o.answer("What is 2 + 2?", reference="4", kind="numeric")
         calls, tokens = o.workers[0].limiter.limits.in_window()
         assert calls == 1 and tokens > 0
-        assert o.workers[1].limiter is None                      # no limits configured for it
+        assert o.workers[1].limiter is None  # no limits configured for it
 
 
 def test_a_tiny_budget_stops_with_a_clear_error():
@@ -88,39 +98,8 @@ def test_a_tiny_budget_stops_with_a_clear_error():
             o.answer("What is 17 * 23?", reference="391", kind="numeric")
         [answer] = caught.value.answers
         assert answer.steps[0].response and answer.steps[1].error.startswith("budget_exceeded:")
-        assert answer.reward is None                             # not the policy's fault: not scored
+        assert answer.reward is None  # not the policy's fault: not scored
         assert o.ledger.totals().calls == 1 and o.ledger.exhausted
-
-
-class Overlap:
-    """Shared by gate providers: a call waits until `needed` calls are in flight
-    at once, so the calls finish only if answers' workflows really overlap."""
-
-    def __init__(self, needed: int) -> None:
-        self.needed, self.in_flight, self.most = needed, 0, 0
-        self.reached: asyncio.Event | None = None
-
-
-class Gate:
-    def __init__(self, provider, overlap: Overlap) -> None:
-        self.provider, self.overlap = provider, overlap
-        self.name, self.simulated = provider.name, provider.simulated
-
-    async def complete(self, request):
-        o = self.overlap
-        o.reached = o.reached or asyncio.Event()
-        o.in_flight += 1
-        o.most = max(o.most, o.in_flight)
-        try:
-            if o.in_flight >= o.needed:
-                o.reached.set()
-            await asyncio.wait_for(o.reached.wait(), timeout=120)   # sequential answers would never get here
-            return await self.provider.complete(request)
-        finally:
-            o.in_flight -= 1
-
-    async def aclose(self):
-        await self.provider.aclose()
 
 
 class CountingConductor:
@@ -136,15 +115,16 @@ class CountingConductor:
 
 def test_answer_many_samples_all_plans_in_one_call_and_runs_workflows_concurrently():
     config = sim_config()
-    overlap = Overlap(needed=3)
-    workers = [Gate(build_provider(w), overlap) for w in config.workers]
+    # A call waits until 3 are in flight at once: the calls finish only if answers' workflows really overlap.
+    overlap = Gate(3, timeout_s=120)  # sequential answers would never get through
+    workers = [GatedProvider(build_provider(w), overlap) for w in config.workers]
     questions = ["What is 2 + 2?", "What is 3 * 5?", "What is 10 - 7?"]
     with Orchestrator.from_config(config, workers=workers) as o:
         o.conductor = counting = CountingConductor(o.conductor)
         answers = o.answer_many(questions)
-        assert counting.calls == [(questions, config.conductor.seed)]   # one batch for the three
-        assert overlap.most == 3                                 # the three first steps were in flight together
-        assert [a.question for a in answers] == questions        # in the order asked
+        assert counting.calls == [(questions, config.conductor.seed)]  # one batch for the three
+        assert overlap.most == 3  # the three first steps were in flight together
+        assert [a.question for a in answers] == questions  # in the order asked
         assert [a.question_id for a in answers] == ["user/0", "user/1", "user/2"]
         assert [(a.infrastructure_error, len(a.steps)) for a in answers] == [(None, 2)] * 3
 
@@ -158,7 +138,7 @@ def test_many_questions_are_sampled_in_chunks_of_plan_batch_each_with_its_seed(o
     seed = orchestrator.config.conductor.seed
     assert counting.calls == [(questions[:2], seed), (questions[2:], seed + 1)]
     assert [a.question for a in answers] == questions and all(a.final_answer for a in answers)
-    orchestrator.answer(questions[0])                           # one question: a batch of one, the same seed
+    orchestrator.answer(questions[0])  # one question: a batch of one, the same seed
     assert counting.calls[-1] == ([questions[0]], seed)
 
 
@@ -216,7 +196,7 @@ def test_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
     from conductor_rl.models import resolve_model
 
     code = readme_example()
-    assert len(code.strip().splitlines()) <= 6     # the import, a blank line, five lines
+    assert len(code.strip().splitlines()) <= 6  # the import, a blank line, five lines
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     model = tmp_path / "runs" / "local" / "checkpoints" / "ckpt-000009" / "model"
     model.parent.mkdir(parents=True)
@@ -230,7 +210,7 @@ def test_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
             if isinstance(value, Orchestrator):
                 value.close()
     answer = next(v for v in scope.values() if isinstance(v, Answer))
-    assert answer.plan_error is None and answer.steps and answer.cost_usd > 0   # constrained: the plan parses
+    assert answer.plan_error is None and answer.steps and answer.cost_usd > 0  # constrained: the plan parses
     assert answer.verdict in ("correct", "wrong")
     assert "sim-" in capsys.readouterr().out
 
@@ -256,7 +236,7 @@ def test_recursion_at_inference_ends_each_plan_below_the_depth_with_a_call_to_th
         worker["sim"].update({"latency_s": 0.0})
     overrides = ["conductor.model=tiny-qwen2", "conductor.max_depth=2", "ask.temperature=1.0"]
     with Orchestrator.from_config(validate_config(raw), overrides=overrides) as o:
-        answers = o.answer_many([q for q in load_dataset("samples:gsm8k", limit=4)])
+        answers = o.answer_many(list(load_dataset("samples:gsm8k", limit=4)))
     assert {a.steps[-1].inner["kept"] for a in answers} == {True, False}, "both outcomes must be seen"
     for answer in answers:
         assert answer.plan_error is None and answer.infrastructure_error is None
@@ -264,11 +244,11 @@ def test_recursion_at_inference_ends_each_plan_below_the_depth_with_a_call_to_th
         assert forced.model_id == -1 and forced.worker == "conductor" and forced.access == (len(answer.steps) - 2,)
         call = forced.inner
         assert call["depth"] == 1 and call["forced"] and call["completion"].startswith("model_id = [")
-        if call["kept"]:   # three empty lists: the plan's answer stands
+        if call["kept"]:  # three empty lists: the plan's answer stands
             assert call["plan"] == [] and forced.response == answer.steps[-2].response
-        else:              # a plan at depth 1, itself ended by a call at depth 2, which is the last allowed
+        else:  # a plan at depth 1, itself ended by a call at depth 2, which is the last allowed
             last = call["steps"][-1]["inner"]
             assert last["depth"] == 2 and last["forced"] and not last["at_limit"]
-            assert all(s["inner"] is None for s in last["steps"])   # depth 2's plan is not forced again
+            assert all(s["inner"] is None for s in last["steps"])  # depth 2's plan is not forced again
         assert answer.final_answer == forced.response
     json.dumps([a.to_dict() for a in answers])

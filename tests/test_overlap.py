@@ -20,19 +20,26 @@ def test_text_key_ignores_unicode_form_case_and_whitespace():
 
 
 def test_find_overlap_pairs_training_with_evaluation_questions():
-    training = [q("gsm8k/train/0", "Tom has 3 apples."), q("math/test/algebra/1", "Solve x + 1 = 2.", "math"),
-                q("gsm8k/train/1", "A different question.")]
+    training = [
+        q("gsm8k/train/0", "Tom has 3 apples."),
+        q("math/test/algebra/1", "Solve x + 1 = 2.", "math"),
+        q("gsm8k/train/1", "A different question."),
+    ]
     evaluation = [q("math500/test/algebra/1", "solve x + 1 = 2.", "math500"), q("gsm8k/test/5", "Tom has  3 apples.")]
     pairs = find_overlap(training, evaluation)
-    assert [(t.id, e.id) for t, e in pairs] == [("math/test/algebra/1", "math500/test/algebra/1"),
-                                                ("gsm8k/train/0", "gsm8k/test/5")]
+    assert [(t.id, e.id) for t, e in pairs] == [
+        ("math/test/algebra/1", "math500/test/algebra/1"),
+        ("gsm8k/train/0", "gsm8k/test/5"),
+    ]
     assert find_overlap(training, []) == [] and find_overlap([], evaluation) == []
 
 
 def test_check_disjoint_passes_disjoint_sets():
     check_disjoint([q("a/1", "One?")], [q("b/1", "Two?")], training_name="a", evaluation_name="b")
-    check_disjoint(load_samples("gsm8k") + load_samples("mmlu") + load_samples("mixed"),
-                   load_samples("math500") + load_samples("humaneval"))
+    check_disjoint(
+        load_samples("gsm8k") + load_samples("mmlu") + load_samples("mixed"),
+        load_samples("math500") + load_samples("humaneval"),
+    )
 
 
 def test_check_disjoint_refuses_overlap_even_when_case_and_whitespace_differ():
@@ -46,8 +53,8 @@ def test_check_disjoint_refuses_overlap_even_when_case_and_whitespace_differ():
     assert "'gsm8k:test' shares 8 of its 9 questions" in message and "'samples:gsm8k'" in message
     assert "Evaluation questions by source: gsm8k 7, mmlu 1" in message
     assert "training questions by source: gsm8k 7, mmlu 1" in message
-    assert "gsm8k/test/0 (= gsm8k/train/0)" in message and "gsm8k/test/5" not in message   # a few examples only
-    assert "gsm8k:train" in message and "mmlu:eval" in message   # how to fix it
+    assert "gsm8k/test/0 (= gsm8k/train/0)" in message and "gsm8k/test/5" not in message  # a few examples only
+    assert "gsm8k:train" in message and "mmlu:eval" in message  # how to fix it
     assert isinstance(info.value, ValueError) and len(info.value.pairs) == 8
 
 

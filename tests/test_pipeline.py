@@ -27,7 +27,7 @@ def rollout(version: int, reward: float | None = 1.0, inner: tuple[int, ...] = (
     if inner:
         r.workflow = WorkflowResult(steps=[], wall_s=0.0)
         calls = [InnerCall(1, "a", completion_ids=(2,), weights_version=v) for v in inner]
-        r.workflow.inner_calls = lambda: calls   # what the engine's tree walk would return
+        r.workflow.inner_calls = lambda: calls  # what the engine's tree walk would return
     return r
 
 
@@ -52,9 +52,9 @@ def test_stale_rows_take_the_samplers_log_probs_unless_a_mask_made_them_and_then
 
 def test_iterations_arrive_in_order_and_collection_waits_for_the_bound():
     learned = [-1]
-    started: list[tuple[int, int]] = []   # (iteration, learned through when its sampling began)
+    started: list[tuple[int, int]] = []  # (iteration, learned through when its sampling began)
     sampling_began = {j: threading.Event() for j in range(5)}
-    overlapped = []   # iterations whose sampling began while the previous one's plans ran
+    overlapped = []  # iterations whose sampling began while the previous one's plans ran
 
     def sample(j: int) -> str:
         started.append((j, learned[0]))
@@ -73,7 +73,7 @@ def test_iterations_arrive_in_order_and_collection_waits_for_the_bound():
         for j in range(5):
             item, waited = pipeline.next(j)
             assert item == f"rollouts {j}" and waited >= 0
-            time.sleep(0.05)   # the learner's step: the producer may run ahead meanwhile, within the bound
+            time.sleep(0.05)  # the learner's step: the producer may run ahead meanwhile, within the bound
             learned[0] = j
             pipeline.learned(j)
     assert [j for j, _ in started] == [0, 1, 2, 3, 4]
@@ -89,7 +89,7 @@ def test_a_producer_failure_reaches_the_learner_after_what_came_before():
         return j
 
     def run(j: int) -> int:
-        time.sleep(0.1)   # still running iteration 1 when sampling 2 fails
+        time.sleep(0.1)  # still running iteration 1 when sampling 2 fails
         return j
 
     with RolloutPipeline(sample, run, 0, 4, max_staleness=2, halt=lambda: None) as pipeline:
@@ -114,11 +114,11 @@ def test_closing_halts_a_collection_in_flight_and_waits_for_it():
     pipeline = RolloutPipeline(lambda j: j, run, 0, 3, max_staleness=1, halt=halted.set)
     with pipeline:
         assert pipeline.next(0)[0] == 0
-        deadline = time.monotonic() + 10   # iteration 1 is being collected (its sampling has begun)
+        deadline = time.monotonic() + 10  # iteration 1 is being collected (its sampling has begun)
         while pipeline.in_flight() != [0, 1] and time.monotonic() < deadline:
             time.sleep(0.01)
         assert pipeline.in_flight() == [0, 1]
-    assert finished.is_set()   # close() returned only after the producer ended
+    assert finished.is_set()  # close() returned only after the producer ended
     with pytest.raises((PipelineClosed, RuntimeError)):
         pipeline.next(1)
 

@@ -51,10 +51,10 @@ def test_the_2_cpu_head_fails_with_the_numbers_and_the_settings():
     with pytest.raises(ClusterTooSmallError) as caught:
         require_fit(demands(*TWO_CORES), [HEAD])
     text = str(caught.value)
-    assert "CPU: 6.75 / 2 / 2" in text                          # asked / on the live nodes / the largest node
+    assert "CPU: 6.75 / 2 / 2" in text  # asked / on the live nodes / the largest node
     assert "1 x learner rank" in text and "learner.world_size, cluster.learner" in text
     assert "generator.engines, cluster.generator" in text and "grader.actors, cluster.grader" in text
-    assert "`ray start --head --num-cpus 7`" in text             # the fit by sharing CPUs
+    assert "`ray start --head --num-cpus 7`" in text  # the fit by sharing CPUs
     assert "cluster.generator='{CPU: 0.5}'" in text
 
 
@@ -64,16 +64,23 @@ def test_every_sharing_fix_it_suggests_makes_the_job_fit():
     text = report.message()
     cpus = int(re.search(r"--num-cpus (\d+)", text).group(1))
     assert check_fit(demands(*TWO_CORES), [Node(HEAD.name, {**HEAD.resources, "CPU": cpus}, head=True)]).fits
-    assert not check_fit(demands(*TWO_CORES), [Node(HEAD.name, {"CPU": cpus - 1}, head=True)]).fits   # the least
+    assert not check_fit(demands(*TWO_CORES), [Node(HEAD.name, {"CPU": cpus - 1}, head=True)]).fits  # the least
     lowered = [f"{key}={value}" for key, value in OVERRIDE.findall(text)]
-    assert {o.split("=")[0] for o in lowered} == {"cluster.generator", "cluster.learner", "cluster.worker",
-                                                  "cluster.grader"}
+    assert {o.split("=")[0] for o in lowered} == {
+        "cluster.generator",
+        "cluster.learner",
+        "cluster.worker",
+        "cluster.grader",
+    }
     assert check_fit(demands(*TWO_CORES, *lowered), [HEAD]).fits
 
 
 def test_sharing_on_several_nodes_names_the_node_to_restart():
-    nodes = [Node("the head", {"CPU": 0.0}, head=True), Node("node 10.0.0.2 (aa)", {"CPU": 2.0}),
-             Node("node 10.0.0.3 (bb)", {"CPU": 2.0})]
+    nodes = [
+        Node("the head", {"CPU": 0.0}, head=True),
+        Node("node 10.0.0.2 (aa)", {"CPU": 2.0}),
+        Node("node 10.0.0.3 (bb)", {"CPU": 2.0}),
+    ]
     report = check_fit(demands(*TWO_CORES), nodes)
     assert not report.fits
     command = re.search(r"start (node [^`]+) with `ray start --address=HEAD:6379 --num-cpus (\d+)`", report.message())
@@ -117,26 +124,36 @@ def test_custom_resources_keep_actors_off_the_wrong_node_type():
 
 
 def test_gpu_demands_on_a_cpu_only_cluster_fail_with_the_settings_to_change():
-    cpu_only = [Node("the head", {"CPU": 8.0}, head=True),
-                Node("node", {"CPU": 64.0, "conductor_cpu_node": 1.0, "conductor_gpu_node": 1.0})]
+    cpu_only = [
+        Node("the head", {"CPU": 8.0}, head=True),
+        Node("node", {"CPU": 64.0, "conductor_cpu_node": 1.0, "conductor_gpu_node": 1.0}),
+    ]
     with pytest.raises(ClusterTooSmallError) as caught:
         require_fit(demands(config_file="configs/paper.yaml"), cpu_only)
     text = str(caught.value)
     assert "GPU: 6 / 0 / 0" in text and "no node has a GPU" in text
     assert "cluster.generator='{CPU: 8, conductor_gpu_node: 0.01}'" in text and "cluster.learner=" in text
-    assert "workers.3.serve.gpus=0" in text        # the served workers' GPUs are settings too
+    assert "workers.3.serve.gpus=0" in text  # the served workers' GPUs are settings too
 
 
 def test_an_actor_bigger_than_any_node():
     job = [Demand("learner rank", {"GPU": 8.0}, 1, "learner.world_size", 1, "cluster.learner")]
     report = check_fit(job, [Node("a", {"GPU": 4.0}), Node("b", {"GPU": 4.0})])
-    assert not report.fits and "one learner rank asks {GPU: 8}, more than any single node has ({GPU: 4})" in \
-        report.message()
+    assert (
+        not report.fits
+        and "one learner rank asks {GPU: 8}, more than any single node has ({GPU: 4})" in report.message()
+    )
 
 
 def test_fewer_actors_is_offered_where_it_fits():
-    job = demands(*TWO_CORES, "learner.world_size=4", "cluster.generator={CPU: 1}", "cluster.learner={CPU: 1}",
-                  "grader.actors=1", "cluster.worker={CPU: 0}")
+    job = demands(
+        *TWO_CORES,
+        "learner.world_size=4",
+        "cluster.generator={CPU: 1}",
+        "cluster.learner={CPU: 1}",
+        "grader.actors=1",
+        "cluster.worker={CPU: 0}",
+    )
     report = check_fit(job, [Node("the head", {"CPU": 4.0}, head=True)])
     assert not report.fits and "learner.world_size=2 (now 4)" in report.message()
 
@@ -176,23 +193,33 @@ def test_an_asynchronous_run_splits_a_cpu_machine_between_generator_and_learner(
 
     monkeypatch.setattr(ts.os, "cpu_count", lambda: 8)
     synchronous, asynchronous = load_config(None, []), load_config(None, ["train.max_staleness=1"])
-    assert ts.generator_placement(synchronous, has_gpus=False)[0] == {"CPU": 8.0} == ts.learner_placement(synchronous, False)
-    assert ts.generator_placement(asynchronous, has_gpus=False)[0] == {"CPU": 4.0} == ts.learner_placement(asynchronous, False)
-    assert ts.learner_placement(load_config(None, ["train.max_staleness=1", "cluster.learner={CPU: 3}"]), False) == {"CPU": 3}
+    assert (
+        ts.generator_placement(synchronous, has_gpus=False)[0]
+        == {"CPU": 8.0}
+        == ts.learner_placement(synchronous, False)
+    )
+    assert (
+        ts.generator_placement(asynchronous, has_gpus=False)[0]
+        == {"CPU": 4.0}
+        == ts.learner_placement(asynchronous, False)
+    )
+    assert ts.learner_placement(load_config(None, ["train.max_staleness=1", "cluster.learner={CPU: 3}"]), False) == {
+        "CPU": 3
+    }
 
 
 def test_served_replicas_and_their_worker_replicas_are_demands():
     config = load_config(None, ["train.worker_replicas=1"])
     spec = ServeSpec(model="smollm2-135m", replicas=3, gpus=1.0, cpus=2.0, resources={"conductor_gpu_node": 0.01})
     served = config.workers[0].model_copy(update={"provider": "openai_compatible", "serve": spec})
-    twin = config.workers[1].model_copy(update={"provider": "openai_compatible", "serve": spec})   # shares it
+    twin = config.workers[1].model_copy(update={"provider": "openai_compatible", "serve": spec})  # shares it
     config = config.model_copy(update={"workers": [served, twin, config.workers[2]]})
     job = {d.what: d for d in job_demands(config, has_gpus=False, training=False, graders=False)}
     assert set(job) == {f"served worker {served.name} replica", "worker replica"}
     replica = job[f"served worker {served.name} replica"]
     assert replica.count == 3 and replica.asks() == {"CPU": 2.0, "GPU": 1.0, "conductor_gpu_node": 0.01}
     assert replica.count_key == "workers.0.serve.replicas"
-    assert job["worker replica"].count == 3 + 3 + 1     # a WorkerActor per server at least
+    assert job["worker replica"].count == 3 + 3 + 1  # a WorkerActor per server at least
 
 
 @pytest.mark.slow
@@ -206,11 +233,25 @@ def test_a_job_on_a_2_cpu_cluster_stops_at_once_with_the_numbers(tmp_path):
         "ray.init(address='local', num_cpus=2, include_dashboard=False, log_to_driver=False,\n"
         "         _node_ip_address='127.0.0.1')\n"
         "from jobs.train import main\n"
-        "sys.exit(main(sys.argv[1:]))\n")
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", script, "train.iterations=2", f"train.output_dir={tmp_path / 'run'}",
-                           "train.progress=false", "train.tensorboard=false", *TWO_CORES],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            "train.iterations=2",
+            f"train.output_dir={tmp_path / 'run'}",
+            "train.progress=false",
+            "train.tensorboard=false",
+            *TWO_CORES,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     took = time.monotonic() - started
     assert done.returncode == 1, done.stderr[-3000:]
     assert "error: the cluster cannot hold every actor this job starts" in done.stderr, done.stderr[-3000:]

@@ -7,20 +7,20 @@ import time
 
 import pytest
 
-from conductor_rl.plan import language
 from conductor_rl.plan import (
     MAX_TEXT_CHARS,
     Plan,
     PlanError,
     Step,
+    language,
     parse_plan,
     render_plan,
 )
 
-PAPER = '''model_id = [2, 0]
+PAPER = """model_id = [2, 0]
 subtasks = ["Develop an efficient algorithm to count complete subarrays",
             "Implement the algorithm described by the previous agent in Python"]
-access_list = [[], "all"]'''
+access_list = [[], "all"]"""
 
 PAPER_PLAN = Plan(
     (
@@ -78,8 +78,8 @@ def test_whitespace_around_equals_is_free():
 
 
 def test_several_attempts_last_complete_wins():
-    first = plan_text("[0, 0]", '["draft 1", "draft 2"]', '[[], []]')
-    second = plan_text("[1, 2]", '["final 1", "final 2"]', '[[], [0]]')
+    first = plan_text("[0, 0]", '["draft 1", "draft 2"]', "[[], []]")
+    second = plan_text("[1, 2]", '["final 1", "final 2"]', "[[], [0]]")
     plan = parse_plan("Draft:\n" + first + "\nOn reflection:\n" + second, 3)
     assert plan == Plan((Step(1, "final 1", []), Step(2, "final 2", [0])))
 
@@ -99,7 +99,7 @@ def test_truncated_inside_brackets_is_ignored():
 
 
 def test_abandoned_open_bracket_followed_by_new_attempt():
-    text = 'model_id = [0, 1\nmodel_id = [2, 1]\n' + VALID_TAIL
+    text = "model_id = [0, 1\nmodel_id = [2, 1]\n" + VALID_TAIL
     assert [s.model_id for s in parse_plan(text, 3).steps] == [2, 1]
 
 
@@ -189,7 +189,7 @@ def test_decoys_do_not_count(decoy):
 
 
 def test_explicit_access_lists_are_deduplicated_and_sorted():
-    text = plan_text("[0, 1, 2, 0]", '["a", "b", "c", "d"]', '[[], [0], [1, 0, 1], [2, 0]]')
+    text = plan_text("[0, 1, 2, 0]", '["a", "b", "c", "d"]', "[[], [0], [1, 0, 1], [2, 0]]")
     assert [s.access for s in parse_plan(text, 3).steps] == [[], [0], [0, 1], [0, 2]]
 
 
@@ -278,21 +278,21 @@ def test_model_id_not_an_int(ids, needle):
 @pytest.mark.parametrize("ids, bad", [("[0, 3]", "3"), ("[-1, 0]", "-1")])
 def test_model_id_out_of_range(ids, bad):
     reason = reason_of(plan_text(model_id=ids), n_workers=3)
-    assert f"model_id[" in reason and f"is {bad}, not a worker id" in reason and "0 to 2" in reason
+    assert "model_id[" in reason and f"is {bad}, not a worker id" in reason and "0 to 2" in reason
 
 
 @pytest.mark.parametrize(
     "access, needle",
     [
-        ('[[], [1]]', "refers to step 1, which is not an earlier step"),  # the same step
-        ('[[], [0, 5]]', "refers to step 5"),  # a later step
+        ("[[], [1]]", "refers to step 1, which is not an earlier step"),  # the same step
+        ("[[], [0, 5]]", "refers to step 5"),  # a later step
         ('[[0], "all"]', "step 0 may read no earlier step"),
-        ('[[], [-1]]', "not negative"),
-        ('[[], [True]]', "True (bool), which is not a step index"),
+        ("[[], [-1]]", "not negative"),
+        ("[[], [True]]", "True (bool), which is not a step index"),
         ('[[], ["0"]]', "'0' (str), which is not a step index"),
         ('[[], "none"]', "got 'none' (str)"),
-        ('[[], None]', "got None (NoneType)"),
-        ('[[], 0]', "got 0 (int)"),
+        ("[[], None]", "got None (NoneType)"),
+        ("[[], 0]", "got 0 (int)"),
     ],
 )
 def test_bad_access_entries(access, needle):
@@ -516,7 +516,7 @@ def test_caller_bugs_are_not_plan_errors():
 def test_invalid_escapes_are_read_quietly_even_when_warnings_are_errors():
     import warnings
 
-    text = r'model_id = [0]' + "\n" + r'subtasks = ["match \d+ and \c"]' + "\naccess_list = [[]]"
+    text = r"model_id = [0]" + "\n" + r'subtasks = ["match \d+ and \c"]' + "\naccess_list = [[]]"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert parse_plan(text, 1).steps[0].subtask == "match \\d+ and \\c"

@@ -3,17 +3,28 @@
 import pytest
 import torch
 
-from conductor_rl.policy.conductor import Conductor
 from conductor_rl.config import ConductorConfig, ConfigError, load_config
 from conductor_rl.plan import parse_plan
 from conductor_rl.plan.constrained import PlanFormat, PlanFormatError
+from conductor_rl.policy.conductor import Conductor
 
 
-@pytest.mark.parametrize("n_workers, max_steps, prefix", [(3, 5, "model_id = ["), (1, 1, ""), (2, 3, "model_"), (12, 4, "")])
+@pytest.mark.parametrize(
+    "n_workers, max_steps, prefix", [(3, 5, "model_id = ["), (1, 1, ""), (2, 3, "model_"), (12, 4, "")]
+)
 def test_random_model_always_writes_a_parsable_plan(tiny_qwen2, n_workers, max_steps, prefix):
     model, tokenizer = tiny_qwen2
-    config = ConductorConfig(model="tiny-qwen2", temperature=1.0, max_new_tokens=400, max_steps=max_steps,
-                             constrain_format=True, max_subtask_tokens=12, response_prefix=prefix, n_examples=0)
+    # Short subtasks: what is checked is the plan's structure; most of a plan's tokens are its subtasks' text.
+    config = ConductorConfig(
+        model="tiny-qwen2",
+        temperature=1.0,
+        max_new_tokens=400,
+        max_steps=max_steps,
+        constrain_format=True,
+        max_subtask_tokens=4,
+        response_prefix=prefix,
+        n_examples=0,
+    )
     conductor = Conductor(config, model, tokenizer)
     completions = conductor.write_plans("What is 6 * 7?", n_workers=n_workers, n=8, seed=3)
     step_counts = set()
@@ -21,7 +32,7 @@ def test_random_model_always_writes_a_parsable_plan(tiny_qwen2, n_workers, max_s
         plan = parse_plan(c.text, n_workers=n_workers, max_steps=max_steps)
         assert not c.truncated
         assert all(0 <= s.model_id < n_workers for s in plan.steps)
-        assert plan.steps[0].access == []           # step 0 can read nothing
+        assert plan.steps[0].access == []  # step 0 can read nothing
         assert all(s.access in ([], "all") for s in plan.steps)
         step_counts.add(len(plan.steps))
     if max_steps > 1:
@@ -30,7 +41,9 @@ def test_random_model_always_writes_a_parsable_plan(tiny_qwen2, n_workers, max_s
 
 def test_subtasks_are_cut_at_the_configured_length(tiny_qwen2):
     model, tokenizer = tiny_qwen2
-    config = ConductorConfig(model="tiny-qwen2", max_new_tokens=400, constrain_format=True, max_subtask_tokens=5, n_examples=0)
+    config = ConductorConfig(
+        model="tiny-qwen2", max_new_tokens=400, constrain_format=True, max_subtask_tokens=5, n_examples=0
+    )
     for c in Conductor(config, model, tokenizer).write_plans("q", n_workers=2, n=4, seed=0):
         plan = parse_plan(c.text, 2)
         pieces = [tokenizer.decode([t]) for t in c.token_ids]
@@ -50,7 +63,9 @@ def test_subtasks_are_cut_at_the_configured_length(tiny_qwen2):
 
 def test_greedy_constrained_is_deterministic_and_temperature_changes_samples(tiny_qwen2):
     model, tokenizer = tiny_qwen2
-    config = ConductorConfig(model="tiny-qwen2", max_new_tokens=300, constrain_format=True, max_subtask_tokens=8, n_examples=0)
+    config = ConductorConfig(
+        model="tiny-qwen2", max_new_tokens=300, constrain_format=True, max_subtask_tokens=8, n_examples=0
+    )
     conductor = Conductor(config, model, tokenizer)
     greedy = [conductor.write_plans("q", 3, n=1, seed=s, temperature=0)[0].text for s in (0, 1)]
     assert greedy[0] == greedy[1]
@@ -65,11 +80,11 @@ def test_mask_allows_only_valid_ids_then_forces_the_next_list(tiny_qwen2):
     ids = torch.zeros((1, 1), dtype=torch.long)
     scores = proc(ids, torch.zeros((1, len(tokenizer))))
     allowed = set(torch.nonzero(scores[0] > float("-inf")).flatten().tolist())
-    assert allowed == {fmt.digit["0"], fmt.digit["1"]}      # ids 0 and 1, nothing else
+    assert allowed == {fmt.digit["0"], fmt.digit["1"]}  # ids 0 and 1, nothing else
     ids = torch.tensor([[0, fmt.digit["1"]]])
     scores = proc(ids, torch.zeros((1, len(tokenizer))))
     allowed = set(torch.nonzero(scores[0] > float("-inf")).flatten().tolist())
-    assert allowed == {fmt.close, fmt.comma}                # "11" is no id of 2 workers
+    assert allowed == {fmt.close, fmt.comma}  # "11" is no id of 2 workers
 
 
 def test_prefix_that_is_not_the_plan_start_is_rejected(tiny_qwen2):
@@ -85,8 +100,14 @@ def test_config_rejects_conflicting_prefix():
 
 def test_smollm2_constrained_plans_parse(smollm2):
     model, tokenizer = smollm2
-    config = ConductorConfig(model="smollm2-135m", max_new_tokens=200, constrain_format=True,
-                             max_subtask_tokens=24, response_prefix="model_id = [", n_examples=1)
+    config = ConductorConfig(
+        model="smollm2-135m",
+        max_new_tokens=200,
+        constrain_format=True,
+        max_subtask_tokens=8,
+        response_prefix="model_id = [",
+        n_examples=1,
+    )
     completions = Conductor(config, model, tokenizer).write_plans("What is 17 * 23?", n_workers=3, n=2, seed=0)
     for c in completions:
         assert parse_plan(c.text, 3).steps
@@ -100,11 +121,13 @@ def test_plan_regex_accepts_exactly_well_formed_plans():
     pattern = re.compile(plan_regex(n_workers=3, max_steps=2, max_subtask_chars=10))
     good = 'model_id = [2, 0]\nsubtasks = ["solve it", "check"]\naccess_list = [[], "all"]\n'
     assert pattern.fullmatch(good) and parse_plan(good, 3, 2).visible(1) == [0]
-    for bad in [good.replace("[2, 0]", "[3, 0]"),                       # id out of range
-                good.replace('"solve it", ', ""),                         # lengths differ
-                good.replace('"solve it"', '"far too long a subtask"'),   # over the cap
-                good.replace("[[], ", '["all", '),                         # step 0 reads nothing
-                'model_id = [0, 1, 2]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], [], []]\n']:  # > max_steps
+    for bad in [
+        good.replace("[2, 0]", "[3, 0]"),  # id out of range
+        good.replace('"solve it", ', ""),  # lengths differ
+        good.replace('"solve it"', '"far too long a subtask"'),  # over the cap
+        good.replace("[[], ", '["all", '),  # step 0 reads nothing
+        'model_id = [0, 1, 2]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], [], []]\n',
+    ]:  # > max_steps
         assert not pattern.fullmatch(bad), bad
     with pytest.raises(PlanFormatError, match="1 to 10 workers"):
         plan_regex(11, 2)
@@ -136,9 +159,14 @@ def test_choice_mask_covers_every_sampled_worker_id(tiny_qwen2):
     torch.manual_seed(0)
     for _ in range(4):
         processors = fmt.processor(prompt.shape[1], 3, 3, "model_id = [")
-        out = model.generate(prompt, do_sample=True, max_new_tokens=80, logits_processor=[processors],
-                             pad_token_id=tokenizer.eos_token_id)
-        ids = out[0, prompt.shape[1]:].tolist()
+        out = model.generate(
+            prompt,
+            do_sample=True,
+            max_new_tokens=80,
+            logits_processor=[processors],
+            pad_token_id=tokenizer.eos_token_id,
+        )
+        ids = out[0, prompt.shape[1] :].tolist()
         plan = parse_plan("model_id = [" + tokenizer.decode(ids, skip_special_tokens=True), 3, 3)
         mask = choice_mask(tokenizer, ids, "model_id = [")
         assert 0 < sum(mask) < len(ids)
@@ -157,15 +185,18 @@ def test_plan_regex_matches_the_empty_plan_only_when_allowed(prefix):
 
     strict = re.compile(plan_regex(n_workers=3, max_steps=2, max_subtask_chars=10, prefix=prefix))
     loose = re.compile(plan_regex(n_workers=3, max_steps=2, max_subtask_chars=10, prefix=prefix, allow_empty=True))
-    assert loose.fullmatch(EMPTY_PLAN[len(prefix):]) and not strict.fullmatch(EMPTY_PLAN[len(prefix):])
+    assert loose.fullmatch(EMPTY_PLAN[len(prefix) :]) and not strict.fullmatch(EMPTY_PLAN[len(prefix) :])
     good = 'model_id = [2, 0]\nsubtasks = ["solve it", "check"]\naccess_list = [[], "all"]\n'
-    assert strict.fullmatch(good[len(prefix):]) and loose.fullmatch(good[len(prefix):])
-    for bad in [good.replace("[2, 0]", "[3, 0]"), good.replace('"solve it", ', ""),
-                EMPTY_PLAN.rstrip("\n"),                                         # the empty plan cut short
-                EMPTY_PLAN.replace("subtasks = []", 'subtasks = ["x"]'),        # lists of different lengths
-                EMPTY_PLAN.replace("access_list = []", "access_list = [[]]"),
-                'model_id = [0, 1, 2]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], [], []]\n']:
-        assert not loose.fullmatch(bad[len(prefix):]) and not strict.fullmatch(bad[len(prefix):]), bad
+    assert strict.fullmatch(good[len(prefix) :]) and loose.fullmatch(good[len(prefix) :])
+    for bad in [
+        good.replace("[2, 0]", "[3, 0]"),
+        good.replace('"solve it", ', ""),
+        EMPTY_PLAN.rstrip("\n"),  # the empty plan cut short
+        EMPTY_PLAN.replace("subtasks = []", 'subtasks = ["x"]'),  # lists of different lengths
+        EMPTY_PLAN.replace("access_list = []", "access_list = [[]]"),
+        'model_id = [0, 1, 2]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], [], []]\n',
+    ]:
+        assert not loose.fullmatch(bad[len(prefix) :]) and not strict.fullmatch(bad[len(prefix) :]), bad
 
 
 def _favour_close(fmt, proc, prompt_len, vocab, limit=80):
@@ -217,7 +248,7 @@ def test_allow_empty_does_not_let_a_list_close_after_a_separator(tiny_qwen2):
     proc = fmt.processor(prompt_len=1, n_workers=2, max_steps=3, prefix="model_id = [", allow_empty=True)
     ids = torch.zeros((1, 1), dtype=torch.long)
     proc(ids, torch.zeros((1, len(tokenizer))))
-    for token in [fmt.digit["1"], fmt.comma] + fmt.encode(" "):   # "1, " written: an id must follow
+    for token in [fmt.digit["1"], fmt.comma] + fmt.encode(" "):  # "1, " written: an id must follow
         ids = torch.cat([ids, torch.tensor([[token]])], dim=-1)
         scores = proc(ids, torch.zeros((1, len(tokenizer))))
     allowed = set(torch.nonzero(scores[0] > float("-inf")).flatten().tolist())
@@ -230,7 +261,7 @@ def test_choice_mask_on_the_empty_plan_marks_only_its_closing_bracket(request, m
     from conductor_rl.plan.constrained import PLAN_START, choice_mask
 
     _, tokenizer = request.getfixturevalue(model)
-    ids = tokenizer.encode(EMPTY_PLAN[len(prefix):], add_special_tokens=False) + [tokenizer.eos_token_id]
+    ids = tokenizer.encode(EMPTY_PLAN[len(prefix) :], add_special_tokens=False) + [tokenizer.eos_token_id]
     mask = choice_mask(tokenizer, ids, prefix)
     # the tokenizer's own encoding may join "]" to its neighbours (" []\n"): that one token is the choice
     spans, end = [], len(prefix)

@@ -28,10 +28,17 @@ Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpui
 """
 
 
-@pytest.mark.parametrize("cpuinfo, fast", [
-    (AVX2_EPYC, False), (AVX512_XEON, False), (SAPPHIRE_RAPIDS, True), (GRAVITON3, True), (GRAVITON2, False),
-    ("processor\t: 0\n", False),
-])
+@pytest.mark.parametrize(
+    "cpuinfo, fast",
+    [
+        (AVX2_EPYC, False),
+        (AVX512_XEON, False),
+        (SAPPHIRE_RAPIDS, True),
+        (GRAVITON3, True),
+        (GRAVITON2, False),
+        ("processor\t: 0\n", False),
+    ],
+)
 def test_bf16_counts_as_fast_only_where_the_cpu_computes_in_it(cpuinfo, fast):
     assert cpu_has_fast_bf16(cpuinfo) is fast
     assert bf16_is_fast("cpu", cpuinfo) is fast
@@ -54,13 +61,16 @@ def test_a_gpu_answers_for_itself():
     assert bf16_is_fast("cuda", AVX2_EPYC) is expected
 
 
-@pytest.mark.parametrize("setting, on_cpu, cpuinfo, dtype", [
-    ("auto", True, AVX2_EPYC, "float32"),
-    ("auto", True, AVX512_XEON, "float32"),
-    ("auto", True, SAPPHIRE_RAPIDS, "bfloat16"),
-    ("auto", False, AVX2_EPYC, "auto"),          # a GPU engine keeps the checkpoint's dtype
-    ("bfloat16", True, AVX2_EPYC, "bfloat16"),   # an explicit setting is obeyed
-    ("float32", True, SAPPHIRE_RAPIDS, "float32"),
-])
+@pytest.mark.parametrize(
+    "setting, on_cpu, cpuinfo, dtype",
+    [
+        ("auto", True, AVX2_EPYC, "float32"),
+        ("auto", True, AVX512_XEON, "float32"),
+        ("auto", True, SAPPHIRE_RAPIDS, "bfloat16"),
+        ("auto", False, AVX2_EPYC, "auto"),  # a GPU engine keeps the checkpoint's dtype
+        ("bfloat16", True, AVX2_EPYC, "bfloat16"),  # an explicit setting is obeyed
+        ("float32", True, SAPPHIRE_RAPIDS, "float32"),
+    ],
+)
 def test_the_engine_dtype_follows_the_cpu(setting, on_cpu, cpuinfo, dtype):
     assert engine_dtype(setting, on_cpu, cpuinfo) == dtype

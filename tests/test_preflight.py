@@ -14,8 +14,10 @@ from conductor_rl.workers.ledger import CostLedger
 from conductor_rl.workers.preflight import check_workers, format_checks
 from conductor_rl.workers.providers import build_provider
 from conductor_rl.workers.retry import RetryPolicy
-from tests.http_fakes import fresh, server  # noqa: F401 (fixtures)
 from tests.http_fakes import FAKE_KEY, KEY_ENV, PRICE, worker_config
+
+# Every test talks to the fake LLM server: the fake key set, the server reset (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh")
 
 
 def closed_port() -> int:
@@ -26,13 +28,22 @@ def closed_port() -> int:
 
 def probe(configs: list[WorkerConfig], ledger: CostLedger | None = None):
     async def go():
-        workers = [GuardedProvider(build_provider(c), provider_kind=c.provider, ledger=ledger,
-                                   policy=RetryPolicy(max_retries=0), price=c.price) for c in configs]
+        workers = [
+            GuardedProvider(
+                build_provider(c),
+                provider_kind=c.provider,
+                ledger=ledger,
+                policy=RetryPolicy(max_retries=0),
+                price=c.price,
+            )
+            for c in configs
+        ]
         try:
             return await check_workers(workers, configs, timeout_s=30)
         finally:
             for w in workers:
                 await w.aclose()
+
     return asyncio.run(go())
 
 
@@ -58,17 +69,25 @@ def test_a_refused_call_fails_the_check_with_the_providers_words(fault, kind, re
 
 def test_no_server_is_unreachable(monkeypatch):
     monkeypatch.setenv(KEY_ENV, FAKE_KEY)
-    config = WorkerConfig(name="gone", provider="openai_compatible", model="m",
-                          base_url=f"http://127.0.0.1:{closed_port()}/v1", price=PRICE)
+    config = WorkerConfig(
+        name="gone",
+        provider="openai_compatible",
+        model="m",
+        base_url=f"http://127.0.0.1:{closed_port()}/v1",
+        price=PRICE,
+    )
     [check] = probe([config])
     assert check.status == "fail" and not check.reachable and check.problem.startswith("connection: ")
 
 
 def test_the_table_names_every_worker_and_the_one_that_failed(server):
-    server.script(["ok", "401"])   # the probes go out together; which one gets the 401 does not matter
+    server.script(["ok", "401"])  # the probes go out together; which one gets the 401 does not matter
     sim = WorkerConfig(name="sim-one", provider="sim", sim=SimSpec())
-    configs = [worker_config("openai_compatible", server, name="first"), worker_config("openai_compatible", server,
-                                                                                      name="second"), sim]
+    configs = [
+        worker_config("openai_compatible", server, name="first"),
+        worker_config("openai_compatible", server, name="second"),
+        sim,
+    ]
     checks = probe(configs)
     table = format_checks(checks, wall_s=1.5)
     lines = table.splitlines()

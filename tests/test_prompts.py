@@ -10,12 +10,12 @@ from conductor_rl.plan.prompts import EXAMPLES, apply_chat_template, conductor_m
 
 def test_four_worked_examples_are_valid_plans_outside_the_training_domains():
     assert len(EXAMPLES) == 4
-    for question, pool, plan_text in EXAMPLES:
-        plan = parse_plan(plan_text, n_workers=pool)   # every example teaches a plan that parses
+    for _question, pool, plan_text in EXAMPLES:
+        plan = parse_plan(plan_text, n_workers=pool)  # every example teaches a plan that parses
         assert 1 <= len(plan.steps) <= 5
     topics = " ".join(q for q, _, _ in EXAMPLES)
-    assert "STEMI" in EXAMPLES[1][2] or "ECG" in topics       # medical reasoning
-    assert "Countdown" in topics                              # not MATH/MMLU/RLPR/LiveCodeBench items
+    assert "STEMI" in EXAMPLES[1][2] or "ECG" in topics  # medical reasoning
+    assert "Countdown" in topics  # not MATH/MMLU/RLPR/LiveCodeBench items
 
 
 @pytest.mark.parametrize("n_workers, max_steps, n_examples", [(3, 5, 4), (6, 3, 0), (1, 1, 2)])
@@ -72,7 +72,7 @@ def test_one_prompt_builder_gives_the_text_and_its_token_ids():
     assert f"a team of {len(config.workers)} models" in text
     ids = prompt.ids("What is 2 + 2?")
     assert prompt.tokenizer.decode(ids) == text
-    assert prompt.ids("What is 2 + 2?") is ids                     # tokenised once per question
+    assert prompt.ids("What is 2 + 2?") is ids  # tokenised once per question
     assert prompt.ids("What is 3 + 3?") != ids
     assert prompt.shape is not None and prompt.shape.n_workers == len(config.workers)
     assert prompt.shape.prefix == config.conductor.response_prefix

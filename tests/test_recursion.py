@@ -23,33 +23,21 @@ from conductor_rl.plan import Plan, Step
 from conductor_rl.plan.prompts import ConductorPrompt
 from conductor_rl.policy.batch import rollout_batch
 from conductor_rl.policy.sampling import Sample
-from conductor_rl.rollout.recursion import (Recursion, call_seed, discounted_reward, forced_groups, generator_writer,
-                                            keep_answer)
+from conductor_rl.rollout.recursion import Recursion, call_seed, discounted_reward, forced_groups, generator_writer
 from conductor_rl.rollout.rollouts import Rollout, apply_grade, execute_rollouts, parse_rollout, ready_to_grade
-from conductor_rl.rollout.workflow import FORCED_CALL, StepLimits, Task, run_plan
+from conductor_rl.rollout.workflow import FORCED_CALL, StepLimits, Task, keep_answer, run_plan
 from conductor_rl.run.traces import TraceWriter, read_traces
+from conductor_rl.testing.workers import ScriptedWorker
+from conductor_rl.workers.providers.base import ProviderError, WorkerRequest
 from conductor_rl.workers.providers.conductor import ConductorSeat
-from conductor_rl.workers.providers.base import ProviderError, WorkerRequest, WorkerResponse
 
 TASK = Task(id="q-1", question="What is 6 times 7?", domain="math", reference="42", answer_kind="numeric")
 EMPTY = "model_id = []\nsubtasks = []\naccess_list = []\n"
 
 
-class Echo:
-    """A worker answering `<name>#<n>`; it records what it was sent."""
-
-    simulated = False
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.requests: list[WorkerRequest] = []
-
-    async def complete(self, request: WorkerRequest) -> WorkerResponse:
-        self.requests.append(request)
-        return WorkerResponse(text=f"{self.name}#{len(self.requests) - 1}", cost_usd=0.5)
-
-    async def aclose(self) -> None:
-        return None
+def echo(name: str) -> ScriptedWorker:
+    """A worker answering `<name>#<n>` at a cost of 0.5; it records what it was sent."""
+    return ScriptedWorker(name, answer=lambda _, n: f"{name}#{n}", cost_usd=0.5)
 
 
 class ScriptedWriter:
@@ -65,7 +53,7 @@ class ScriptedWriter:
             raise RuntimeError("generator actor died")
         text = self.tokenizer.decode(prompt_ids)
         self.calls.append((text, shape, seed))
-        depth = sum(1 for c in self.calls)   # calls arrive parent first in these tests
+        depth = sum(1 for c in self.calls)  # calls arrive parent first in these tests
         plan = self.plans.get(depth, self.plans.get(0, EMPTY))
         ids = tuple(self.tokenizer.encode(plan, add_special_tokens=False))
         return Sample(plan, ids, tuple(-0.5 for _ in ids), "stop")
@@ -83,7 +71,7 @@ def prompts(tokenizer):
 
 def pool():
     """Model 0 and 1 are workers, Model 2 is the Conductor itself."""
-    return [Echo("a"), Echo("b"), ConductorSeat("conductor")]
+    return [echo("a"), echo("b"), ConductorSeat("conductor")]
 
 
 def recursion(writer, prompts, max_depth=3, forced_below=0, parent="model_id = [0, 2]") -> Recursion:
@@ -112,12 +100,12 @@ def test_a_step_given_to_the_conductor_runs_an_inner_plan_that_sees_the_answer_s
     # The inner Conductor was shown the question, the calling plan and the answer so far.
     prompt, shape, _ = writer.calls[0]
     assert TASK.question in prompt and "model_id = [0, 2]" in prompt and "a#0" in prompt
-    assert shape is None   # free-text format: no shape to allow the empty plan in
+    assert shape is None  # free-text format: no shape to allow the empty plan in
     # The inner plan's worker saw the answer so far; its answer is the step's and the workflow's.
     inner_request = workers[1].requests[0]
     assert "a#0" in inner_request.messages[-1]["content"]
     assert step.response == "b#0" == result.final_answer
-    assert step.cost_usd == 0.5 and result.cost_usd == 1.0   # the inner plan's spend counts
+    assert step.cost_usd == 0.5 and result.cost_usd == 1.0  # the inner plan's spend counts
     assert [s.worker for s in result.worker_steps()] == ["a", "b"]
 
 
@@ -133,11 +121,11 @@ def test_three_empty_lists_keep_the_parents_answer_unchanged(tokenizer, prompts)
 
 
 def test_recursion_stops_at_the_maximum_depth(tokenizer, prompts):
-    writer = ScriptedWriter(tokenizer, {0: CALLS_ITSELF})   # every call calls the Conductor again
+    writer = ScriptedWriter(tokenizer, {0: CALLS_ITSELF})  # every call calls the Conductor again
     result = run(plan_of((0, "solve", []), (2, "review", "all")), pool(), recursion(writer, prompts, max_depth=2))
     calls = result.inner_calls()
     assert [c.depth for c in calls] == [1, 2, 3]
-    assert len(writer.calls) == 2                      # depths 1 and 2 sampled; depth 3 is past the limit
+    assert len(writer.calls) == 2  # depths 1 and 2 sampled; depth 3 is past the limit
     assert calls[-1].at_limit and calls[-1].kept and not calls[-1].completion_ids
     # The call at the limit keeps the answer it was shown: depth 2's plan ends on it.
     depth2 = calls[1].workflow
@@ -171,13 +159,14 @@ def test_forced_calls_at_every_depth_below_the_limit_stop_at_empty_lists(tokeniz
     result = run(plan_of((0, "solve", [])), pool(), recursion(writer, prompts, max_depth=3, forced_below=3))
     assert [c.depth for c in result.inner_calls()] == [1, 2, 3]
     assert result.inner_calls()[-1].kept
-    assert result.final_answer == "b#1"   # depth 2's answer, kept by depth 3
+    assert result.final_answer == "b#1"  # depth 2's answer, kept by depth 3
 
 
 def test_an_unparsable_inner_plan_is_the_policys_failure(tokenizer, prompts):
-    writer = ScriptedWriter(tokenizer, {1: "model_id = [9]\nsubtasks = [\"x\"]\naccess_list = [[]]\n"})
-    rollout = parse_rollout(Rollout(TASK, "model_id = [0, 2]\nsubtasks = [\"solve\", \"review\"]\n"
-                                          "access_list = [[], \"all\"]\n"), 3, 3)
+    writer = ScriptedWriter(tokenizer, {1: 'model_id = [9]\nsubtasks = ["x"]\naccess_list = [[]]\n'})
+    rollout = parse_rollout(
+        Rollout(TASK, 'model_id = [0, 2]\nsubtasks = ["solve", "review"]\naccess_list = [[], "all"]\n'), 3, 3
+    )
     asyncio.run(execute_rollouts([rollout], pool(), StepLimits(), key="k", recursion=recursion(writer, prompts)))
     assert rollout.reward == grading.reward(False, None) == 0.0
     assert rollout.plan_error.startswith("recursive call at depth 1: model_id[0] is 9")
@@ -199,8 +188,9 @@ def test_the_seat_is_never_called_as_a_worker():
 
 def test_traces_show_the_recursion_tree(tokenizer, prompts, tmp_path):
     writer = ScriptedWriter(tokenizer, {1: CALLS_ITSELF, 2: ONE_STEP})
-    rollout = parse_rollout(Rollout(TASK, "model_id = [0, 2]\nsubtasks = [\"solve\", \"review\"]\n"
-                                          "access_list = [[], \"all\"]\n"), 3, 3)
+    rollout = parse_rollout(
+        Rollout(TASK, 'model_id = [0, 2]\nsubtasks = ["solve", "review"]\naccess_list = [[], "all"]\n'), 3, 3
+    )
     asyncio.run(execute_rollouts([rollout], pool(), StepLimits(), key="k", recursion=recursion(writer, prompts)))
     apply_grade(rollout, GradeResult(Verdict.WRONG, "b#0", "wrong"))
     TraceWriter(tmp_path).write(0, [{**rollout.to_dict(), "iteration": 0}])
@@ -211,7 +201,7 @@ def test_traces_show_the_recursion_tree(tokenizer, prompts, tmp_path):
     depth2 = depth1["steps"][1]["inner"]
     assert depth2["depth"] == 2 and depth2["plan"] == [{"model_id": 1, "subtask": "improve the answer", "access": []}]
     assert depth2["steps"][0]["worker"] == "b" and depth2["answer"] == row["final_answer"]
-    json.dumps(row["steps"])   # plain JSON all the way down
+    json.dumps(row["steps"])  # plain JSON all the way down
 
 
 def test_inner_calls_are_seeded_by_their_place_not_by_their_batch(tokenizer, prompts):
@@ -230,12 +220,13 @@ def test_the_non_recursive_alternative_is_discounted_in_forced_groups(tokenizer,
     assert discounted_reward(1.0, True, [kept], 0.25) == 0.75
     assert discounted_reward(0.5, True, [kept], 0.25) == 0.375
     assert discounted_reward(1.0, True, [recursed], 0.25) == 1.0
-    assert discounted_reward(1.0, False, [kept], 0.25) == 1.0      # unforced groups are not discounted
+    assert discounted_reward(1.0, False, [kept], 0.25) == 1.0  # unforced groups are not discounted
     assert discounted_reward(0.0, True, [], 0.25) == 0.0
     # Through apply_grade, as training grades a forced rollout that kept its answer.
     writer = ScriptedWriter(tokenizer, {1: EMPTY})
-    rollout = parse_rollout(Rollout(TASK, 'model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]\n',
-                                    forced=True, discount=0.25), 3, 3)
+    rollout = parse_rollout(
+        Rollout(TASK, 'model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]\n', forced=True, discount=0.25), 3, 3
+    )
     asyncio.run(execute_rollouts([rollout], pool(), StepLimits(), key="k", recursion=recursion(writer, prompts)))
     assert rollout.workflow.steps[-1].inner.forced and rollout.workflow.steps[-1].inner.kept
     apply_grade(rollout, GradeResult(Verdict.CORRECT, "42", "ok"))
@@ -250,19 +241,33 @@ def test_forced_groups_are_half_the_batch_and_the_same_on_resume():
 
 
 def test_recursive_tokens_are_rows_of_the_loss_with_the_rollouts_advantage(tokenizer, prompts):
-    writer = ScriptedWriter(tokenizer, {1: ONE_STEP, 2: EMPTY})   # the first rollout recurses, the second keeps
+    writer = ScriptedWriter(tokenizer, {1: ONE_STEP, 2: EMPTY})  # the first rollout recurses, the second keeps
     completion = 'model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]\n'
-    rollouts = [parse_rollout(Rollout(TASK, completion, group=0, sample=i, completion_ids=(1, 2, 3),
-                                      logprobs=(-1.0, -1.0, -1.0), forced=True, discount=0.25), 3, 3)
-                for i in range(2)]
-    for r in rollouts:   # one at a time, so the scripted writer's order is the rollouts'
+    rollouts = [
+        parse_rollout(
+            Rollout(
+                TASK,
+                completion,
+                group=0,
+                sample=i,
+                completion_ids=(1, 2, 3),
+                logprobs=(-1.0, -1.0, -1.0),
+                forced=True,
+                discount=0.25,
+            ),
+            3,
+            3,
+        )
+        for i in range(2)
+    ]
+    for r in rollouts:  # one at a time, so the scripted writer's order is the rollouts'
         asyncio.run(execute_rollouts([r], pool(), StepLimits(), key="k", recursion=recursion(writer, prompts)))
     for r in rollouts:
         apply_grade(r, GradeResult(Verdict.CORRECT, "42", ""))
     assert [r.reward for r in rollouts] == [1.0, 0.75]
     batch, informative = rollout_batch(rollouts, [[9, 9]])
     assert informative == 1
-    assert len(batch.completion_ids) == 2 + 2   # two plans, two recursive calls
+    assert len(batch.completion_ids) == 2 + 2  # two plans, two recursive calls
     for r in rollouts:
         [call] = r.inner_calls
         row = batch.completion_ids.index(list(call.completion_ids))
@@ -303,8 +308,9 @@ def test_recursion_settings_are_checked_at_start():
     with_seat = load_config(None).model_validate({**load_config(None).model_dump(), "workers": workers + [seat]})
     assert with_seat.workers[-1].provider == "conductor"
     with pytest.raises(ValueError, match="one worker may be the Conductor itself"):
-        load_config(None).model_validate({**load_config(None).model_dump(),
-                                          "workers": workers + [seat, {**seat, "name": "me2"}]})
+        load_config(None).model_validate(
+            {**load_config(None).model_dump(), "workers": workers + [seat, {**seat, "name": "me2"}]}
+        )
 
 
 def test_calls_made_while_a_batch_samples_get_the_next_batch_and_a_writer_outlives_its_event_loop():
@@ -323,8 +329,9 @@ def test_calls_made_while_a_batch_samples_get_the_next_batch_and_a_writer_outliv
 
     async def early_and_late():
         async def late():
-            await asyncio.sleep(0.15)   # while the first batch is being sampled
+            await asyncio.sleep(0.15)  # while the first batch is being sampled
             return await writer.write([2], None, 2)
+
         return await asyncio.wait_for(asyncio.gather(writer.write([1], None, 1), late()), timeout=30)
 
     assert [s.text for s in asyncio.run(early_and_late())] == ["s1", "s2"]
@@ -338,8 +345,11 @@ def test_ask_prints_the_recursion_tree(tokenizer, prompts):
 
     writer = ScriptedWriter(tokenizer, {1: ONE_STEP, 2: EMPTY})
     rollout = parse_rollout(Rollout(TASK, 'model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]\n'), 3, 3)
-    asyncio.run(execute_rollouts([rollout], pool(), StepLimits(), key="k",
-                                 recursion=recursion(writer, prompts, max_depth=2, forced_below=2)))
+    asyncio.run(
+        execute_rollouts(
+            [rollout], pool(), StepLimits(), key="k", recursion=recursion(writer, prompts, max_depth=2, forced_below=2)
+        )
+    )
     text = "\n".join(step_lines(rollout.to_dict()["steps"], "  "))
     assert "  step 1: the Conductor, forced, reads all" in text
     assert "  depth 1: the Conductor planned again:" in text

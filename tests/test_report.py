@@ -12,8 +12,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from conductor_rl.run import report
-from conductor_rl.run.report import ReportError, summarize, write_report
 from conductor_rl.run.log import METRICS_FILE, RunLog
+from conductor_rl.run.report import ReportError, summarize, write_report
 
 PHASES = {"time_generate_s": 3.0, "time_execute_s": 1.0, "time_grade_s": 0.5, "time_learn_s": 20.0, "time_sync_s": 1.5}
 
@@ -21,16 +21,36 @@ PHASES = {"time_generate_s": 3.0, "time_execute_s": 1.0, "time_grade_s": 0.5, "t
 def metrics(i: int) -> dict:
     expert = min(0.2 + 0.1 * i, 1.0)
     return {
-        "iteration": i, "reward_mean": 0.5 + 0.05 * i, "reward_std": 0.2, "accuracy": 0.3 + 0.1 * i,
-        "format_failure_rate": max(0.3 - 0.1 * i, 0.0), "infra_error_rate": 0.0, "steps_per_plan": 1.8,
-        "rollouts": 32, "kept_rollouts": 24, "informative_groups": 3, "groups": 4,
-        "conductor_tokens": 1000 + i, "worker_input_tokens": 5000, "worker_output_tokens": 4000,
-        "cost_usd": 0.01, "cost_total_usd": 0.01 * (i + 1),
+        "iteration": i,
+        "reward_mean": 0.5 + 0.05 * i,
+        "reward_std": 0.2,
+        "accuracy": 0.3 + 0.1 * i,
+        "format_failure_rate": max(0.3 - 0.1 * i, 0.0),
+        "infra_error_rate": 0.0,
+        "steps_per_plan": 1.8,
+        "rollouts": 32,
+        "kept_rollouts": 24,
+        "informative_groups": 3,
+        "groups": 4,
+        "conductor_tokens": 1000 + i,
+        "worker_input_tokens": 5000,
+        "worker_output_tokens": 4000,
+        "cost_usd": 0.01,
+        "cost_total_usd": 0.01 * (i + 1),
         "worker_usage": {"sim-math-expert": expert, "sim-generalist": 1 - expert},
-        "final_worker_by_domain": {"math": {"sim-math-expert": expert, "sim-generalist": 1 - expert},
-                                   "mmlu": {"sim-generalist": 0.9, "sim-math-expert": 0.1}},
-        "best_worker_share": expert, "loss": 0.01, "grad_norm": 0.3, "clip_fraction": 0.0, "lr": 1e-5,
-        "weights_version": i + 1, **PHASES, "time_iteration_s": 27.0 + i, "wall_time": 1_764_420_000.0 + 30 * i,
+        "final_worker_by_domain": {
+            "math": {"sim-math-expert": expert, "sim-generalist": 1 - expert},
+            "mmlu": {"sim-generalist": 0.9, "sim-math-expert": 0.1},
+        },
+        "best_worker_share": expert,
+        "loss": 0.01,
+        "grad_norm": 0.3,
+        "clip_fraction": 0.0,
+        "lr": 1e-5,
+        "weights_version": i + 1,
+        **PHASES,
+        "time_iteration_s": 27.0 + i,
+        "wall_time": 1_764_420_000.0 + 30 * i,
     }
 
 
@@ -50,14 +70,16 @@ def png_size(path) -> tuple[int, int]:
 def test_summarize_means_first_and_last_three():
     summary = summarize([metrics(i) for i in range(6)])
     assert summary["iterations"] == 6
-    assert summary["first_reward"] == pytest.approx(0.55)   # iterations 0-2
-    assert summary["last_reward"] == pytest.approx(0.70)    # iterations 3-5
+    assert summary["first_reward"] == pytest.approx(0.55)  # iterations 0-2
+    assert summary["last_reward"] == pytest.approx(0.70)  # iterations 3-5
     assert summary["reward_gain"] == pytest.approx(0.15)
     assert summary["first_accuracy"] == pytest.approx(0.4) and summary["last_accuracy"] == pytest.approx(0.7)
     assert summary["total_cost_usd"] == pytest.approx(0.06)
     assert summary["total_conductor_tokens"] == 6015
     assert summary["mean_iteration_s"] == pytest.approx(29.5)
-    assert summary["phase_means"] == pytest.approx({"generate": 3.0, "execute": 1.0, "grade": 0.5, "learn": 20.0, "sync": 1.5})
+    assert summary["phase_means"] == pytest.approx(
+        {"generate": 3.0, "execute": 1.0, "grade": 0.5, "learn": 20.0, "sync": 1.5}
+    )
     json.dumps(summary)  # benchmarks print it
 
 
@@ -65,7 +87,12 @@ def test_summarize_one_iteration_and_missing_keys():
     one = summarize([metrics(0)])
     assert one["first_reward"] == one["last_reward"] == pytest.approx(0.5) and one["reward_gain"] == 0
     bare = summarize([{"iteration": 0}, {"iteration": 1, "cost_usd": 0.5, "reward_mean": None}])
-    assert (bare["first_reward"], bare["reward_gain"], bare["mean_iteration_s"], bare["phase_means"]) == (None, None, None, {})
+    assert (bare["first_reward"], bare["reward_gain"], bare["mean_iteration_s"], bare["phase_means"]) == (
+        None,
+        None,
+        None,
+        {},
+    )
     assert bare["total_cost_usd"] == 0.5  # no running total logged: the iterations' costs are added up
     json.dumps(bare)
     with pytest.raises(ReportError, match="no iteration"):
@@ -79,7 +106,9 @@ def test_report_has_tables_and_plots(tmp_path):
     log_run(tmp_path, [metrics(i) for i in range(6)])
     rcparams = dict(matplotlib.rcParams)
     backend = matplotlib.get_backend()
-    path = write_report(tmp_path, title="Tiny run", extra={"config": "configs/tiny.yaml", "seed": 7, "ended": "budget | done"})
+    path = write_report(
+        tmp_path, title="Tiny run", extra={"config": "configs/tiny.yaml", "seed": 7, "ended": "budget | done"}
+    )
     assert matplotlib.get_backend() == backend and dict(matplotlib.rcParams) == rcparams
 
     text = path.read_text()
@@ -89,12 +118,14 @@ def test_report_has_tables_and_plots(tmp_path):
     assert "| total worker cost (USD) | 0.0600 |" in text
     assert "| mean time: learn (s) | 20.00 |" in text
     assert "## Final worker choice (iteration 5)" in text
-    assert "| math | sim-math-expert | 30% | 70% |" in text     # columns: sim-generalist, sim-math-expert
+    assert "| math | sim-math-expert | 30% | 70% |" in text  # columns: sim-generalist, sim-math-expert
     assert "| mmlu | sim-generalist | 90% | 10% |" in text
     assert "| seed | 7 |" in text and "| ended | budget \\| done |" in text
 
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert links == [f"report/{name}.png" for name in ("reward", "accuracy", "worker_usage", "cost", "best_worker", "phases")]
+    assert links == [
+        f"report/{name}.png" for name in ("reward", "accuracy", "worker_usage", "cost", "best_worker", "phases")
+    ]
     for link in links:
         width, height = png_size(tmp_path / link)
         assert width > 300 and height > 200
@@ -150,13 +181,15 @@ def test_asynchronous_records_report_the_overlap_and_waits_apart_from_the_phases
     """train.max_staleness >= 1 logs the learner's and the generators' waits and the overlap: the
     summary keeps them apart from the phases (a wait is not work), the report names them, and the
     phase plot is drawn."""
-    records = [{**metrics(i), "overlap": 0.5 + 0.1 * i, "time_wait_learner_s": 2.0, "time_wait_generate_s": 0.0}
-               for i in range(3)]
+    records = [
+        {**metrics(i), "overlap": 0.5 + 0.1 * i, "time_wait_learner_s": 2.0, "time_wait_generate_s": 0.0}
+        for i in range(3)
+    ]
     summary = summarize(records)
     assert set(summary["phase_means"]) == {"generate", "execute", "grade", "learn", "sync"}
     assert summary["mean_overlap"] == pytest.approx(0.6)
     assert summary["wait_means"] == pytest.approx({"wait_learner": 2.0, "wait_generate": 0.0})
-    assert summarize([metrics(0)])["mean_overlap"] is None   # synchronous
+    assert summarize([metrics(0)])["mean_overlap"] is None  # synchronous
     log_run(tmp_path, records)
     text = write_report(tmp_path).read_text()
     assert "mean overlap of phases (asynchronous)" in text and "learner waiting for rollouts" in text

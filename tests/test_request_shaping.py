@@ -22,13 +22,18 @@ from conductor_rl.config import REASONING_LEVELS, WorkerConfig
 from conductor_rl.config.workers import _paper_workers
 from conductor_rl.testing.fake_llm_server import REASONING_TEXT
 from conductor_rl.workers import request_shape
+from conductor_rl.workers.model_traits import traits_for
 from conductor_rl.workers.providers import ProviderError, WorkerRequest, build_provider
 from conductor_rl.workers.providers.reasoning_text import split_think
 from conductor_rl.workers.request_shape import (
-    shape_notes, shape_problems, shape_request, traits_for,
+    shape_notes,
+    shape_problems,
+    shape_request,
 )
-from tests.http_fakes import fresh, server  # noqa: F401 (fixtures)
 from tests.http_fakes import FAKE_KEY, KEY_ENV, PRICE
+
+# Every test talks to the fake LLM server: the fake key set, the server reset (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh")
 
 GPT5, PRO, FLASH, LITE = "gpt-5", "gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite"
 SONNET, OPUS_47 = "claude-sonnet-4-20250514", "claude-opus-4-7"
@@ -37,17 +42,29 @@ QWEN3, R1, GEMMA = "Qwen/Qwen3-32B", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
 
 def worker(provider: str, model: str, server=None, **extra: Any) -> WorkerConfig:
     url = server.base_url_for(provider) if server is not None else "http://127.0.0.1:1"
-    return WorkerConfig(name=f"w-{model.split('/')[-1]}", provider=provider, model=model, api_key_env=KEY_ENV,
-                        base_url=url, price=PRICE, **extra)
+    return WorkerConfig(
+        name=f"w-{model.split('/')[-1]}",
+        provider=provider,
+        model=model,
+        api_key_env=KEY_ENV,
+        base_url=url,
+        price=PRICE,
+        **extra,
+    )
 
 
 def request_of(config: WorkerConfig, **override: Any) -> WorkerRequest:
     """A step's request as the workflow makes it: the worker's own settings."""
-    fields = dict(max_tokens=config.max_tokens, temperature=config.temperature,
-                  reasoning_budget=config.reasoning_budget, reasoning=config.reasoning)
+    fields = dict(
+        max_tokens=config.max_tokens,
+        temperature=config.temperature,
+        reasoning_budget=config.reasoning_budget,
+        reasoning=config.reasoning,
+    )
     fields.update(override)
-    return WorkerRequest([{"role": "system", "content": "Answer briefly."},
-                          {"role": "user", "content": "What is 2 + 2?"}], **fields)
+    return WorkerRequest(
+        [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 2 + 2?"}], **fields
+    )
 
 
 def call(server, config: WorkerConfig, faults=(), **override: Any):
@@ -82,8 +99,14 @@ def sent(server) -> dict[str, Any]:
 
 CASES = [
     # provider, model, reasoning, reasoning_budget, expected keys (subset), keys that must be absent
-    ("openai", GPT5, "minimal", None, {"reasoning_effort": "minimal", "max_completion_tokens": 4096},
-     ["temperature", "max_tokens"]),
+    (
+        "openai",
+        GPT5,
+        "minimal",
+        None,
+        {"reasoning_effort": "minimal", "max_completion_tokens": 4096},
+        ["temperature", "max_tokens"],
+    ),
     ("openai", GPT5, "default", None, {}, ["temperature", "reasoning_effort"]),
     ("openai", GPT5, "off", None, {"reasoning_effort": "minimal"}, ["temperature"]),
     ("openai", GPT5, "default", 0, {"reasoning_effort": "minimal"}, ["temperature"]),
@@ -94,11 +117,23 @@ CASES = [
     ("openai", "gpt-5-pro", "low", None, {"reasoning_effort": "high"}, ["temperature"]),
     ("openai", "o3", "minimal", None, {"reasoning_effort": "low"}, ["temperature"]),
     ("openai", "gpt-4o", "high", None, {"temperature": 0.2}, ["reasoning_effort"]),
-    ("openai_responses", GPT5, "minimal", None, {"reasoning": {"effort": "minimal"}, "max_output_tokens": 4096},
-     ["temperature"]),
+    (
+        "openai_responses",
+        GPT5,
+        "minimal",
+        None,
+        {"reasoning": {"effort": "minimal"}, "max_output_tokens": 4096},
+        ["temperature"],
+    ),
     ("openai_responses", "gpt-4.1", "minimal", None, {"temperature": 0.2}, ["reasoning"]),
-    ("google", PRO, "off", None, {"thinkingConfig": {"thinkingBudget": 128, "includeThoughts": True},
-                                  "temperature": 0.2}, []),
+    (
+        "google",
+        PRO,
+        "off",
+        None,
+        {"thinkingConfig": {"thinkingBudget": 128, "includeThoughts": True}, "temperature": 0.2},
+        [],
+    ),
     ("google", PRO, "minimal", None, {"thinkingConfig": {"thinkingBudget": 128, "includeThoughts": True}}, []),
     ("google", PRO, "default", None, {"thinkingConfig": {"includeThoughts": True}}, []),
     ("google", PRO, "default", 32768, {"thinkingConfig": {"thinkingBudget": 32768, "includeThoughts": True}}, []),
@@ -106,17 +141,34 @@ CASES = [
     ("google", FLASH, "high", None, {"thinkingConfig": {"thinkingBudget": 2048, "includeThoughts": True}}, []),
     ("google", LITE, "low", None, {"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True}}, []),
     ("google", LITE, "default", None, {"maxOutputTokens": 4096}, ["thinkingConfig"]),
-    ("google", "gemini-3-pro-preview", "medium", None, {"thinkingConfig": {"thinkingLevel": "HIGH",
-                                                                           "includeThoughts": True}}, []),
+    (
+        "google",
+        "gemini-3-pro-preview",
+        "medium",
+        None,
+        {"thinkingConfig": {"thinkingLevel": "HIGH", "includeThoughts": True}},
+        [],
+    ),
     ("anthropic", SONNET, "minimal", None, {"temperature": 0.2, "max_tokens": 4096}, ["thinking"]),
     ("anthropic", SONNET, "off", None, {"temperature": 0.2}, ["thinking"]),
     ("anthropic", SONNET, "high", None, {"thinking": {"type": "enabled", "budget_tokens": 2048}}, ["temperature"]),
     ("anthropic", SONNET, "default", 3000, {"thinking": {"type": "enabled", "budget_tokens": 3000}}, ["temperature"]),
-    ("anthropic", OPUS_47, "high", None, {"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}},
-     ["temperature"]),
-    ("openai_compatible", QWEN3, "off", None, {"chat_template_kwargs": {"enable_thinking": False},
-                                               "temperature": 0.2, "max_tokens": 4096},
-     ["reasoning_effort", "max_completion_tokens"]),
+    (
+        "anthropic",
+        OPUS_47,
+        "high",
+        None,
+        {"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}},
+        ["temperature"],
+    ),
+    (
+        "openai_compatible",
+        QWEN3,
+        "off",
+        None,
+        {"chat_template_kwargs": {"enable_thinking": False}, "temperature": 0.2, "max_tokens": 4096},
+        ["reasoning_effort", "max_completion_tokens"],
+    ),
     ("openai_compatible", QWEN3, "high", None, {"chat_template_kwargs": {"enable_thinking": True}}, []),
     ("openai_compatible", QWEN3, "default", None, {"temperature": 0.2}, ["chat_template_kwargs"]),
     ("openai_compatible", R1, "off", None, {"temperature": 0.2}, ["chat_template_kwargs", "reasoning_effort"]),
@@ -124,8 +176,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("provider,model,reasoning,budget,expected,absent", CASES,
-                         ids=[f"{c[0]}-{c[1].split('/')[-1]}-{c[2]}-{c[3]}" for c in CASES])
+@pytest.mark.parametrize(
+    "provider,model,reasoning,budget,expected,absent",
+    CASES,
+    ids=[f"{c[0]}-{c[1].split('/')[-1]}-{c[2]}-{c[3]}" for c in CASES],
+)
 def test_each_model_gets_exactly_what_it_accepts(provider, model, reasoning, budget, expected, absent, server):
     config = worker(provider, model, server, reasoning=reasoning, reasoning_budget=budget)
     response = call(server, config)
@@ -137,19 +192,44 @@ def test_each_model_gets_exactly_what_it_accepts(provider, model, reasoning, bud
         assert key not in body, (key, body)
 
 
-MODELS = [("openai", m) for m in (GPT5, "gpt-5-mini", "gpt-5.1", "gpt-5.2", "gpt-5-pro", "o3", "o4-mini", "o1-mini",
-                                  "gpt-4o", "gpt-4.1", "gpt-5-chat-latest")] + \
-         [("openai_responses", m) for m in (GPT5, "gpt-5.1", "o3", "gpt-4.1")] + \
-         [("google", m) for m in (PRO, FLASH, LITE, "gemini-3-pro-preview", "gemini-3-flash-preview",
-                                  "gemini-2.0-flash")] + \
-         [("anthropic", m) for m in (SONNET, "claude-opus-4-1-20250805", "claude-sonnet-4-5", "claude-3-7-sonnet-latest",
-                                     OPUS_47, "claude-3-5-haiku-latest")] + \
-         [("openai_compatible", m) for m in (QWEN3, R1, GEMMA, "openai/gpt-oss-20b")]
+MODELS = (
+    [
+        ("openai", m)
+        for m in (
+            GPT5,
+            "gpt-5-mini",
+            "gpt-5.1",
+            "gpt-5.2",
+            "gpt-5-pro",
+            "o3",
+            "o4-mini",
+            "o1-mini",
+            "gpt-4o",
+            "gpt-4.1",
+            "gpt-5-chat-latest",
+        )
+    ]
+    + [("openai_responses", m) for m in (GPT5, "gpt-5.1", "o3", "gpt-4.1")]
+    + [("google", m) for m in (PRO, FLASH, LITE, "gemini-3-pro-preview", "gemini-3-flash-preview", "gemini-2.0-flash")]
+    + [
+        ("anthropic", m)
+        for m in (
+            SONNET,
+            "claude-opus-4-1-20250805",
+            "claude-sonnet-4-5",
+            "claude-3-7-sonnet-latest",
+            OPUS_47,
+            "claude-3-5-haiku-latest",
+        )
+    ]
+    + [("openai_compatible", m) for m in (QWEN3, R1, GEMMA, "openai/gpt-oss-20b")]
+)
 
 
 @pytest.mark.parametrize("provider,model", MODELS, ids=[f"{p}-{m.split('/')[-1]}" for p, m in MODELS])
 def test_no_reasoning_level_is_refused_by_any_model(provider, model, server):
     """Every level, at the default temperature 0.2 and at a small max_tokens, is accepted by the strict fake."""
+
     async def go():
         for max_tokens in (4096, 600):
             for level in REASONING_LEVELS:
@@ -165,8 +245,13 @@ def test_no_reasoning_level_is_refused_by_any_model(provider, model, server):
 
 
 def test_extra_body_reaches_every_wire_merged_last(server):
-    qwen = worker("openai_compatible", QWEN3, server, reasoning="off",
-                  extra_body={"top_k": 20, "chat_template_kwargs": {"custom": 1}})
+    qwen = worker(
+        "openai_compatible",
+        QWEN3,
+        server,
+        reasoning="off",
+        extra_body={"top_k": 20, "chat_template_kwargs": {"custom": 1}},
+    )
     call(server, qwen)
     body = sent(server)
     assert body["top_k"] == 20 and body["chat_template_kwargs"] == {"enable_thinking": False, "custom": 1}
@@ -178,7 +263,7 @@ def test_extra_body_reaches_every_wire_merged_last(server):
     claude = worker("anthropic", SONNET, server, reasoning="off", extra_body={"top_k": 5, "temperature": 0.7})
     call(server, claude)
     body = sent(server)
-    assert body["top_k"] == 5 and body["temperature"] == 0.7    # the user's value is merged last
+    assert body["top_k"] == 5 and body["temperature"] == 0.7  # the user's value is merged last
 
     gemini = worker("google", PRO, server, reasoning="minimal", extra_body={"generationConfig": {"topK": 7}})
     call(server, gemini)
@@ -188,6 +273,7 @@ def test_extra_body_reaches_every_wire_merged_last(server):
 
 # -- the strict fake refuses what the real APIs refuse ---------------------------------
 
+
 def _openai_client(server) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(api_key=FAKE_KEY, base_url=server.openai_url, max_retries=0)
 
@@ -196,7 +282,7 @@ def _refused(make) -> Exception:
     async def go():
         try:
             await make()
-        except Exception as err:   # noqa: BLE001 (the SDK's own error is the point)
+        except Exception as err:  # noqa: BLE001 (the SDK's own error is the point)
             return err
         raise AssertionError("the request was accepted")
 
@@ -213,20 +299,37 @@ def _message(err: Exception) -> str:
     return str(inner.get("message")) if isinstance(inner, dict) else str(err)
 
 
-@pytest.mark.parametrize("args,words", [
-    ({"model": GPT5, "temperature": 0.2},
-     "Unsupported value: 'temperature' does not support 0.2 with this model. Only the default (1) value is supported."),
-    ({"model": "o3", "temperature": 0.0}, "'temperature' does not support 0.0 with this model"),
-    ({"model": GPT5, "reasoning_effort": "none"},
-     "Unsupported value: 'none' is not supported with the 'gpt-5' model. Supported values are: 'minimal', 'low', "
-     "'medium', and 'high'."),
-    ({"model": "gpt-5.1", "reasoning_effort": "minimal"}, "Supported values are: 'none', 'low', 'medium', and 'high'."),
-    ({"model": "gpt-5.1", "reasoning_effort": "low", "temperature": 0.2}, "Only the default (1) value is supported."),
-    ({"model": "gpt-4o", "reasoning_effort": "low"}, "Unrecognized request argument supplied: reasoning_effort"),
-    ({"model": GPT5, "max_tokens": 64}, "Use 'max_completion_tokens' instead."),
-    ({"model": GPT5, "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
-     "Unrecognized request argument supplied: chat_template_kwargs"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (
+            {"model": GPT5, "temperature": 0.2},
+            "Unsupported value: 'temperature' does not support 0.2 with this model. "
+            "Only the default (1) value is supported.",
+        ),
+        ({"model": "o3", "temperature": 0.0}, "'temperature' does not support 0.0 with this model"),
+        (
+            {"model": GPT5, "reasoning_effort": "none"},
+            "Unsupported value: 'none' is not supported with the 'gpt-5' model. "
+            "Supported values are: 'minimal', 'low', "
+            "'medium', and 'high'.",
+        ),
+        (
+            {"model": "gpt-5.1", "reasoning_effort": "minimal"},
+            "Supported values are: 'none', 'low', 'medium', and 'high'.",
+        ),
+        (
+            {"model": "gpt-5.1", "reasoning_effort": "low", "temperature": 0.2},
+            "Only the default (1) value is supported.",
+        ),
+        ({"model": "gpt-4o", "reasoning_effort": "low"}, "Unrecognized request argument supplied: reasoning_effort"),
+        ({"model": GPT5, "max_tokens": 64}, "Use 'max_completion_tokens' instead."),
+        (
+            {"model": GPT5, "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
+            "Unrecognized request argument supplied: chat_template_kwargs",
+        ),
+    ],
+)
 def test_the_fake_refuses_what_openai_chat_refuses(args, words, server):
     err = _refused(lambda: _openai_client(server).chat.completions.create(messages=MESSAGES, **args))
     assert isinstance(err, openai.BadRequestError) and err.status_code == 400
@@ -244,27 +347,34 @@ def test_the_fake_refuses_what_openai_chat_refuses(args, words, server):
 def test_the_fake_refuses_what_the_responses_api_refuses(server):
     err = _refused(lambda: _openai_client(server).responses.create(model=GPT5, input="Hi", temperature=0.2))
     assert isinstance(err, openai.BadRequestError) and "Only the default (1) value is supported" in _message(err)
-    err = _refused(lambda: _openai_client(server).responses.create(model="gpt-4.1", input="Hi",
-                                                                   reasoning={"effort": "low"}))
+    err = _refused(
+        lambda: _openai_client(server).responses.create(model="gpt-4.1", input="Hi", reasoning={"effort": "low"})
+    )
     assert "'reasoning.effort' is not supported with this model" in _message(err)
 
 
-@pytest.mark.parametrize("model,thinking,words", [
-    (PRO, {"thinking_budget": 0}, "Budget 0 is invalid. This model only works in thinking mode."),
-    (PRO, {"thinking_budget": 64}, "between 128 and 32768"),
-    (FLASH, {"thinking_budget": 30000}, "between 1 and 24576"),
-    (LITE, {"thinking_budget": 100}, "between 512 and 24576"),
-    (PRO, {"thinking_level": "LOW"}, "Thinking level is not supported for this model."),
-    ("gemini-3-pro-preview", {"thinking_level": "LOW", "thinking_budget": 128}, "only set one of"),
-])
+@pytest.mark.parametrize(
+    "model,thinking,words",
+    [
+        (PRO, {"thinking_budget": 0}, "Budget 0 is invalid. This model only works in thinking mode."),
+        (PRO, {"thinking_budget": 64}, "between 128 and 32768"),
+        (FLASH, {"thinking_budget": 30000}, "between 1 and 24576"),
+        (LITE, {"thinking_budget": 100}, "between 512 and 24576"),
+        (PRO, {"thinking_level": "LOW"}, "Thinking level is not supported for this model."),
+        ("gemini-3-pro-preview", {"thinking_level": "LOW", "thinking_budget": 128}, "only set one of"),
+    ],
+)
 def test_the_fake_refuses_what_gemini_refuses(model, thinking, words, server):
-    client = genai.Client(api_key=FAKE_KEY, http_options=types.HttpOptions(
-        base_url=server.root_url, retry_options=types.HttpRetryOptions(attempts=1)))
+    client = genai.Client(
+        api_key=FAKE_KEY,
+        http_options=types.HttpOptions(base_url=server.root_url, retry_options=types.HttpRetryOptions(attempts=1)),
+    )
 
     async def go():
         try:
             await client.aio.models.generate_content(
-                model=model, contents="Hi", config=types.GenerateContentConfig(thinking_config=thinking))
+                model=model, contents="Hi", config=types.GenerateContentConfig(thinking_config=thinking)
+            )
         finally:
             await client.aio.aclose()
 
@@ -273,19 +383,34 @@ def test_the_fake_refuses_what_gemini_refuses(model, thinking, words, server):
     assert words in str(err.message)
 
 
-@pytest.mark.parametrize("args,words", [
-    ({"thinking": {"type": "enabled", "budget_tokens": 2048}, "extra_body": {"temperature": 0.2}},
-     "`temperature` may only be set to 1 when thinking is enabled"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 512}},
-     "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 4096}}, "`max_tokens` must be greater than `thinking.budget_tokens`"),
-    ({"model": OPUS_47, "thinking": {"type": "enabled", "budget_tokens": 2048}},
-     '"thinking.type.enabled" is not supported for this model.'),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (
+            {"thinking": {"type": "enabled", "budget_tokens": 2048}, "extra_body": {"temperature": 0.2}},
+            "`temperature` may only be set to 1 when thinking is enabled",
+        ),
+        (
+            {"thinking": {"type": "enabled", "budget_tokens": 512}},
+            "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
+        ),
+        (
+            {"thinking": {"type": "enabled", "budget_tokens": 4096}},
+            "`max_tokens` must be greater than `thinking.budget_tokens`",
+        ),
+        (
+            {"model": OPUS_47, "thinking": {"type": "enabled", "budget_tokens": 2048}},
+            '"thinking.type.enabled" is not supported for this model.',
+        ),
+    ],
+)
 def test_the_fake_refuses_what_anthropic_refuses(args, words, server):
     call_args = {"model": SONNET, "max_tokens": 4096, "messages": MESSAGES, **args}
-    err = _refused(lambda: anthropic.AsyncAnthropic(api_key=FAKE_KEY, base_url=server.root_url, max_retries=0)
-                   .messages.create(**call_args))
+    err = _refused(
+        lambda: anthropic.AsyncAnthropic(api_key=FAKE_KEY, base_url=server.root_url, max_retries=0).messages.create(
+            **call_args
+        )
+    )
     assert isinstance(err, anthropic.BadRequestError) and err.status_code == 400
     assert words in _message(err)
     assert (err.body.get("error", err.body) or {}).get("type") == "invalid_request_error"
@@ -324,8 +449,9 @@ THINKING = [
 ]
 
 
-@pytest.mark.parametrize("provider,model,settings,entry", THINKING,
-                         ids=[f"{t[0]}-{t[1].split('/')[-1]}-{t[3]}" for t in THINKING])
+@pytest.mark.parametrize(
+    "provider,model,settings,entry", THINKING, ids=[f"{t[0]}-{t[1].split('/')[-1]}-{t[3]}" for t in THINKING]
+)
 def test_reasoning_text_is_kept_apart_from_the_answer(provider, model, settings, entry, server):
     response = call(server, worker(provider, model, server, **settings), [entry])
     assert response.reasoning == REASONING_TEXT
@@ -333,11 +459,14 @@ def test_reasoning_text_is_kept_apart_from_the_answer(provider, model, settings,
     assert response.finish_reason == "stop" and not response.empty_after_length
 
 
-@pytest.mark.parametrize("provider,model,settings", [
-    ("openai_responses", GPT5, {"reasoning": "low"}),      # no summary asked for: none comes
-    ("anthropic", SONNET, {"reasoning": "off"}),          # thinking off: no thinking block
-    ("google", FLASH, {"reasoning": "off"}),              # budget 0: no thought summaries asked for
-])
+@pytest.mark.parametrize(
+    "provider,model,settings",
+    [
+        ("openai_responses", GPT5, {"reasoning": "low"}),  # no summary asked for: none comes
+        ("anthropic", SONNET, {"reasoning": "off"}),  # thinking off: no thinking block
+        ("google", FLASH, {"reasoning": "off"}),  # budget 0: no thought summaries asked for
+    ],
+)
 def test_no_reasoning_text_where_none_was_asked_for(provider, model, settings, server):
     response = call(server, worker(provider, model, server, **settings), ["think"])
     assert response.reasoning == "" and response.text.startswith("echo:")
@@ -346,26 +475,40 @@ def test_no_reasoning_text_where_none_was_asked_for(provider, model, settings, s
 LENGTH = [
     ("openai", GPT5, {"reasoning": "minimal"}, "length_empty", ""),
     ("openai_compatible", QWEN3, {}, "length_empty", REASONING_TEXT),
-    ("openai_compatible", QWEN3, {}, "length_empty:inline", REASONING_TEXT),     # "<think>..." never closed
-    ("openai_compatible", R1, {}, "length_empty:open", REASONING_TEXT),          # no tag at all: the template opened it
-    ("openai_responses", GPT5, {"reasoning": "high", "extra_body": {"reasoning": {"summary": "auto"}}},
-     "length_empty", REASONING_TEXT),
+    ("openai_compatible", QWEN3, {}, "length_empty:inline", REASONING_TEXT),  # "<think>..." never closed
+    ("openai_compatible", R1, {}, "length_empty:open", REASONING_TEXT),  # no tag at all: the template opened it
+    (
+        "openai_responses",
+        GPT5,
+        {"reasoning": "high", "extra_body": {"reasoning": {"summary": "auto"}}},
+        "length_empty",
+        REASONING_TEXT,
+    ),
     ("anthropic", SONNET, {"reasoning": "high"}, "length_empty", REASONING_TEXT),
     ("google", PRO, {"reasoning": "minimal"}, "length_empty", REASONING_TEXT),
 ]
 
 
-@pytest.mark.parametrize("provider,model,settings,entry,reasoning", LENGTH,
-                         ids=[f"{t[0]}-{t[1].split('/')[-1]}-{t[3]}" for t in LENGTH])
+@pytest.mark.parametrize(
+    "provider,model,settings,entry,reasoning", LENGTH, ids=[f"{t[0]}-{t[1].split('/')[-1]}-{t[3]}" for t in LENGTH]
+)
 def test_an_answer_the_limit_cut_to_nothing_says_length(provider, model, settings, entry, reasoning, server):
     response = call(server, worker(provider, model, server, **settings), [entry])
     assert response.text == "" and response.finish_reason == "length" and response.empty_after_length
     assert response.reasoning == reasoning
-    assert response.usage.output_tokens > 0    # the tokens were spent (and billed) all the same
+    assert response.usage.output_tokens > 0  # the tokens were spent (and billed) all the same
 
 
-@pytest.mark.parametrize("provider,model", [("openai", GPT5), ("openai_responses", GPT5), ("anthropic", SONNET),
-                                            ("google", PRO), ("openai_compatible", QWEN3)])
+@pytest.mark.parametrize(
+    "provider,model",
+    [
+        ("openai", GPT5),
+        ("openai_responses", GPT5),
+        ("anthropic", SONNET),
+        ("google", PRO),
+        ("openai_compatible", QWEN3),
+    ],
+)
 def test_a_cut_answer_is_length_but_not_empty(provider, model, server):
     response = call(server, worker(provider, model, server), ["length"])
     assert response.finish_reason == "length" and response.text.startswith("echo:") and not response.empty_after_length
@@ -374,18 +517,32 @@ def test_a_cut_answer_is_length_but_not_empty(provider, model, server):
 
 # -- the table, and what commands check before any actor starts ------------------------
 
-@pytest.mark.parametrize("provider,model,family", [
-    ("openai", "gpt-5-2025-08-07", "gpt-5"), ("openai", "gpt-5-nano", "gpt-5"), ("openai", "gpt-5.1-codex", "gpt-5.1"),
-    ("openai", "gpt-5.4", "gpt-5.2+"), ("openai", "gpt-5-chat-latest", "gpt-5-chat"), ("openai", "o4-mini", "o-series"),
-    ("openai", "ft:gpt-4o-mini:org::id", "gpt-4"), ("google", "models/gemini-2.5-pro", "gemini-2.5-pro"),
-    ("google", "gemini-2.5-flash-lite-preview-06-17", "gemini-2.5-flash-lite"),
-    ("google", "gemini-2.5-flash", "gemini-2.5-flash"), ("anthropic", SONNET, "claude"),
-    ("anthropic", "claude-opus-4-1-20250805", "claude"), ("anthropic", OPUS_47, "claude-4.7+"),
-    ("anthropic", "claude-3-5-sonnet-20241022", "claude-3"), ("openai_compatible", QWEN3, "qwen3"),
-    ("openai_compatible", "Qwen/Qwen3-235B-A22B-Thinking-2507", "qwen3-thinking"),
-    ("openai_compatible", R1, "deepseek-r1"), ("openai_compatible", GEMMA, "gemma-3"),
-    ("openai", "my-new-model", "unknown"), ("openai_compatible", "meta-llama/Llama-3.1-8B-Instruct", "unknown"),
-])
+
+@pytest.mark.parametrize(
+    "provider,model,family",
+    [
+        ("openai", "gpt-5-2025-08-07", "gpt-5"),
+        ("openai", "gpt-5-nano", "gpt-5"),
+        ("openai", "gpt-5.1-codex", "gpt-5.1"),
+        ("openai", "gpt-5.4", "gpt-5.2+"),
+        ("openai", "gpt-5-chat-latest", "gpt-5-chat"),
+        ("openai", "o4-mini", "o-series"),
+        ("openai", "ft:gpt-4o-mini:org::id", "gpt-4"),
+        ("google", "models/gemini-2.5-pro", "gemini-2.5-pro"),
+        ("google", "gemini-2.5-flash-lite-preview-06-17", "gemini-2.5-flash-lite"),
+        ("google", "gemini-2.5-flash", "gemini-2.5-flash"),
+        ("anthropic", SONNET, "claude"),
+        ("anthropic", "claude-opus-4-1-20250805", "claude"),
+        ("anthropic", OPUS_47, "claude-4.7+"),
+        ("anthropic", "claude-3-5-sonnet-20241022", "claude-3"),
+        ("openai_compatible", QWEN3, "qwen3"),
+        ("openai_compatible", "Qwen/Qwen3-235B-A22B-Thinking-2507", "qwen3-thinking"),
+        ("openai_compatible", R1, "deepseek-r1"),
+        ("openai_compatible", GEMMA, "gemma-3"),
+        ("openai", "my-new-model", "unknown"),
+        ("openai_compatible", "meta-llama/Llama-3.1-8B-Instruct", "unknown"),
+    ],
+)
 def test_traits_table(provider, model, family):
     assert traits_for(provider, model).name == family
 
@@ -394,52 +551,81 @@ def test_the_paper_pool_has_no_problems_and_notes_the_temperature_gpt5_never_get
     pool = {w.name: w for w in _paper_workers()}
     assert all(shape_problems(w) == [] for w in pool.values())
     assert shape_notes(pool["gpt-5"]) == [
-        "workers.gpt-5.temperature=0.2 is not sent: gpt-5 only takes its default temperature (1)"]
-    assert shape_notes(pool["claude-sonnet-4"]) == []     # thinking off: the temperature is sent
+        "workers.gpt-5.temperature=0.2 is not sent: gpt-5 only takes its default temperature (1)"
+    ]
+    assert shape_notes(pool["claude-sonnet-4"]) == []  # thinking off: the temperature is sent
     assert shape_request(pool["gemini-2.5-pro"]).budget == 128
 
 
-@pytest.mark.parametrize("provider,model,settings,problem", [
-    ("google", PRO, {"reasoning_budget": 0},
-     "workers.w-gemini-2.5-pro.reasoning_budget=0: gemini-2.5-pro cannot turn thinking off; its minimum budget is 128"),
-    ("google", PRO, {"reasoning_budget": 64}, "takes a thinking budget of 128..32768 tokens"),
-    ("google", PRO, {"reasoning_budget": 40000}, "128..32768"),
-    ("google", LITE, {"reasoning_budget": 100}, "512..24576 or 0 (off)"),
-    ("google", FLASH, {"reasoning_budget": 30000}, "1..24576 or 0 (off)"),
-    ("anthropic", SONNET, {"reasoning_budget": 512}, "1024..4095 (below max_tokens) or 0 (off)"),
-    ("anthropic", SONNET, {"reasoning_budget": 4096}, "must be below max_tokens (workers.w-claude-sonnet-4-20250514"
-                                                      ".max_tokens=4096); raise"),
-    ("anthropic", "claude-new-model", {"reasoning_budget": 999}, "1024"),   # Claude's rules hold for unknown Claudes
-    ("anthropic", OPUS_47, {"reasoning_budget": 2048}, "takes no thinking budget (adaptive thinking only)"),
-])
+@pytest.mark.parametrize(
+    "provider,model,settings,problem",
+    [
+        (
+            "google",
+            PRO,
+            {"reasoning_budget": 0},
+            "workers.w-gemini-2.5-pro.reasoning_budget=0: gemini-2.5-pro "
+            "cannot turn thinking off; its minimum budget is 128",
+        ),
+        ("google", PRO, {"reasoning_budget": 64}, "takes a thinking budget of 128..32768 tokens"),
+        ("google", PRO, {"reasoning_budget": 40000}, "128..32768"),
+        ("google", LITE, {"reasoning_budget": 100}, "512..24576 or 0 (off)"),
+        ("google", FLASH, {"reasoning_budget": 30000}, "1..24576 or 0 (off)"),
+        ("anthropic", SONNET, {"reasoning_budget": 512}, "1024..4095 (below max_tokens) or 0 (off)"),
+        (
+            "anthropic",
+            SONNET,
+            {"reasoning_budget": 4096},
+            "must be below max_tokens (workers.w-claude-sonnet-4-20250514.max_tokens=4096); raise",
+        ),
+        ("anthropic", "claude-new-model", {"reasoning_budget": 999}, "1024"),  # Claude's rules hold for unknown Claudes
+        ("anthropic", OPUS_47, {"reasoning_budget": 2048}, "takes no thinking budget (adaptive thinking only)"),
+    ],
+)
 def test_shape_problems_name_the_key_and_the_fix(provider, model, settings, problem):
     [found] = shape_problems(worker(provider, model, **settings))
     assert problem in found
 
 
-@pytest.mark.parametrize("provider,model,settings", [
-    ("google", PRO, {"reasoning_budget": 128}), ("google", LITE, {"reasoning_budget": 0}),
-    ("google", FLASH, {"reasoning_budget": 24576}), ("anthropic", SONNET, {"reasoning_budget": 0}),
-    ("anthropic", SONNET, {"reasoning_budget": 4095}), ("openai", GPT5, {"reasoning_budget": 0}),
-    ("google", "gemini-9-ultra", {"reasoning_budget": 0}),            # unknown: no range to check
-    ("openai_compatible", QWEN3, {"reasoning_budget": 5000}),
-])
+@pytest.mark.parametrize(
+    "provider,model,settings",
+    [
+        ("google", PRO, {"reasoning_budget": 128}),
+        ("google", LITE, {"reasoning_budget": 0}),
+        ("google", FLASH, {"reasoning_budget": 24576}),
+        ("anthropic", SONNET, {"reasoning_budget": 0}),
+        ("anthropic", SONNET, {"reasoning_budget": 4095}),
+        ("openai", GPT5, {"reasoning_budget": 0}),
+        ("google", "gemini-9-ultra", {"reasoning_budget": 0}),  # unknown: no range to check
+        ("openai_compatible", QWEN3, {"reasoning_budget": 5000}),
+    ],
+)
 def test_budgets_the_models_accept_are_no_problem(provider, model, settings):
     assert shape_problems(worker(provider, model, **settings)) == []
 
 
 def test_notes_explain_what_is_not_sent_as_configured():
     assert any("not in the model table" in n for n in shape_notes(worker("openai", "my-new-model")))
-    assert any("cannot turn reasoning off; sending its least, reasoning_effort='minimal'" in n
-               for n in shape_notes(worker("openai", GPT5, reasoning="off")))
-    assert any("cannot turn thinking off; sending its minimum budget, 128 tokens" in n
-               for n in shape_notes(worker("google", PRO, reasoning="off")))
-    assert any("always reasons and cannot be turned off" in n
-               for n in shape_notes(worker("openai_compatible", R1, reasoning="off")))
-    assert any("takes an effort, not a budget; sending reasoning=medium" in n
-               for n in shape_notes(worker("openai", GPT5, reasoning_budget=8000)))
-    assert any("Claude's extended thinking refuses a temperature" in n
-               for n in shape_notes(worker("anthropic", SONNET, reasoning="medium")))
+    assert any(
+        "cannot turn reasoning off; sending its least, reasoning_effort='minimal'" in n
+        for n in shape_notes(worker("openai", GPT5, reasoning="off"))
+    )
+    assert any(
+        "cannot turn thinking off; sending its minimum budget, 128 tokens" in n
+        for n in shape_notes(worker("google", PRO, reasoning="off"))
+    )
+    assert any(
+        "always reasons and cannot be turned off" in n
+        for n in shape_notes(worker("openai_compatible", R1, reasoning="off"))
+    )
+    assert any(
+        "takes an effort, not a budget; sending reasoning=medium" in n
+        for n in shape_notes(worker("openai", GPT5, reasoning_budget=8000))
+    )
+    assert any(
+        "Claude's extended thinking refuses a temperature" in n
+        for n in shape_notes(worker("anthropic", SONNET, reasoning="medium"))
+    )
     sim = WorkerConfig(name="s", provider="sim", sim={"accuracy": {"math": 0.5}}, reasoning="high")
     assert shape_notes(sim) == [] and shape_problems(sim) == []
 
@@ -467,11 +653,11 @@ def test_a_probe_smaller_than_the_budget_fits_it_instead_of_failing():
     shape = request_shape.shape_for(config, request_of(config, max_tokens=512))
     assert shape.budget == 0 and shape.temperature == 0.2
     shape = request_shape.shape_for(config, request_of(config, max_tokens=2500))
-    assert shape.budget == 1250          # half the probe's output, above Claude's minimum 1024
+    assert shape.budget == 1250  # half the probe's output, above Claude's minimum 1024
 
 
 def test_a_warning_is_logged_once_per_worker(caplog, server, monkeypatch):
-    monkeypatch.setattr(request_shape, "_warned", set())   # what earlier tests warned about
+    monkeypatch.setattr(request_shape, "_warned", set())  # what earlier tests warned about
     caplog.set_level(logging.WARNING, logger="conductor_rl.workers.request_shape")
     config = worker("openai", "o3", server, reasoning="off")
     for _ in range(3):
@@ -482,14 +668,14 @@ def test_a_warning_is_logged_once_per_worker(caplog, server, monkeypatch):
 
 def test_inline_think_tags():
     assert split_think("<think>\nhmm\n</think>\n\nThe answer is 4.") == ("The answer is 4.", "hmm")
-    assert split_think("hmm, 2+2\n</think>\n\n4") == ("4", "hmm, 2+2")       # the template opened the tag
-    assert split_think("<think>still thinking") == ("", "still thinking")   # cut off mid-thought
+    assert split_think("hmm, 2+2\n</think>\n\n4") == ("4", "hmm, 2+2")  # the template opened the tag
+    assert split_think("<think>still thinking") == ("", "still thinking")  # cut off mid-thought
     assert split_think("no tags at all ") == ("no tags at all ", "")
 
 
 def test_local_and_sim_workers_report_why_they_stopped(monkeypatch):
-    from conductor_rl.policy import generate as generate_module
-    from conductor_rl.policy.generate import Generation
+    from conductor_rl import generation as generate_module
+    from conductor_rl.generation import Generation
     from conductor_rl.workers.providers.local import LocalProvider
     from conductor_rl.workers.providers.sim import SimProvider
 
@@ -512,7 +698,12 @@ def test_local_and_sim_workers_report_why_they_stopped(monkeypatch):
     local = LocalProvider(WorkerConfig(name="l", provider="local", model="tiny"), model=object(), tokenizer=Tokenizer())
     req = WorkerRequest([{"role": "user", "content": "2+2?"}], max_tokens=3, temperature=0.0)
     cut = asyncio.run(local.complete(req))
-    assert (cut.text, cut.reasoning, cut.finish_reason, cut.empty_after_length) == ("", "a long thought", "length", True)
+    assert (cut.text, cut.reasoning, cut.finish_reason, cut.empty_after_length) == (
+        "",
+        "a long thought",
+        "length",
+        True,
+    )
     assert asyncio.run(local.complete(req)).finish_reason == "stop"
 
     sim = SimProvider(WorkerConfig(name="s", provider="sim", sim={"accuracy": {"math": 1.0}}))

@@ -8,24 +8,17 @@ import os
 import pytest
 
 from conductor_rl.config import WorkerConfig
+from conductor_rl.testing.workers import ScriptedWorker
 from conductor_rl.workers.providers import WorkerRequest, WorkerResponse, cached
 from conductor_rl.workers.providers.base import Usage
 from conductor_rl.workers.response_cache import ResponseCache
 
 
-class CountingWorker:
-    simulated = False
-
-    def __init__(self):
-        self.name = "counting"
-        self.calls = 0
-
-    async def complete(self, request):
-        self.calls += 1
-        return WorkerResponse(text=f"answer {self.calls}", usage=Usage(input_tokens=10, output_tokens=5), cost_usd=0.01)
-
-    async def aclose(self):
-        return None
+def counting_worker() -> ScriptedWorker:
+    """Answers `answer <k>` to its k-th call, with usage and a cost; `requests` counts the calls that reached it."""
+    return ScriptedWorker(
+        "counting", answer=lambda _, n: f"answer {n + 1}", usage=Usage(input_tokens=10, output_tokens=5), cost_usd=0.01
+    )
 
 
 CONFIG = WorkerConfig(name="w", provider="openai", model="gpt-x", base_url="http://127.0.0.1:1/v1")
@@ -36,36 +29,36 @@ def request(text="Hi", temperature=0.2, max_tokens=64):
 
 
 def test_second_identical_call_is_a_free_hit(tmp_path):
-    inner = CountingWorker()
+    inner = counting_worker()
     worker = cached(inner, CONFIG, str(tmp_path))
     first = asyncio.run(worker.complete(request()))
     second = asyncio.run(worker.complete(request()))
-    assert inner.calls == 1 and second.text == first.text == "answer 1"
+    assert len(inner.requests) == 1 and second.text == first.text == "answer 1"
     assert first.cost_usd == 0.01 and second.cost_usd == 0.0 and second.usage == first.usage
     assert worker.cache.hits == 1
 
 
 def test_key_follows_messages_sampling_and_model(tmp_path):
-    inner = CountingWorker()
+    inner = counting_worker()
     worker = cached(inner, CONFIG, str(tmp_path))
     for req in (request(), request(text="Other"), request(temperature=0.7), request(max_tokens=65)):
         asyncio.run(worker.complete(req))
-    assert inner.calls == 4
+    assert len(inner.requests) == 4
     other_model = cached(inner, CONFIG.model_copy(update={"model": "gpt-y"}), str(tmp_path))
     asyncio.run(other_model.complete(request()))
-    assert inner.calls == 5
+    assert len(inner.requests) == 5
 
 
 def test_entries_survive_a_restart_and_bad_files_are_misses(tmp_path):
-    asyncio.run(cached(CountingWorker(), CONFIG, str(tmp_path)).complete(request()))
+    asyncio.run(cached(counting_worker(), CONFIG, str(tmp_path)).complete(request()))
     files = list(tmp_path.rglob("*.json"))
     assert len(files) == 1 and not list(tmp_path.rglob("*.tmp"))
-    fresh = CountingWorker()
+    fresh = counting_worker()
     assert asyncio.run(cached(fresh, CONFIG, str(tmp_path)).complete(request())).text == "answer 1"
-    assert fresh.calls == 0
+    assert len(fresh.requests) == 0
     files[0].write_text("{not json")
     assert asyncio.run(cached(fresh, CONFIG, str(tmp_path)).complete(request())).text == "answer 1"
-    assert fresh.calls == 1 and json.loads(files[0].read_text())["text"] == "answer 1"   # rewritten
+    assert len(fresh.requests) == 1 and json.loads(files[0].read_text())["text"] == "answer 1"  # rewritten
 
 
 def test_an_entry_is_fsynced_before_it_replaces_the_old_one(tmp_path, monkeypatch):
@@ -85,13 +78,13 @@ def test_an_entry_is_fsynced_before_it_replaces_the_old_one(tmp_path, monkeypatc
         cache.put(key, WorkerResponse(text="second", usage=Usage()))
     monkeypatch.setattr(os, "fsync", real_fsync)
     assert synced, "the entry was renamed into place without an fsync"
-    assert cache.get(key).text == "première réponse ✓"   # the old entry is whole
-    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [f"{key}.json"]   # no temporary file left
+    assert cache.get(key).text == "première réponse ✓"  # the old entry is whole
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [f"{key}.json"]  # no temporary file left
 
 
 def test_cache_holds_no_secrets(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-cache-test-SECRET-123")
-    asyncio.run(cached(CountingWorker(), CONFIG, str(tmp_path)).complete(request()))
+    asyncio.run(cached(counting_worker(), CONFIG, str(tmp_path)).complete(request()))
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert "SECRET-123" not in path.read_text()
@@ -103,29 +96,41 @@ def test_key_is_stable_across_processes():
 
 
 def test_key_follows_the_reasoning_level_and_the_extra_body(tmp_path):
-    inner = CountingWorker()
+    inner = counting_worker()
     worker = cached(inner, CONFIG, str(tmp_path))
     plain = request()
     minimal = WorkerRequest(plain.messages, max_tokens=64, temperature=0.2, reasoning="minimal")
     for req in (plain, minimal, minimal):
         asyncio.run(worker.complete(req))
-    assert inner.calls == 2
+    assert len(inner.requests) == 2
     with_body = cached(inner, CONFIG.model_copy(update={"extra_body": {"top_k": 5}}), str(tmp_path))
     asyncio.run(with_body.complete(plain))
-    assert inner.calls == 3
+    assert len(inner.requests) == 3
     # A key made before these fields existed is the key of a request that leaves them at their defaults.
     assert ResponseCache.key(None, {"model": "m"}, plain) == ResponseCache.key(
-        None, {"model": "m"}, WorkerRequest(plain.messages, 64, 0.2, reasoning="default"))
+        None, {"model": "m"}, WorkerRequest(plain.messages, 64, 0.2, reasoning="default")
+    )
 
 
 def test_a_hit_keeps_the_reasoning_and_the_finish_reason(tmp_path):
     cache = ResponseCache(tmp_path)
     key = cache.key({"model": "m"}, request())
-    cache.put(key, WorkerResponse(text="", usage=Usage(output_tokens=64, reasoning_tokens=64),
-                                  reasoning="thinking it through", finish_reason="length"))
+    cache.put(
+        key,
+        WorkerResponse(
+            text="",
+            usage=Usage(output_tokens=64, reasoning_tokens=64),
+            reasoning="thinking it through",
+            finish_reason="length",
+        ),
+    )
     hit = cache.get(key)
     assert (hit.text, hit.reasoning, hit.finish_reason, hit.empty_after_length) == (
-        "", "thinking it through", "length", True)
+        "",
+        "thinking it through",
+        "length",
+        True,
+    )
     # Entries written before these fields existed still read (as not reported).
     path = next(tmp_path.rglob("*.json"))
     record = json.loads(path.read_text())

@@ -14,8 +14,9 @@ PROMPTS = [[1, 2, 3], [4, 5], [6], [7, 8]]
 
 def rollout(group: int, reward: float | None, tokens: int = 3) -> Rollout:
     ids = tuple(100 + group * 10 + k for k in range(tokens))
-    return Rollout(Task(f"q{group}", "?"), "", reward=reward, group=group, completion_ids=ids,
-                   logprobs=tuple(-0.5 for _ in ids))
+    return Rollout(
+        Task(f"q{group}", "?"), "", reward=reward, group=group, completion_ids=ids, logprobs=tuple(-0.5 for _ in ids)
+    )
 
 
 def test_advantages_are_relative_to_the_group_and_the_batch_follows_the_rollouts():
@@ -28,12 +29,18 @@ def test_advantages_are_relative_to_the_group_and_the_batch_follows_the_rollouts
     assert batch.prompt_ids == [PROMPTS[0]] * 2 + [PROMPTS[1]] * 3
     assert batch.completion_ids == [list(r.completion_ids) for r in rollouts]
     assert batch.old_logprobs == [list(r.logprobs) for r in rollouts]
-    assert batch.loss_masks is None          # free text: every completion token is in the loss
+    assert batch.loss_masks is None  # free text: every completion token is in the loss
 
 
 def test_a_lone_survivor_and_rollouts_without_a_reward_are_left_out():
-    rollouts = [rollout(0, 1.0), rollout(0, None), rollout(0, None),   # one reward left in group 0
-                rollout(1, 1.0), rollout(1, None), rollout(1, 0.0)]
+    rollouts = [
+        rollout(0, 1.0),
+        rollout(0, None),
+        rollout(0, None),  # one reward left in group 0
+        rollout(1, 1.0),
+        rollout(1, None),
+        rollout(1, 0.0),
+    ]
     batch, informative = rollout_batch(rollouts, PROMPTS, drop_uninformative=False)
     assert informative == 1
     assert rollouts[0].advantage is None and rollouts[1].advantage is None
@@ -55,14 +62,14 @@ def test_no_informative_group_means_no_learner_step():
     same = [rollout(0, 1.0), rollout(0, 1.0), rollout(1, 0.0), rollout(1, 0.0)]
     assert rollout_batch(same, PROMPTS, drop_uninformative=False) == (None, 0)
     assert rollout_batch([], PROMPTS) == (None, 0)
-    assert rollout_batch([rollout(0, 1.0), rollout(1, 0.0)], PROMPTS) == (None, 0)   # lone survivors only
+    assert rollout_batch([rollout(0, 1.0), rollout(1, 0.0)], PROMPTS) == (None, 0)  # lone survivors only
 
 
 def test_empty_completions_have_nothing_to_learn_from():
     rollouts = [rollout(0, 1.0), rollout(0, 0.0, tokens=0), rollout(0, 0.0)]
     batch, informative = rollout_batch(rollouts, PROMPTS)
     assert informative == 1
-    assert rollouts[1].advantage is not None             # it still counts in its group's statistics
+    assert rollouts[1].advantage is not None  # it still counts in its group's statistics
     assert batch.completion_ids == [list(rollouts[0].completion_ids), list(rollouts[2].completion_ids)]
     only_empty = [rollout(0, 1.0, tokens=0), rollout(0, 0.0, tokens=0)]
     assert rollout_batch(only_empty, PROMPTS) == (None, 1)
@@ -74,15 +81,18 @@ def test_the_formats_own_text_is_out_of_the_loss_and_subtask_text_as_asked():
 
     from conductor_rl.models import resolve_model
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-qwen2"))   # the Qwen2.5 tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-qwen2"))  # the Qwen2.5 tokenizer
     prefix = "model_id = ["
-    plans = ['0, 2]\nsubtasks = ["Solve it", "Check it"]\naccess_list = [[], "all"]',
-             '1]\nsubtasks = ["Answer it"]\naccess_list = [[]]']
+    plans = [
+        '0, 2]\nsubtasks = ["Solve it", "Check it"]\naccess_list = [[], "all"]',
+        '1]\nsubtasks = ["Answer it"]\naccess_list = [[]]',
+    ]
     rollouts = []
     for reward, plan in zip((1.0, 0.0), plans):
         ids = tuple(tokenizer.encode(plan, add_special_tokens=False) + [tokenizer.eos_token_id])
-        rollouts.append(Rollout(Task("q", "?"), prefix + plan, reward=reward, completion_ids=ids,
-                                logprobs=tuple(-1.0 for _ in ids)))
+        rollouts.append(
+            Rollout(Task("q", "?"), prefix + plan, reward=reward, completion_ids=ids, logprobs=tuple(-1.0 for _ in ids))
+        )
 
     def split(batch, row: int) -> tuple[str, str]:
         ids, mask = batch.completion_ids[row], batch.loss_masks[row]
@@ -97,8 +107,9 @@ def test_the_formats_own_text_is_out_of_the_loss_and_subtask_text_as_asked():
     for text in ("subtasks = [", "access_list = [", "<|im_end|>"):
         assert text in dropped and text not in chosen, (text, dropped)
 
-    batch, _ = rollout_batch(rollouts, PROMPTS, format_tokenizer=tokenizer, response_prefix=prefix,
-                             subtask_text_in_loss=False)
+    batch, _ = rollout_batch(
+        rollouts, PROMPTS, format_tokenizer=tokenizer, response_prefix=prefix, subtask_text_in_loss=False
+    )
     chosen, dropped = split(batch, 0)
     assert "Solve it" in dropped and "Solve" not in chosen and "0" in chosen and "all" in chosen
     chosen, _ = split(batch, 1)

@@ -15,7 +15,7 @@ from conductor_rl.plan.roster import Roster, RosterError, draw_roster, parse_wor
 from conductor_rl.rollout.rollouts import Rollout, execute_rollouts, parse_rollout
 from conductor_rl.rollout.workflow import StepLimits, Task
 from conductor_rl.run.metrics import iteration_metrics
-from tests.test_workflow import FakeWorker
+from conductor_rl.testing.workers import ScriptedWorker
 
 NAMES = ["gpt", "gemini", "claude", "qwen", "r1", "gemma"]
 TASK = Task(id="q", question="What is 6 times 7?", domain="math", reference="42", answer_kind="numeric")
@@ -27,9 +27,9 @@ def test_a_draw_is_a_function_of_seed_and_key_and_stays_in_its_size_range():
     assert draws != [draw_roster(6, (2, 4), seed=1, key=f"0/q{i}") for i in range(400)]
     assert all(2 <= len(r) <= 4 and list(r.workers) == sorted(set(r.workers)) and max(r.workers) < 6 for r in draws)
     sizes = Counter(len(r) for r in draws)
-    assert set(sizes) == {2, 3, 4} and min(sizes.values()) > 90, sizes       # each size about a third
+    assert set(sizes) == {2, 3, 4} and min(sizes.values()) > 90, sizes  # each size about a third
     listed = Counter(w for r in draws for w in r.workers)
-    assert set(listed) == set(range(6)) and min(listed.values()) > 150, listed   # every worker, evenly
+    assert set(listed) == set(range(6)) and min(listed.values()) > 150, listed  # every worker, evenly
     assert {len(r) for r in (draw_roster(6, (3, 3), 0, str(i)) for i in range(20))} == {3}
 
 
@@ -70,14 +70,14 @@ def test_a_plan_naming_a_model_past_its_roster_is_a_plan_error_with_reward_0():
 
 
 def test_a_rosters_plan_runs_on_its_workers_only_and_maps_back_in_traces_and_metrics():
-    workers = [FakeWorker(n) for n in NAMES]
+    workers = [ScriptedWorker(n) for n in NAMES]
     roster = Roster((1, 3, 4))
     r = rollout('model_id = [0, 2, 1]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], [], "all"]', roster)
     limits = [StepLimits(max_tokens=100 + i) for i in range(len(NAMES))]
     asyncio.run(execute_rollouts([r], workers, limits))
     assert [s.worker for s in r.workflow.steps] == ["gemini", "r1", "qwen"]
     assert {w.name for w in workers if w.requests} == {"gemini", "qwen", "r1"}
-    assert [w.requests[0].max_tokens for w in workers if w.requests] == [101, 103, 104]   # each its own limits
+    assert [w.requests[0].max_tokens for w in workers if w.requests] == [101, 103, 104]  # each its own limits
     record = r.to_dict()
     assert record["roster"] == [1, 3, 4]
     assert [(s["model_id"], s["pool_model_id"]) for s in record["plan"]] == [(0, 1), (2, 4), (1, 3)]
@@ -85,15 +85,14 @@ def test_a_rosters_plan_runs_on_its_workers_only_and_maps_back_in_traces_and_met
 
     metrics = iteration_metrics([r, rollout("no plan", Roster((0,)))], NAMES, {"math": "qwen"})
     assert metrics["roster_size_mean"] == 2.0
-    assert metrics["worker_listed"] == {"gpt": 0.5, "gemini": 0.5, "claude": 0.0, "qwen": 0.5, "r1": 0.5,
-                                        "gemma": 0.0}
+    assert metrics["worker_listed"] == {"gpt": 0.5, "gemini": 0.5, "claude": 0.0, "qwen": 0.5, "r1": 0.5, "gemma": 0.0}
     assert metrics["worker_usage"]["r1"] == pytest.approx(1 / 3) and metrics["worker_usage"]["gpt"] == 0
     assert metrics["final_worker_by_domain"]["math"]["qwen"] == 1.0
     assert metrics["best_worker_share"] == 1.0
 
 
 def test_without_a_roster_nothing_changes():
-    workers = [FakeWorker(n) for n in NAMES]
+    workers = [ScriptedWorker(n) for n in NAMES]
     r = rollout('model_id = [5]\nsubtasks = ["a"]\naccess_list = [[]]', None)
     asyncio.run(execute_rollouts([r], workers, StepLimits()))
     assert r.workflow.steps[0].worker == "gemma" and r.to_dict()["roster"] is None
@@ -111,9 +110,13 @@ def test_the_commands_workers_option_offers_the_subset_and_names_an_unknown_work
     parser = argparse.ArgumentParser()
     job.add_arguments(parser)
     positional = "question" if command == "ask" else "overrides_positional"
-    config, _ = config_from_args(parser.parse_intermixed_args(["--workers", "sim-generalist,sim-math-expert"]),
-                                 positional=positional)
+    config, _ = config_from_args(
+        parser.parse_intermixed_args(["--workers", "sim-generalist,sim-math-expert"]), positional=positional
+    )
     assert [w.name for w in config.workers] == ["sim-math-expert", "sim-generalist"]
-    with pytest.raises(SystemExit, match="error: unknown worker\\(s\\) 'gpt-5'; the pool has: sim-math-expert, "
-                                         "sim-knowledge-expert, sim-generalist"):
+    with pytest.raises(
+        SystemExit,
+        match="error: unknown worker\\(s\\) 'gpt-5'; the pool has: sim-math-expert, "
+        "sim-knowledge-expert, sim-generalist",
+    ):
         config_from_args(parser.parse_intermixed_args(["--workers", "gpt-5"]), positional=positional)

@@ -63,9 +63,18 @@ def test_numbers_become_tensorboard_scalars_with_flattened_names(tmp_path):
         log.log(metrics(1, reward=0.9))
     events = scalars(tmp_path)
     tags = set(events.Tags()["scalars"])
-    assert {"reward_mean", "accuracy", "rollouts", "weights_version", "lr", "grad_norm",
-            "worker_usage/sim-math-expert", "worker_usage/sim-generalist",
-            "final_worker_by_domain/math/sim-math-expert", "new_family/a/b"} <= tags
+    assert {
+        "reward_mean",
+        "accuracy",
+        "rollouts",
+        "weights_version",
+        "lr",
+        "grad_norm",
+        "worker_usage/sim-math-expert",
+        "worker_usage/sim-generalist",
+        "final_worker_by_domain/math/sim-math-expert",
+        "new_family/a/b",
+    } <= tags
     # strings and bools are not scalars; iteration and wall_time are each event's step and clock
     assert not tags & {"note", "clipped", "iteration", "wall_time"}
     assert steps_and_values(events, "reward_mean") == [(0, pytest.approx(0.5)), (1, pytest.approx(0.9))]
@@ -111,8 +120,11 @@ def test_resume_drops_later_iterations_from_both_logs(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     # TensorBoard: the first run's iterations 3-5 are purged, the resumed ones remain
     assert steps_and_values(scalars(tmp_path), "reward_mean") == [
-        (0, pytest.approx(0.0)), (1, pytest.approx(0.1)), (2, pytest.approx(0.2)),
-        (3, pytest.approx(0.9)), (4, pytest.approx(0.95)),
+        (0, pytest.approx(0.0)),
+        (1, pytest.approx(0.1)),
+        (2, pytest.approx(0.2)),
+        (3, pytest.approx(0.9)),
+        (4, pytest.approx(0.95)),
     ]
 
 

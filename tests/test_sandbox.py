@@ -7,10 +7,10 @@ import os
 import sys
 
 import pytest
+from sandbox_helpers import HANG_GUARD_S, PROLOGUE_MARK, assert_nothing_left
 
 from conductor_rl.grading import sandbox as sandbox_module
 from conductor_rl.grading.sandbox import IsolationUnavailableError, Sandbox, SandboxError, run_python
-from sandbox_helpers import HANG_GUARD_S, PROLOGUE_MARK, assert_nothing_left
 
 NO_BWRAP = "/nonexistent/bwrap"
 
@@ -175,9 +175,17 @@ def _supervised(child: str, timeout_s: float, startup_s: float):
 
     status_r, status_w = os.pipe()
     try:
-        return supervise([sys.executable, "-c", child, str(status_w)], cwd="/", env={}, pass_fds=(status_w,),
-                         status_fd=status_r, stdin=b"", timeout_s=timeout_s, max_output_bytes=1000,
-                         startup_s=startup_s)
+        return supervise(
+            [sys.executable, "-c", child, str(status_w)],
+            cwd="/",
+            env={},
+            pass_fds=(status_w,),
+            status_fd=status_r,
+            stdin=b"",
+            timeout_s=timeout_s,
+            max_output_bytes=1000,
+            startup_s=startup_s,
+        )
     finally:
         os.close(status_r)
 

@@ -14,9 +14,9 @@ import threading
 import time
 
 import pytest
+from sandbox_helpers import HANG_GUARD_S, assert_nothing_left
 
 from conductor_rl.grading.sandbox import Sandbox
-from sandbox_helpers import HANG_GUARD_S, assert_nothing_left
 
 TIMEOUT = 2.0
 
@@ -26,8 +26,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(params=["bwrap", "rlimits"])
 def box(request) -> Sandbox:
-    return Sandbox(timeout_s=TIMEOUT, memory_mb=512, max_processes=32,
-                   bwrap_path=None if request.param == "bwrap" else "/nonexistent/bwrap")
+    return Sandbox(
+        timeout_s=TIMEOUT,
+        memory_mb=512,
+        max_processes=32,
+        bwrap_path=None if request.param == "bwrap" else "/nonexistent/bwrap",
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -141,7 +145,9 @@ def test_secrets_in_the_parent_environment_are_not_visible(box, monkeypatch):
 def test_killing_its_parent(box):
     # Its parent is the first process of its pid namespace (bubblewrap's, or a shell's without it),
     # which a SIGKILL from inside the namespace cannot end: the program goes on, and so does this test.
-    r = box.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(0.2)\nprint('after')\n")
+    r = box.run(
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(0.2)\nprint('after')\n"
+    )
     assert r.ok and r.stdout == "after\n"
 
 
@@ -168,8 +174,10 @@ def test_deep_recursion(box):
 
 
 def test_ignoring_sigterm(box):
-    r = box.run("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                "signal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.01)\n")
+    r = box.run(
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.01)\n"
+    )
     assert r.timed_out
 
 
@@ -181,8 +189,10 @@ def test_closing_its_output_and_hanging(box):
 
 
 def test_redirecting_file_descriptors(box):
-    r = box.run("import os\nfd = os.open('/dev/null', os.O_WRONLY)\nos.dup2(fd, 1)\nprint('hidden')\n"
-                "for n in range(3, 256):\n    try:\n        os.close(n)\n    except OSError:\n        pass\n")
+    r = box.run(
+        "import os\nfd = os.open('/dev/null', os.O_WRONLY)\nos.dup2(fd, 1)\nprint('hidden')\n"
+        "for n in range(3, 256):\n    try:\n        os.close(n)\n    except OSError:\n        pass\n"
+    )
     assert r.ok and r.stdout == ""
 
 
@@ -204,7 +214,9 @@ def test_concurrent_hostile_programs_do_not_disturb_each_other():
         "fine": "print(6 * 7)\n",
         "bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
     }
-    threads = [threading.Thread(target=lambda k=k, c=c: results.__setitem__(k, box.run(c))) for k, c in programs.items()]
+    threads = [
+        threading.Thread(target=lambda k=k, c=c: results.__setitem__(k, box.run(c))) for k, c in programs.items()
+    ]
     for t in threads:
         t.start()
     for t in threads:

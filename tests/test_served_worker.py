@@ -22,33 +22,16 @@ from pathlib import Path
 import pytest
 
 from conductor_rl.config import ServeSpec, WorkerConfig
+from conductor_rl.testing import fake_vllm_server
 from conductor_rl.workers.serving import (PortInUseError, ServedWorkerError, ServerProcess, engine_args_for,
                                           engine_flags, group_deployments, server_command, server_env,
                                           served_resources, start_server)
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# A stand-in for vLLM's server: GET /health and /v1/models (listing the names given), and a child
-# process of its own (`sleep`), as vLLM has its engine processes, which it stops on SIGTERM as vLLM does.
-FAKE_SERVER = textwrap.dedent("""
-    import json, signal, subprocess, sys, time
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-    port, names = int(sys.argv[1]), sys.argv[2:]
-    child = subprocess.Popen(["sleep", "300"])
-    signal.signal(signal.SIGTERM, lambda *_: (child.kill(), sys.exit(0)))
-    print("engine child", child.pid, flush=True)
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a): pass
-        def do_GET(self):
-            body = b"" if self.path == "/health" else json.dumps({"data": [{"id": n} for n in names]}).encode()
-            self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
-            self.end_headers(); self.wfile.write(body)
-    HTTPServer(("127.0.0.1", port), H).serve_forever()
-""")
-
-
 def fake(port: int, *names: str) -> list[str]:
-    return [sys.executable, "-c", FAKE_SERVER, str(port), *names]
+    """A stand-in for vLLM's server on `port`, listing `names` (conductor_rl/testing/fake_vllm_server.py)."""
+    return fake_vllm_server.command(port, *names)
 
 
 def spec(**kw) -> ServeSpec:
@@ -243,8 +226,8 @@ def test_the_server_dies_with_the_process_that_started_it(tmp_path):
         from pathlib import Path
         from conductor_rl.config import ServeSpec
         from conductor_rl.workers.serving import start_server
-        fake = {FAKE_SERVER!r}
-        command_for = lambda p: [sys.executable, "-c", fake, str(p), "m"]
+        from conductor_rl.testing.fake_vllm_server import command
+        command_for = lambda p: command(p, "m")
         server, _ = start_server("w", ServeSpec(model="m", start_timeout_s=30), ["m"], "127.0.0.1",
                                  Path({str(tmp_path)!r}), command_for=command_for)
         print(server.pgid, flush=True)

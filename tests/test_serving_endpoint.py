@@ -24,10 +24,16 @@ def endpoint(smollm2, *overrides, requests=20, timeout_s=60.0):
     conductor = Conductor(config.conductor, model, tokenizer)
     workers, _ = in_process_workers(config)
     return ChatEndpoint(
-        config, "conductor", lambda ids, shapes, seeds, t: conductor.sample_ids(ids, shapes, seeds, t), tokenizer,
-        workers, tokens=BearerTokens({"alice": TOKEN}),
+        config,
+        "conductor",
+        lambda ids, shapes, seeds, t: conductor.sample_ids(ids, shapes, seeds, t),
+        tokenizer,
+        workers,
+        tokens=BearerTokens({"alice": TOKEN}),
         admission=LocalAdmission(ClientLimits(ClientQuota(requests=requests, usd=None, window_s=60))),
-        limits=RequestLimits(max_steps=config.conductor.max_steps), timeout_s=timeout_s)
+        limits=RequestLimits(max_steps=config.conductor.max_steps),
+        timeout_s=timeout_s,
+    )
 
 
 def body(question="What is 17 * 23?", **extra) -> bytes:
@@ -38,7 +44,7 @@ async def events_of(reply) -> list:
     out = []
     async for raw in reply.stream:
         assert raw.startswith(b"data: ") and raw.endswith(b"\n\n")
-        text = raw[len(b"data: "):-2].decode()
+        text = raw[len(b"data: ") : -2].decode()
         out.append(text if text == "[DONE]" else json.loads(text))
     return out
 
@@ -51,7 +57,8 @@ def test_a_question_is_planned_run_on_the_pool_and_answered_with_its_steps_and_u
         plain, subset, streamed = await asyncio.gather(
             serve.chat(body(seed=1), AUTH),
             serve.chat(body("Name the capital of France.", workers=[pool[2]], seed=2), AUTH),
-            serve.chat(body(stream=True, stream_options={"include_usage": True}, seed=3), AUTH))
+            serve.chat(body(stream=True, stream_options={"include_usage": True}, seed=3), AUTH),
+        )
         return plain, subset, await events_of(streamed)
 
     plain, subset, events = asyncio.run(main())
@@ -61,7 +68,7 @@ def test_a_question_is_planned_run_on_the_pool_and_answered_with_its_steps_and_u
     steps = reply["conductor"]["steps"]
     assert 1 <= len(steps) <= serve.config.conductor.max_steps and all(s["worker"] in pool for s in steps)
     worker_in = sum(s["usage"]["input_tokens"] for s in steps)
-    assert reply["usage"]["prompt_tokens"] > worker_in > 0   # the Conductor's prompt and every worker's input
+    assert reply["usage"]["prompt_tokens"] > worker_in > 0  # the Conductor's prompt and every worker's input
     assert reply["usage"]["total_tokens"] == reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"]
     assert reply["conductor"]["cost_usd"] == pytest.approx(sum(s["cost_usd"] for s in steps))
     assert reply["conductor"]["simulated"] is True
@@ -74,7 +81,7 @@ def test_a_question_is_planned_run_on_the_pool_and_answered_with_its_steps_and_u
     streamed_steps = [p for p in progress if p["event"] == "step"]
     assert len(streamed_steps) == len(progress[-1]["steps"]) >= 1
     content = "".join(e["choices"][0]["delta"].get("content", "") for e in events[1:-1] if e.get("choices"))
-    assert content and content == max(streamed_steps, key=lambda p: p["index"])["response"]   # the last step's
+    assert content and content == max(streamed_steps, key=lambda p: p["index"])["response"]  # the last step's
     assert events[-2]["choices"] == [] and events[-2]["usage"]["total_tokens"] > 0
 
 
@@ -82,9 +89,14 @@ def test_refusals_name_their_reason_in_openais_error_shape(smollm2):
     serve = endpoint(smollm2, requests=1)
 
     async def main():
-        return [await serve.chat(body(), None), await serve.chat(body(), "Bearer " + "x" * 24),
-                await serve.chat(b"{", AUTH), await serve.chat(body(max_steps=99), AUTH),
-                await serve.chat(body(), AUTH), await serve.chat(body(), AUTH)]
+        return [
+            await serve.chat(body(), None),
+            await serve.chat(body(), "Bearer " + "x" * 24),
+            await serve.chat(b"{", AUTH),
+            await serve.chat(body(max_steps=99), AUTH),
+            await serve.chat(body(), AUTH),
+            await serve.chat(body(), AUTH),
+        ]
 
     no_token, wrong_token, malformed, too_many_steps, first, over = asyncio.run(main())
     assert no_token.status == wrong_token.status == 401 and no_token.body["error"]["type"] == "authentication_error"
@@ -100,8 +112,11 @@ def test_a_failing_worker_or_a_slow_one_ends_the_request_with_what_it_spent(smol
     slow = endpoint(smollm2, *[f"workers.{i}.sim.latency_s=30" for i in range(3)], timeout_s=5.0)
 
     async def main():
-        return (await failing.chat(body(seed=4), AUTH), await slow.chat(body(seed=4), AUTH),
-                await events_of(await failing.chat(body(seed=5, stream=True), AUTH)))
+        return (
+            await failing.chat(body(seed=4), AUTH),
+            await slow.chat(body(seed=4), AUTH),
+            await events_of(await failing.chat(body(seed=5, stream=True), AUTH)),
+        )
 
     failed, timed_out, stream = asyncio.run(main())
     assert failed.status == 502 and failed.body["error"]["code"] == "worker_error", failed.body

@@ -6,8 +6,15 @@ import json
 import pytest
 
 from conductor_rl.serving.access import BearerTokens, ClientLimits, ClientQuota, TokensError
-from conductor_rl.serving.chat_format import (RequestError, RequestLimits, chunk, completion, parse_chat_request,
-                                              sse, usage_of)
+from conductor_rl.serving.chat_format import (
+    RequestError,
+    RequestLimits,
+    chunk,
+    completion,
+    parse_chat_request,
+    sse,
+    usage_of,
+)
 
 POOL = ["math-expert", "generalist", "coder"]
 LIMITS = RequestLimits(max_request_bytes=2_000, max_messages=4, max_steps=5, max_depth=1)
@@ -28,17 +35,33 @@ def refused(raw: bytes | dict, status: int, param: str | None = None) -> Request
 
 
 def test_the_last_user_message_is_the_question_and_earlier_turns_its_context():
-    request = parse(messages=[{"role": "system", "content": "Be brief."},
-                              {"role": "user", "content": "What is 6 * 7?"},
-                              {"role": "assistant", "content": "42"},
-                              {"role": "user", "content": [{"type": "text", "text": "And 6 * 8?"}]}],
-                    temperature=0.5, workers=["coder", "math-expert"], max_steps=3, max_depth=1, top_p=0.9,
-                    max_tokens=100, stream=True, stream_options={"include_usage": True})
+    request = parse(
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is 6 * 7?"},
+            {"role": "assistant", "content": "42"},
+            {"role": "user", "content": [{"type": "text", "text": "And 6 * 8?"}]},
+        ],
+        temperature=0.5,
+        workers=["coder", "math-expert"],
+        max_steps=3,
+        max_depth=1,
+        top_p=0.9,
+        max_tokens=100,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     assert request.question == "And 6 * 8?"
     assert request.context == (("system", "Be brief."), ("user", "What is 6 * 7?"), ("assistant", "42"))
-    assert request.question_text() == ("Conversation so far:\nsystem: Be brief.\nuser: What is 6 * 7?\n"
-                                       "assistant: 42\n\nQuestion: And 6 * 8?")
-    assert (request.temperature, request.workers, request.max_steps, request.max_depth) == (0.5, ("coder", "math-expert"), 3, 1)
+    assert request.question_text() == (
+        "Conversation so far:\nsystem: Be brief.\nuser: What is 6 * 7?\nassistant: 42\n\nQuestion: And 6 * 8?"
+    )
+    assert (request.temperature, request.workers, request.max_steps, request.max_depth) == (
+        0.5,
+        ("coder", "math-expert"),
+        3,
+        1,
+    )
     assert request.stream and request.include_usage
     plain = parse(messages=[{"role": "user", "content": "Hi?"}])
     assert plain.question_text() == "Hi?" and not plain.stream and plain.workers is None and plain.temperature is None
@@ -53,14 +76,17 @@ def test_malformed_requests_are_refused_with_the_field_named():
     refused({**ok, "messages": []}, 400, "messages")
     refused({**ok, "messages": [{"role": "user", "content": "q"}] * 5}, 400, "messages")
     refused({**ok, "messages": [{"role": "robot", "content": "q"}]}, 400, "messages[0]")
-    refused({**ok, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-            400, "messages[0].content")
-    refused({**ok, "messages": [{"role": "assistant", "content": "a"}]}, 400, "messages")   # no question
+    refused(
+        {**ok, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+        400,
+        "messages[0].content",
+    )
+    refused({**ok, "messages": [{"role": "assistant", "content": "a"}]}, 400, "messages")  # no question
     refused({**ok, "n": 2}, 400, "n")
     refused({**ok, "tools": []}, 400, "tools")
     refused({**ok, "temperature": 3}, 400, "temperature")
     refused({**ok, "temperature": True}, 400, "temperature")
-    refused({**ok, "max_steps": 6}, 400, "max_steps")     # over the server's limit
+    refused({**ok, "max_steps": 6}, 400, "max_steps")  # over the server's limit
     refused({**ok, "max_depth": 2}, 400, "max_depth")
     assert "this pool has" in refused({**ok, "workers": ["gpt-9"]}, 400, "workers").message
     refused({**ok, "workers": ["coder", "coder"]}, 400, "workers")
@@ -76,7 +102,7 @@ def test_replies_take_openais_shapes():
     assert delta["choices"][0]["delta"] == {"content": "48"} and delta["object"] == "chat.completion.chunk"
     assert chunk("chatcmpl-1", "conductor", 7, usage=usage_of(1, 2))["choices"] == []
     assert sse("[DONE]") == b"data: [DONE]\n\n"
-    assert json.loads(sse(delta)[len(b"data: "):]) == delta
+    assert json.loads(sse(delta)[len(b"data: ") :]) == delta
 
 
 def test_tokens_name_their_client_and_are_refused_otherwise(tmp_path):
@@ -107,12 +133,12 @@ def test_a_client_over_its_requests_or_dollars_waits_for_the_window():
     with pytest.raises(RequestError) as caught:
         limits.admit("alice", 20.0)
     assert caught.value.status == 429 and caught.value.headers == {"Retry-After": "40"}
-    limits.admit("bob", 20.0)                 # another client's own window
-    limits.admit("alice", 60.5)               # the first request left the window
+    limits.admit("bob", 20.0)  # another client's own window
+    limits.admit("alice", 60.5)  # the first request left the window
     limits.charge("bob", 0.06, 21.0)
     limits.charge("bob", 0.05, 30.0)
     assert limits.spent("bob", 31.0) == pytest.approx(0.11)
     with pytest.raises(RequestError) as caught:
-        limits.admit("bob", 31.0)             # over $0.10: wait until the first charge leaves
+        limits.admit("bob", 31.0)  # over $0.10: wait until the first charge leaves
     assert caught.value.headers == {"Retry-After": "50"} and "$0.1 per 60 s" in caught.value.message
     limits.admit("bob", 81.5)

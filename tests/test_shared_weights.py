@@ -7,15 +7,22 @@ import os
 import pytest
 import torch
 
-from conductor_rl.policy.shared_weights import (ALIGN, SharedMemoryTooSmall, SharedWeightsReader,
-                                                SharedWeightsWriter, layout_for)
+from conductor_rl.policy.shared_weights import (
+    ALIGN,
+    SharedMemoryTooSmall,
+    SharedWeightsReader,
+    SharedWeightsWriter,
+    layout_for,
+)
 
 
 def weights(scale: float = 1.0) -> list[tuple[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
-    return [("embed.weight", scale * torch.randn(7, 5, generator=g)),
-            ("norm.weight", scale * torch.randn(3, generator=g)),
-            ("head.bias", (scale * torch.randn(2, 2, generator=g)).to(torch.bfloat16))]
+    return [
+        ("embed.weight", scale * torch.randn(7, 5, generator=g)),
+        ("norm.weight", scale * torch.randn(3, generator=g)),
+        ("head.bias", (scale * torch.randn(2, 2, generator=g)).to(torch.bfloat16)),
+    ]
 
 
 def test_every_engine_reads_what_the_learner_wrote_after_the_path_is_gone(tmp_path):
@@ -26,7 +33,7 @@ def test_every_engine_reads_what_the_learner_wrote_after_the_path_is_gone(tmp_pa
     readers = [SharedWeightsReader(layout) for _ in range(2)]
     writer.unlink()
     assert not os.path.exists(layout.path)
-    for version in (1.0, -2.0):   # each write replaces what every reader sees, through the same mapping
+    for version in (1.0, -2.0):  # each write replaces what every reader sees, through the same mapping
         writer.write(weights(version))
         for reader in readers:
             got = list(reader.tensors())

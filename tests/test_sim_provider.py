@@ -11,29 +11,56 @@ import pytest
 from conductor_rl import grading
 from conductor_rl.config import Price, SimSpec, WorkerConfig
 from conductor_rl.workers.costs import cost_of
-from conductor_rl.workers.providers.base import ProviderError, TaskHint, Usage, WorkerRequest, WorkerResponse
 from conductor_rl.workers.providers import sim as sim_module
+from conductor_rl.workers.providers.base import ProviderError, TaskHint, Usage, WorkerRequest, WorkerResponse
 from conductor_rl.workers.providers.sim import CHARS_PER_TOKEN, SimProvider
 
 # References shaped like those in conductor_rl/data/samples (math500, gsm8k, mmlu).
 REFERENCES = {
-    "math": ["\\frac{14}{3}", "10\\%", "-3", "10,\\!080", "\\sqrt{51}", "(5,\\infty)", "-\\frac{24}{25}",
-             "55^\\circ", "\\frac14", "3.21", "\\cot x", "70 \\sqrt{2}", "0"],
+    "math": [
+        "\\frac{14}{3}",
+        "10\\%",
+        "-3",
+        "10,\\!080",
+        "\\sqrt{51}",
+        "(5,\\infty)",
+        "-\\frac{24}{25}",
+        "55^\\circ",
+        "\\frac14",
+        "3.21",
+        "\\cot x",
+        "70 \\sqrt{2}",
+        "0",
+    ],
     "numeric": ["35", "-3", "1,080", "0", "3.5", "3430"],
     "choice": ["A", "B", "C", "D"],
 }
 
 
-def sim(accuracy: float | dict[str, float] = 0.5, *, name: str = "sim-a", seed: int = 0,
-        price: Price | None = None, **spec: object) -> SimProvider:
+def sim(
+    accuracy: float | dict[str, float] = 0.5,
+    *,
+    name: str = "sim-a",
+    seed: int = 0,
+    price: Price | None = None,
+    **spec: object,
+) -> SimProvider:
     acc = accuracy if isinstance(accuracy, dict) else {"default": accuracy}
     config = WorkerConfig(name=name, provider="sim", sim=SimSpec(accuracy=acc, **spec), price=price or Price())
     return SimProvider(config, seed=seed)
 
 
-def request(reference: str = "35", kind: str = "numeric", *, domain: str = "math", key: str = "",
-            visible: tuple[str, ...] = (), subtask: str = "Solve it.", max_tokens: int = 4096,
-            question_id: str = "q1") -> WorkerRequest:
+def request(
+    reference: str = "35",
+    kind: str = "numeric",
+    *,
+    domain: str = "math",
+    key: str = "",
+    visible: tuple[str, ...] = (),
+    subtask: str = "Solve it.",
+    max_tokens: int = 4096,
+    question_id: str = "q1",
+) -> WorkerRequest:
     hint = TaskHint(question_id, domain, reference, kind, visible_answers=visible, sample_key=key)
     messages = [{"role": "system", "content": "You are a worker."}, {"role": "user", "content": subtask}]
     return WorkerRequest(messages, max_tokens, 0.2, None, hint)
@@ -46,6 +73,7 @@ def call(provider: SimProvider, req: WorkerRequest) -> WorkerResponse:
 def call_many(provider: SimProvider, reqs: list[WorkerRequest]) -> list[WorkerResponse]:
     async def go() -> list[WorkerResponse]:
         return list(await asyncio.gather(*(provider.complete(r) for r in reqs)))
+
     return asyncio.run(go())
 
 
@@ -114,7 +142,10 @@ def test_wrong_answers_are_graded_wrong_and_right_ones_right(kind, math_grader):
 def test_wrong_choice_stays_in_range():
     provider = sim(0.0)
     for reference in "ABCD":
-        letters = {grading.extract_choice(r.text) for r in call_many(provider, [request(reference, "choice", key=str(i)) for i in range(60)])}
+        letters = {
+            grading.extract_choice(r.text)
+            for r in call_many(provider, [request(reference, "choice", key=str(i)) for i in range(60)])
+        }
         assert reference not in letters
         assert letters <= set("ABCD") and len(letters) >= 2, letters
 

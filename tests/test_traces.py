@@ -12,30 +12,73 @@ from conductor_rl.run.traces import TraceSchemaError, TraceWriter, read_traces, 
 
 def step(index: int, worker: str) -> dict:
     return {
-        "index": index, "model_id": index, "worker": worker, "subtask": f"do part {index}", "access": [] if index == 0 else "all",
-        "messages": [{"role": "user", "content": "What is 3 * 6?"}], "response": "18",
+        "index": index,
+        "model_id": index,
+        "worker": worker,
+        "subtask": f"do part {index}",
+        "access": [] if index == 0 else "all",
+        "messages": [{"role": "user", "content": "What is 3 * 6?"}],
+        "response": "18",
         "usage": {"input_tokens": 10, "output_tokens": 20, "reasoning_tokens": 0, "cached_tokens": 0},
-        "cost_usd": 0.0001, "latency_s": 0.5, "started_s": 0.0, "finished_s": 0.5, "error": None, "simulated": True,
+        "cost_usd": 0.0001,
+        "latency_s": 0.5,
+        "started_s": 0.0,
+        "finished_s": 0.5,
+        "error": None,
+        "simulated": True,
     }
 
 
 def rollout(iteration: int = 3, sample: int = 0, **changes) -> dict:
     record = {
-        "iteration": iteration, "question_id": "gsm8k/test/143", "question": "What is 3 * 6?", "domain": "math",
-        "reference": "18", "group": 0, "sample": sample, "completion": "model_id = [0, 1]\n...", "completion_tokens": 41,
-        "plan": [{"model_id": 0, "subtask": "do part 0", "access": []}, {"model_id": 1, "subtask": "do part 1", "access": "all"}],
-        "plan_error": None, "steps": [step(0, "sim-math-expert"), step(1, "sim-generalist")],
-        "final_answer": "18", "verdict": "correct", "extracted_answer": "18", "grade_detail": "exact match",
-        "reward": 1.0, "advantage": 0.5, "infrastructure_error": None, "cost_usd": 0.0002, "wall_s": 0.6,
-        "simulated": True, "weights_version": 3, "attempts": 1,
+        "iteration": iteration,
+        "question_id": "gsm8k/test/143",
+        "question": "What is 3 * 6?",
+        "domain": "math",
+        "reference": "18",
+        "group": 0,
+        "sample": sample,
+        "completion": "model_id = [0, 1]\n...",
+        "completion_tokens": 41,
+        "plan": [
+            {"model_id": 0, "subtask": "do part 0", "access": []},
+            {"model_id": 1, "subtask": "do part 1", "access": "all"},
+        ],
+        "plan_error": None,
+        "steps": [step(0, "sim-math-expert"), step(1, "sim-generalist")],
+        "final_answer": "18",
+        "verdict": "correct",
+        "extracted_answer": "18",
+        "grade_detail": "exact match",
+        "reward": 1.0,
+        "advantage": 0.5,
+        "infrastructure_error": None,
+        "cost_usd": 0.0002,
+        "wall_s": 0.6,
+        "simulated": True,
+        "weights_version": 3,
+        "attempts": 1,
     }
     record.update(changes)
     return record
 
 
 def unparsed(iteration: int = 3, sample: int = 1) -> dict:
-    return rollout(iteration, sample, plan=None, plan_error="no model_id list", steps=[], final_answer=None, verdict=None,
-                   extracted_answer=None, grade_detail=None, reward=0.0, advantage=-0.5, cost_usd=0.0, wall_s=0.0)
+    return rollout(
+        iteration,
+        sample,
+        plan=None,
+        plan_error="no model_id list",
+        steps=[],
+        final_answer=None,
+        verdict=None,
+        extracted_answer=None,
+        grade_detail=None,
+        reward=0.0,
+        advantage=-0.5,
+        cost_usd=0.0,
+        wall_s=0.0,
+    )
 
 
 def fixed_part(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
@@ -51,7 +94,11 @@ def test_round_trip_with_derived_columns(tmp_path):
     assert len(back) == 2
     for original, row in zip(written, back):
         assert {k: row[k] for k in original} == original  # plan and steps decoded from JSON
-    assert (back[0]["n_steps"], back[0]["workers"], back[0]["final_worker"]) == (2, ["sim-math-expert", "sim-generalist"], "sim-generalist")
+    assert (back[0]["n_steps"], back[0]["workers"], back[0]["final_worker"]) == (
+        2,
+        ["sim-math-expert", "sim-generalist"],
+        "sim-generalist",
+    )
     assert (back[1]["n_steps"], back[1]["workers"], back[1]["final_worker"]) == (0, [], None)
     assert "plan_json" not in back[0]
 
@@ -79,10 +126,15 @@ def test_unknown_keys_get_their_own_columns(tmp_path):
     path = TraceWriter(tmp_path).write(3, records)
     types = {f.name: f.type for f in pq.read_schema(path)}
     assert types["judge_score"] == pa.int64() and types["temperature"] == pa.float64() and types["tag"] == pa.string()
-    assert types["roster_json"] == pa.string() and types["mixed_json"] == pa.string() and types["meta_json_json"] == pa.string()
+    assert (
+        types["roster_json"] == pa.string()
+        and types["mixed_json"] == pa.string()
+        and types["meta_json_json"] == pa.string()
+    )
     back = read_traces(tmp_path)
     assert [(r["judge_score"], r["temperature"], r["roster"], r["mixed"], r["tag"], r["meta_json"]) for r in back] == [
-        (3, 1.0, ["a", "b"], 1, "x", None), (4, 0.7, None, "one", None, {"k": 1}),
+        (3, 1.0, ["a", "b"], 1, "x", None),
+        (4, 0.7, None, "one", None, {"k": 1}),
     ]
 
 
@@ -115,7 +167,16 @@ def test_read_orders_by_iteration_then_file_order_and_filters(tmp_path):
     for iteration in (10, 2, 1):
         writer.write(iteration, [rollout(iteration, sample=s) for s in (2, 0, 1)])
     assert [(r["iteration"], r["sample"]) for r in read_traces(tmp_path)] == [
-        (1, 2), (1, 0), (1, 1), (2, 2), (2, 0), (2, 1), (10, 2), (10, 0), (10, 1)]
+        (1, 2),
+        (1, 0),
+        (1, 1),
+        (2, 2),
+        (2, 0),
+        (2, 1),
+        (10, 2),
+        (10, 0),
+        (10, 1),
+    ]
     assert {r["iteration"] for r in read_traces(tmp_path, iterations=(2, 10, 99))} == {2, 10}
     assert read_traces(tmp_path / "no-run") == []
 

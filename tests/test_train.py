@@ -40,7 +40,6 @@ import pytest
 from conductor_rl.config import load_config
 from conductor_rl.data.question import Question
 from conductor_rl.data.stream import QuestionStream
-from conductor_rl.plan.prompts import ConductorPrompt
 from conductor_rl.run.log import records
 from conductor_rl.run.traces import read_traces, trace_files
 
@@ -120,7 +119,7 @@ def test_question_stream_reshuffles_every_epoch_and_draws_each_question_once_per
     assert len({tuple(order) for order in epochs}) == 4, f"every epoch must have its own order: {epochs}"
     assert epochs[0] != [q.id for q in questions], "the first epoch must be shuffled too"
     again = QuestionStream(questions, seed=3)
-    assert [q.id for q in again.take(40)] == sum(epochs, []), "the order is a function of the seed"
+    assert [q.id for q in again.take(40)] == [i for epoch in epochs for i in epoch], "the order is a function of the seed"
     assert [q.id for q in QuestionStream(questions, seed=4).take(10)] != epochs[0]
 
 
@@ -321,6 +320,11 @@ def test_sigterm_stops_at_a_safe_point_with_exit_0_and_a_complete_checkpoint(sig
     assert run.summary is not None, f"no JSON summary on stdout; stderr:\n{run.stderr[-4000:]}"
     assert run.summary["stopped"] == "SIGTERM", run.summary
     assert "SIGTERM received" in run.stderr
+    # A quiet run (issue 26, tests/test_quiet_output.py): the run's own lines, no library progress bar,
+    # INFO line or warning (CONDUCTOR_RL_VERBOSE=1 brings those back).
+    noise = [line for line in run.stderr.splitlines() if "%|" in line or " INFO " in line or "Warning:" in line
+             or "WARNING" in line]
+    assert not noise, noise
     # Signalled after iteration 0: iteration 1 is abandoned, not logged, and redone on resume.
     assert run.summary["iterations"] == 1, run.summary
     assert logged_iterations(run.out) == [0]
@@ -448,7 +452,8 @@ class _FakeGenerators:
         self.version = 0   # stamped on each sample, as a GeneratorActor does
 
     def sample(self, prompts, n, *_args, seed=None, shape=None, **_kwargs):
-        from conductor_rl.policy.sampling import Sample, shape_per_prompt
+        from conductor_rl.plan.shape import shape_per_prompt
+        from conductor_rl.policy.sampling import Sample
 
         def plan(worker: int) -> str:   # what follows the response prefix "model_id = ["
             return f'{worker}]\nsubtasks = ["Answer the question."]\naccess_list = [[]]'
@@ -599,6 +604,7 @@ def test_asynchronous_training_collects_ahead_within_the_bound_and_draws_what_a_
     stand-in takes a second), so some rows reach the learner one version old and none older; the
     records show the staleness and the waits, and every iteration draws the questions the
     synchronous loop draws."""
+    from conductor_rl.system import System
     from jobs.train import train, training_questions
 
     light_system.learners_seconds, light_system.spread = 1.0, 3
@@ -624,8 +630,7 @@ def test_asynchronous_training_collects_ahead_within_the_bound_and_draws_what_a_
         learned_at = m["weights_version"] - ("loss" in m)
         assert 0 <= learned_at - row["sampled_weights_version"] <= 1
 
-    prompts = ConductorPrompt.from_config(config)
-    stream = QuestionStream(training_questions(config, prompts), seed=config.train.seed,
+    stream = QuestionStream(training_questions(System(config)), seed=config.train.seed,
                             balance_domains=config.train.balance_domains)
     expected = {i: [q.id for q in stream.take(config.train.questions_per_iteration)] for i in range(4)}
     assert drawn_questions(out) == expected
@@ -636,6 +641,7 @@ def test_asynchronous_resume_after_a_crash_redraws_the_questions_in_flight(ray_c
     """The learner dies at iteration 2 while iteration 2 (and perhaps 3) has been drawn: the
     checkpoint of iteration 1 lists them in flight, and the resumed run trains on exactly the
     questions of an uninterrupted run, each iteration once."""
+    import jobs.iteration as iteration_job
     import jobs.train as train_job
 
     light_system.learners_seconds = 0.5
@@ -643,14 +649,14 @@ def test_asynchronous_resume_after_a_crash_redraws_the_questions_in_flight(ray_c
     assert train_job.train(make_config(straight, "train.iterations=4", *ASYNC))["stopped"] == "finished"
     uninterrupted = drawn_questions(straight)
 
-    learn = train_job.learn_from
+    learn = iteration_job.learn_from
 
     def dies_at_2(loop, collected):
         if collected.iteration == 2:
             raise RuntimeError("learner died")
         return learn(loop, collected)
 
-    monkeypatch.setattr(train_job, "learn_from", dies_at_2)
+    monkeypatch.setattr(iteration_job, "learn_from", dies_at_2)
     with pytest.raises(RuntimeError, match="learner died"):
         train_job.train(make_config(crashed, "train.iterations=4", *ASYNC))
     _, state = latest_state(crashed)
@@ -658,7 +664,7 @@ def test_asynchronous_resume_after_a_crash_redraws_the_questions_in_flight(ray_c
     assert "2" in state["in_flight"] and state["in_flight"]["2"] == uninterrupted[2]
     assert all(ids == uninterrupted[int(j)] for j, ids in state["in_flight"].items())
 
-    monkeypatch.setattr(train_job, "learn_from", learn)
+    monkeypatch.setattr(iteration_job, "learn_from", learn)
     assert train_job.train(make_config(crashed, "train.iterations=4", *ASYNC), resume=True)["stopped"] == "finished"
     assert logged_iterations(crashed) == [0, 1, 2, 3]
     assert drawn_questions(crashed) == uninterrupted
@@ -671,15 +677,17 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
     from conductor_rl.rollout.workflow import Task
     from conductor_rl.run.infra_guard import InfraCounts
     from jobs.run_control import Phases, StopSignal
-    from jobs.train import Collected, Loop, learn_from
+    from conductor_rl.run.state import RunState
+    from conductor_rl.system import System
+    from jobs.iteration import Collected, TrainingRun, learn_from
 
     config = make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=false")
     learners = _FakeLearners()
     generators = _FakeGenerators(1)
     system = type("System", (), {"learners": learners, "weight_sync": type("Sync", (), {
         "push": staticmethod(lambda version: generators.load_weights(None, version))})()})()
-    prompts = ConductorPrompt.from_config(config)
-    loop = Loop(config, system, QuestionStream(sample_questions(4), seed=0), prompts, StopSignal(), version=5)
+    loop = TrainingRun(System(config), system, QuestionStream(sample_questions(4), seed=0), RunState(version=5),
+                       StopSignal())
     rollouts = [Rollout(Task(f"q{g}", "?", "math", "1", "numeric"), "x", group=g, sample=i, completion_ids=(1, 2),
                         logprobs=(-1.0, -1.0), reward=[1.0, 0.5][i % 2], weights_version=version)
                 for g, version in enumerate((5, 4, 3)) for i in range(4)]
@@ -687,15 +695,15 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
     [batch] = learners.batches
     assert len(batch.completion_ids) == 8 and sorted(set(batch.staleness)) == [0, 1]
     assert record["stale_dropped"] == 4 and record["staleness"] == {"0": 4, "1": 4}
-    assert loop.version == 6 and generators.version == 6
+    assert loop.state.version == 6 and generators.version == 6
 
     # vLLM's log-probs under the constrained format are the mask's, not the policy's: the learner recomputes
     # them (the batch still says how stale each row is), except under ZeRO-3, where no correction is made.
     assert loop.config.generator.backend == "vllm"
     for stage, staleness in ((2, [0] * 4 + [1] * 4), (3, None)):
-        loop.config = make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=true",
-                                  f"learner.zero_stage={stage}")
-        loop.version = 5
+        loop.system = System(make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=true",
+                                         f"learner.zero_stage={stage}"))
+        loop.state.version = 5
         learn_from(loop, Collected(8, [[9, 9]] * 3, rollouts, Phases(8), InfraCounts(), 0, time.perf_counter()))
         assert len(learners.batches[-1].completion_ids) == 8 and learners.batches[-1].staleness == staleness
 
@@ -782,7 +790,7 @@ def test_a_worker_whose_every_call_fails_stops_the_run_with_a_checkpoint_naming_
     assert "worker 'sim-math-expert' failed 100% of its" in summary["error"]
     assert "train.max_infra_error_rate=0.25" in summary["error"]
     assert records(out)[0]["worker_calls"]["sim-math-expert"]["failed"] >= QUESTIONS * ROLLOUTS
-    folder, state = latest_state(out)
+    _folder, state = latest_state(out)
     assert state["iteration"] == 0 and state["infra_guard"]["windows"], "the guard's window is checkpointed"
 
     # Off, the same run trains on (with every rollout dropped) to the end.
@@ -825,10 +833,11 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
     while its calls are in flight, the grader actor just before the first grading."""
     import ray
 
-    import jobs.train as jt
+    import jobs.iteration as jt
     import jobs.training_system as ts
     from conductor_rl.data import load_dataset
-    from conductor_rl.run.metrics import best_workers
+    from conductor_rl.run.state import RunState
+    from conductor_rl.system import System
 
     config = make_config(tmp_path / "run", "train.iterations=1", "train.report=false", "train.tensorboard=false")
     light_system.spread = len(config.workers)      # plans for every worker
@@ -878,8 +887,8 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
         monkeypatch.setattr(system.graders, "grade_many", grade_with_a_crash)
 
         questions = load_dataset(config.data.questions, limit=config.data.limit)
-        loop = jt.Loop(config, system, QuestionStream(questions, seed=config.train.seed), ConductorPrompt.from_config(config),
-                       jt.StopSignal(), 0, best_workers(config.workers))
+        loop = jt.TrainingRun(System(config), system, QuestionStream(questions, seed=config.train.seed), RunState(),
+                              jt.StopSignal())
         ray.get(system.ledger.start_iteration.remote(0))
         record, rollouts = jt.train_iteration(loop, 0)
         assert killed == {"workers": 1, "grader": 1}

@@ -17,8 +17,11 @@ from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.ledger import BudgetExceededError
 from conductor_rl.workers.providers import MissingApiKeyError, ProviderError, Usage
 from conductor_rl.workers.retry import RetryPolicy
-from tests.http_fakes import fresh  # noqa: F401 (fixture, with this module's server)
 from tests.http_fakes import FAKE_KEY, KEY_ENV, PRICE, request, worker_config
+
+# Every test talks to the fake LLM server (this module's own, in a Ray actor): the fake key set, the
+# server reset (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh")
 
 WINDOW_S = 3.0
 PER_WINDOW = 30  # = 600 RPM
@@ -45,8 +48,13 @@ def make_pool(server, provider="openai", replicas=1, ledger=None, **extra):
 
     ledger = ledger if ledger is not None else get_ledger(name=unique("ledger"))
     config = worker_config(provider, server, name=unique(provider), **extra)
-    return WorkerPool(config, replicas=replicas, ledger=ledger, window_s=WINDOW_S,
-                      policy=RetryPolicy(max_retries=4, base_delay_s=0.05, max_delay_s=0.2)), ledger
+    return WorkerPool(
+        config,
+        replicas=replicas,
+        ledger=ledger,
+        window_s=WINDOW_S,
+        policy=RetryPolicy(max_retries=4, base_delay_s=0.05, max_delay_s=0.2),
+    ), ledger
 
 
 async def gather(pool, n, prefix="q"):
@@ -130,7 +138,7 @@ def test_a_call_whose_replica_dies_goes_to_another_and_the_lost_attempt_stays_op
     assert first.text.startswith("echo:") and picks[1] != picks[0], picks
     assert not [r for r in after if isinstance(r, Exception)], after
     assert picks[2:] == [picks[1]] * 4, picks
-    assert ray_cluster.get(ledger.settle_open_calls.remote()) == 1   # the lost attempt, at its worst case
+    assert ray_cluster.get(ledger.settle_open_calls.remote()) == 1  # the lost attempt, at its worst case
     assert len(ray_cluster.get(ledger.entries.remote())) == 6
 
 
@@ -180,12 +188,19 @@ def test_keys_never_appear_in_logs_metrics_names_ledger_or_reprs(ray_cluster, se
     pool, ledger = make_pool(server, provider="openai", replicas=2, rpm=1000)
     server.script(["401", "500"])
     asyncio.run(gather(pool, 3))
-    seen = [repr(pool), repr(pool.replicas), repr(ray.get(ledger.entries.remote())),
-            repr(ray.get(ledger.summary.remote())), repr(list_named_actors(all_namespaces=True))]
+    seen = [
+        repr(pool),
+        repr(pool.replicas),
+        repr(ray.get(ledger.entries.remote())),
+        repr(ray.get(ledger.summary.remote())),
+        repr(list_named_actors(all_namespaces=True)),
+    ]
     assert FAKE_KEY in server.stats.auth_headers[-1]  # it did travel to the provider
     text = "\n".join(seen)
     logs = pathlib.Path(ray._private.worker._global_node.get_logs_dir_path())
-    log_text = "".join(p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file() and p.stat().st_size < 50e6)
+    log_text = "".join(
+        p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file() and p.stat().st_size < 50e6
+    )
     assert "limiter-" in text and len(log_text) > 1000  # names and logs were captured
     for needle in (FAKE_KEY, FAKE_KEY[-12:]):
         assert needle not in text and needle not in log_text

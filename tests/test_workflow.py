@@ -1,95 +1,41 @@
 """The workflow engine: context passing, parallel steps, failures, limits, costs,
 and the path from a Conductor completion to a reward.
 
-Workers are small in-process fakes implementing the worker interface
-(`name`, `simulated`, `async complete(WorkerRequest) -> WorkerResponse`), plus
-the real SimProvider for the end-to-end tests.
+Workers are the scripted doubles of conductor_rl/testing/workers.py (the real
+provider interface, recording what they were sent), plus the real SimProvider
+for the end-to-end tests.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
 
 import pytest
 
 from conductor_rl import grading
 from conductor_rl.config import Price, SimSpec, WorkerConfig
 from conductor_rl.plan import Plan, PlanError, Step, parse_plan, render_plan
-from conductor_rl.workers.providers.base import Provider, ProviderError, Usage, WorkerRequest, WorkerResponse
-from conductor_rl.workers.providers.sim import SimProvider
 from conductor_rl.rollout.workflow import StepLimits, Task, WorkflowResult, run_plan
+from conductor_rl.testing.workers import Gate, ScriptedWorker
+from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequest
+from conductor_rl.workers.providers.sim import SimProvider
 
-TASK = Task(id="q-1", question="What is 6 times 7? QUESTION-MARKER", domain="math", reference="42",
-            answer_kind="numeric")
-
-
-class Gate:
-    """Opens once `n` calls are waiting at it. Calls that only get through together prove they were in
-    flight at the same time, however slow the machine; had they run one after another, the first would
-    wait for ever (the step timeout ends it)."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.arrived = n, 0
-        self._open = asyncio.Event()
-
-    async def pass_through(self) -> None:
-        self.arrived += 1
-        if self.arrived >= self.n:
-            self._open.set()
-        await self._open.wait()
+TASK = Task(
+    id="q-1", question="What is 6 times 7? QUESTION-MARKER", domain="math", reference="42", answer_kind="numeric"
+)
 
 
 # A bound on a wait that only a hang reaches, never a slow machine.
 HANG_GUARD = StepLimits(timeout_s=60.0)
 
 
-class FakeWorker:
-    """A worker that answers `ANSWER(<name>#<n>)`, after `delay` seconds (and after its `gate`
-    opens), or misbehaves as told. It records every request it receives."""
-
-    def __init__(self, name: str, *, delay: float = 0.0, raises: BaseException | None = None,
-                 hang: bool = False, answer: Callable[[WorkerRequest, int], str] | None = None,
-                 usage: Usage = Usage(), cost: float = 0.0, simulated: bool = False,
-                 gate: Gate | None = None) -> None:
-        self.name = name
-        self.gate = gate
-        self.simulated = simulated
-        self.delay = delay
-        self.raises = raises
-        self.hang = hang
-        self.answer = answer
-        self.usage = usage
-        self.cost = cost
-        self.requests: list[WorkerRequest] = []
-        self.finished = 0
-
-    async def complete(self, request: WorkerRequest) -> WorkerResponse:
-        n = len(self.requests)
-        self.requests.append(request)
-        if self.hang:
-            await asyncio.Event().wait()
-        if self.gate is not None:
-            await self.gate.pass_through()
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if self.raises is not None:
-            raise self.raises
-        self.finished += 1
-        text = self.answer(request, n) if self.answer else f"ANSWER({self.name}#{n})"
-        return WorkerResponse(text=text, usage=self.usage, latency_s=self.delay, cost_usd=self.cost,
-                              simulated=self.simulated)
-
-    async def aclose(self) -> None:
-        return None
-
-
 def plan_of(*steps: tuple[int, str, object]) -> Plan:
     return Plan(tuple(Step(model_id=m, subtask=s, access=a) for m, s, a in steps))
 
 
-def run(plan: Plan, workers, limits: StepLimits | list[StepLimits] = StepLimits(), task: Task = TASK,
-        sample_key: str = "") -> WorkflowResult:
+def run(
+    plan: Plan, workers, limits: StepLimits | list[StepLimits] = StepLimits(), task: Task = TASK, sample_key: str = ""
+) -> WorkflowResult:
     return asyncio.run(run_plan(plan, task, workers, limits, sample_key=sample_key))
 
 
@@ -97,15 +43,11 @@ def user_text(trace) -> str:
     return "\n".join(m["content"] for m in trace.messages if m["role"] == "user")
 
 
-def test_fake_worker_is_a_provider():
-    assert isinstance(FakeWorker("w"), Provider)
-
-
 # --------------------------------------------------------------------------- basics and context
 
 
 def test_one_step_plan():
-    worker = FakeWorker("w0")
+    worker = ScriptedWorker("w0")
     result = run(plan_of((0, "Compute 6*7.", [])), [worker])
     assert result.error is None
     assert result.final_answer == "ANSWER(w0#0)"
@@ -122,9 +64,13 @@ def test_one_step_plan():
 
 
 def test_sequential_all_chain_passes_context():
-    workers = [FakeWorker(f"w{i}") for i in range(4)]
-    plan = plan_of((0, "SUBTASK-A: find x.", []), (1, "SUBTASK-B: square x.", "all"),
-                   (2, "SUBTASK-C: check everything.", "all"), (3, "SUBTASK-D: fresh start.", []))
+    workers = [ScriptedWorker(f"w{i}") for i in range(4)]
+    plan = plan_of(
+        (0, "SUBTASK-A: find x.", []),
+        (1, "SUBTASK-B: square x.", "all"),
+        (2, "SUBTASK-C: check everything.", "all"),
+        (3, "SUBTASK-D: fresh start.", []),
+    )
     result = run(plan, workers)
     assert result.error is None
     answers = [s.response for s in result.steps]
@@ -147,7 +93,7 @@ def test_sequential_all_chain_passes_context():
 
 
 def test_explicit_access_list():
-    workers = [FakeWorker("w0"), FakeWorker("w1"), FakeWorker("w2")]
+    workers = [ScriptedWorker("w0"), ScriptedWorker("w1"), ScriptedWorker("w2")]
     plan = plan_of((0, "S0", []), (1, "S1", []), (2, "S2", []), (0, "S3 merge", [0, 2]))
     result = run(plan, workers)
     last = user_text(result.steps[3])
@@ -162,7 +108,7 @@ def test_explicit_access_list():
 
 def test_independent_steps_run_in_parallel():
     both = Gate(2)
-    workers = [FakeWorker("half-a", gate=both), FakeWorker("half-b", gate=both), FakeWorker("merge")]
+    workers = [ScriptedWorker("half-a", gate=both), ScriptedWorker("half-b", gate=both), ScriptedWorker("merge")]
     plan = plan_of((0, "half one", []), (1, "half two", []), (2, "merge", "all"))
     result = run(plan, workers, HANG_GUARD)
     assert result.error is None, result.error  # both halves were in flight at once
@@ -173,7 +119,12 @@ def test_independent_steps_run_in_parallel():
 
 def test_diamond_runs_its_branches_together():
     branches = Gate(2)
-    workers = [FakeWorker("w0"), FakeWorker("w1", gate=branches), FakeWorker("w2", gate=branches), FakeWorker("w3")]
+    workers = [
+        ScriptedWorker("w0"),
+        ScriptedWorker("w1", gate=branches),
+        ScriptedWorker("w2", gate=branches),
+        ScriptedWorker("w3"),
+    ]
     plan = plan_of((0, "root", []), (1, "left", [0]), (2, "right", [0]), (3, "join", "all"))
     result = run(plan, workers, HANG_GUARD)
     assert result.error is None, result.error  # left and right were in flight at once
@@ -187,11 +138,12 @@ def test_diamond_runs_its_branches_together():
 
 
 def test_provider_error_is_an_infrastructure_error():
-    failing = FakeWorker("flaky", delay=0.05, raises=ProviderError("HTTP 503", kind="server", retryable=True))
-    slow = FakeWorker("slow", delay=0.4, usage=Usage(input_tokens=10, output_tokens=20), cost=0.002)
-    after = FakeWorker("after")
-    plan = plan_of((0, "fails", []), (1, "independent, in flight", []), (2, "needs both", "all"),
-                   (2, "needs step 0 only", [0]))
+    failing = ScriptedWorker("flaky", delay_s=0.05, raises=ProviderError("HTTP 503", kind="server", retryable=True))
+    slow = ScriptedWorker("slow", delay_s=0.4, usage=Usage(input_tokens=10, output_tokens=20), cost_usd=0.002)
+    after = ScriptedWorker("after")
+    plan = plan_of(
+        (0, "fails", []), (1, "independent, in flight", []), (2, "needs both", "all"), (2, "needs step 0 only", [0])
+    )
     result = run(plan, [failing, slow, after])  # must not raise
     assert result.error is not None and result.error.startswith("step 0:")
     assert "server" in result.error and "HTTP 503" in result.error
@@ -210,16 +162,16 @@ def test_provider_error_is_an_infrastructure_error():
 
 def test_failure_after_dependent_started_is_still_an_error():
     # The last step is independent of the failing one and succeeds: the workflow is still an error.
-    failing = FakeWorker("flaky", delay=0.1, raises=ProviderError("rate limited", kind="rate_limit"))
-    result = run(plan_of((0, "fails late", []), (1, "answers", [])), [failing, FakeWorker("ok")])
+    failing = ScriptedWorker("flaky", delay_s=0.1, raises=ProviderError("rate limited", kind="rate_limit"))
+    result = run(plan_of((0, "fails late", []), (1, "answers", [])), [failing, ScriptedWorker("ok")])
     assert result.steps[1].response == "ANSWER(ok#0)"
     assert result.error == "step 0: rate_limit: rate limited"
     assert result.final_answer is None
 
 
 def test_arbitrary_exception_is_recorded():
-    buggy = FakeWorker("buggy", raises=ZeroDivisionError("division by zero"))
-    result = run(plan_of((0, "bug", []), (1, "after", "all")), [buggy, FakeWorker("w1")])
+    buggy = ScriptedWorker("buggy", raises=ZeroDivisionError("division by zero"))
+    result = run(plan_of((0, "bug", []), (1, "after", "all")), [buggy, ScriptedWorker("w1")])
     assert result.final_answer is None
     assert result.steps[0].error == "exception: ZeroDivisionError: division by zero"
     assert result.error == "step 0: exception: ZeroDivisionError: division by zero"
@@ -227,9 +179,10 @@ def test_arbitrary_exception_is_recorded():
 
 
 def test_hanging_worker_times_out():
-    hanging = FakeWorker("hangs", hang=True)
-    result = run(plan_of((0, "never answers", []), (1, "after", [0])), [hanging, FakeWorker("w1")],
-                 StepLimits(timeout_s=0.2))
+    hanging = ScriptedWorker("hangs", hang=True)
+    result = run(
+        plan_of((0, "never answers", []), (1, "after", [0])), [hanging, ScriptedWorker("w1")], StepLimits(timeout_s=0.2)
+    )
     assert result.steps[0].error.startswith("timeout")
     assert "0.2" in result.steps[0].error
     assert result.steps[0].finished_s - result.steps[0].started_s >= 0.19  # not before its time
@@ -239,7 +192,7 @@ def test_hanging_worker_times_out():
 
 
 def test_unknown_worker_in_hand_built_plan():
-    worker = FakeWorker("w0")
+    worker = ScriptedWorker("w0")
     result = run(plan_of((0, "fine", []), (5, "no such model", "all")), [worker])
     assert result.steps[0].response == "ANSWER(w0#0)"
     assert result.steps[1].worker == "<unknown model 5>"
@@ -254,7 +207,7 @@ def test_unknown_worker_in_hand_built_plan():
 def test_bad_access_in_hand_built_plan_is_an_error_not_a_hang(access):
     # Step 1 may only read step 0; a self, later, negative or out-of-range index would deadlock or crash.
     plan = plan_of((0, "first", []), (0, "second", access))
-    result = asyncio.run(asyncio.wait_for(run_plan(plan, TASK, [FakeWorker("w0")]), timeout=5))
+    result = asyncio.run(asyncio.wait_for(run_plan(plan, TASK, [ScriptedWorker("w0")]), timeout=5))
     if access == [0]:
         assert result.error is None
     else:
@@ -268,7 +221,7 @@ def test_bad_access_in_hand_built_plan_is_an_error_not_a_hang(access):
 
 def test_huge_answer_is_cut_in_the_next_prompt():
     huge = "x" * 10_000_000 + "TAIL-MARKER"
-    workers = [FakeWorker("verbose", answer=lambda r, n: huge), FakeWorker("reader")]
+    workers = [ScriptedWorker("verbose", answer=lambda r, n: huge), ScriptedWorker("reader")]
     plan = plan_of((0, "write a lot", []), (1, "read it", [0]))
     result = run(plan, workers, StepLimits(max_context_chars=5_000))
     assert result.error is None
@@ -283,16 +236,18 @@ def test_huge_answer_is_cut_in_the_next_prompt():
 
 def test_show_question():
     for show in (True, False):
-        worker = FakeWorker("w0")
+        worker = ScriptedWorker("w0")
         result = run(plan_of((0, "the subtask", [])), [worker], StepLimits(show_question=show))
         assert ("QUESTION-MARKER" in user_text(result.steps[0])) is show
         assert "the subtask" in user_text(result.steps[0])
 
 
 def test_per_worker_limits():
-    workers = [FakeWorker("small"), FakeWorker("big")]
-    limits = [StepLimits(max_tokens=100, temperature=0.0, reasoning_budget=None),
-              StepLimits(max_tokens=8000, temperature=0.7, reasoning_budget=2048, show_question=True)]
+    workers = [ScriptedWorker("small"), ScriptedWorker("big")]
+    limits = [
+        StepLimits(max_tokens=100, temperature=0.0, reasoning_budget=None),
+        StepLimits(max_tokens=8000, temperature=0.7, reasoning_budget=2048, show_question=True),
+    ]
     result = run(plan_of((0, "a", []), (1, "b", []), (0, "c", "all")), workers, limits)
     assert result.error is None
     assert [(r.max_tokens, r.temperature, r.reasoning_budget) for r in workers[0].requests] == [(100, 0.0, None)] * 2
@@ -302,7 +257,7 @@ def test_per_worker_limits():
 
 
 def test_per_worker_timeouts():
-    workers = [FakeWorker("patient", delay=0.3), FakeWorker("hasty", delay=0.3)]
+    workers = [ScriptedWorker("patient", delay_s=0.3), ScriptedWorker("hasty", delay_s=0.3)]
     limits = [StepLimits(timeout_s=5.0), StepLimits(timeout_s=0.1)]
     result = run(plan_of((0, "a", []), (1, "b", [])), workers, limits)
     assert result.steps[0].error is None and result.steps[1].error.startswith("timeout")
@@ -313,8 +268,12 @@ def test_per_worker_timeouts():
 
 def test_cost_and_usage_aggregate_over_steps():
     workers = [
-        FakeWorker("a", usage=Usage(input_tokens=100, output_tokens=50, reasoning_tokens=10, cached_tokens=20), cost=0.01),
-        FakeWorker("b", usage=Usage(input_tokens=7, output_tokens=3, reasoning_tokens=0, cached_tokens=1), cost=0.25),
+        ScriptedWorker(
+            "a", usage=Usage(input_tokens=100, output_tokens=50, reasoning_tokens=10, cached_tokens=20), cost_usd=0.01
+        ),
+        ScriptedWorker(
+            "b", usage=Usage(input_tokens=7, output_tokens=3, reasoning_tokens=0, cached_tokens=1), cost_usd=0.25
+        ),
     ]
     result = run(plan_of((0, "1", []), (1, "2", "all"), (0, "3", "all")), workers)
     assert result.cost_usd == pytest.approx(0.27)
@@ -326,7 +285,7 @@ def test_cost_and_usage_aggregate_over_steps():
 
 def test_simulated_flag_propagates():
     sim_worker = SimProvider(WorkerConfig(name="sim", provider="sim", sim=SimSpec(accuracy={"default": 1.0})))
-    real = FakeWorker("real")
+    real = ScriptedWorker("real")
     only_real = run(plan_of((0, "a", [])), [real, sim_worker])
     assert only_real.simulated is False and only_real.steps[0].simulated is False
     mixed = run(plan_of((0, "a", []), (1, "b", "all")), [real, sim_worker])
@@ -338,7 +297,7 @@ def test_simulated_flag_propagates():
 
 def test_simulated_worker_gets_hint_with_visible_answers():
     seen: list[WorkerRequest] = []
-    spy = FakeWorker("spy", simulated=True, answer=lambda r, n: (seen.append(r), f"A{n}")[1])
+    spy = ScriptedWorker("spy", simulated=True, answer=lambda r, n: (seen.append(r), f"A{n}")[1])
     result = run(plan_of((0, "a", []), (0, "b", [0])), [spy], sample_key="rollout-3")
     assert result.error is None
     first, second = seen
@@ -352,39 +311,52 @@ def test_simulated_worker_gets_hint_with_visible_answers():
 def test_empty_question_runs():
     task = Task(id="empty", question="")
     for show in (False, True):
-        result = run(plan_of((0, "do something", []), (0, "then this", "all")), [FakeWorker("w")],
-                     StepLimits(show_question=show), task=task)
+        result = run(
+            plan_of((0, "do something", []), (0, "then this", "all")),
+            [ScriptedWorker("w")],
+            StepLimits(show_question=show),
+            task=task,
+        )
         assert result.error is None and result.final_answer == "ANSWER(w#1)"
 
 
 def test_many_plans_share_one_event_loop():
     first_steps = Gate(200)  # the two independent first steps of every plan, all in flight at once
-    worker = FakeWorker("shared", gate=first_steps)
+    worker = ScriptedWorker("shared", gate=first_steps)
     plan = plan_of((0, "a", []), (0, "b", []), (0, "c", "all"))
 
     async def go():
-        return await asyncio.gather(*(run_plan(plan, TASK, [worker], HANG_GUARD, sample_key=str(i))
-                                      for i in range(100)))
+        return await asyncio.gather(
+            *(run_plan(plan, TASK, [worker], HANG_GUARD, sample_key=str(i)) for i in range(100))
+        )
 
     results = asyncio.run(go())
     assert all(r.error is None for r in results), results[0].error
     assert len(worker.requests) == 300 and first_steps.arrived == 300
 
 
-# --------------------------------------------------------------------------- end to end: text -> plan -> run -> grade -> reward
+# ---------------------------------------------------------- end to end: text -> plan -> run -> grade -> reward
 
 COMPLETION = """I will ask two models independently and let a third check both.
 ```python
 model_id = [0, 1, 2]
 subtasks = ["Solve: what is 14 divided by 3 as a fraction?", "Compute 14/3 exactly.", "Check both answers above and give the final answer in \\\\boxed{}."]
 access_list = [[], [], "all"]
-```"""
+```"""  # noqa: E501 (a Conductor's completion, verbatim)
 
 
 def sim_pool(accuracy: float, *, fail_rate: float = 0.0, n: int = 3) -> list[SimProvider]:
-    return [SimProvider(WorkerConfig(name=f"sim-{i}", provider="sim", price=Price(input=1.0, output=2.0),
-                                     sim=SimSpec(accuracy={"default": accuracy}, fail_rate=fail_rate)))
-            for i in range(n)]
+    return [
+        SimProvider(
+            WorkerConfig(
+                name=f"sim-{i}",
+                provider="sim",
+                price=Price(input=1.0, output=2.0),
+                sim=SimSpec(accuracy={"default": accuracy}, fail_rate=fail_rate),
+            )
+        )
+        for i in range(n)
+    ]
 
 
 def rollout(text: str, task: Task, workers: list[SimProvider], math_grader) -> float | None:
@@ -402,8 +374,9 @@ def rollout(text: str, task: Task, workers: list[SimProvider], math_grader) -> f
 
 MATH_TASK = Task(id="e2e/math", question="What is 14/3?", domain="math", reference="\\frac{14}{3}", answer_kind="math")
 NUMERIC_TASK = Task(id="e2e/gsm", question="How many?", domain="math", reference="35", answer_kind="numeric")
-CHOICE_TASK = Task(id="e2e/mmlu", question="Pick one. A. x B. y C. z D. w", domain="mmlu", reference="C",
-                   answer_kind="choice")
+CHOICE_TASK = Task(
+    id="e2e/mmlu", question="Pick one. A. x B. y C. z D. w", domain="mmlu", reference="C", answer_kind="choice"
+)
 
 
 def test_parsed_plan_runs_end_to_end(math_grader):
@@ -413,7 +386,10 @@ def test_parsed_plan_runs_end_to_end(math_grader):
     assert result.error is None and result.simulated
     assert [s.worker for s in result.steps] == ["sim-0", "sim-1", "sim-2"]
     assert result.cost_usd > 0 and result.usage.input_tokens > 0
-    assert grading.grade("math", result.final_answer, MATH_TASK.reference, math=math_grader).verdict is grading.Verdict.CORRECT
+    assert (
+        grading.grade("math", result.final_answer, MATH_TASK.reference, math=math_grader).verdict
+        is grading.Verdict.CORRECT
+    )
 
 
 @pytest.mark.parametrize("task", [MATH_TASK, NUMERIC_TASK, CHOICE_TASK], ids=lambda t: t.answer_kind)
@@ -424,12 +400,15 @@ def test_rewards_end_to_end(task, math_grader):
     assert rollout(COMPLETION, task, sim_pool(1.0, fail_rate=1.0), math_grader) is None
 
 
-@pytest.mark.parametrize("text", [
-    "I think the answer is 42.",
-    "model_id = [0, 1]\nsubtasks = ['only one']\naccess_list = [[], []]",
-    "model_id = [9]\nsubtasks = ['x']\naccess_list = [[]]",
-    "model_id = [0]\nsubtasks = ['x']\naccess_list = [[0]]",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I think the answer is 42.",
+        "model_id = [0, 1]\nsubtasks = ['only one']\naccess_list = [[], []]",
+        "model_id = [9]\nsubtasks = ['x']\naccess_list = [[]]",
+        "model_id = [0]\nsubtasks = ['x']\naccess_list = [[0]]",
+    ],
+)
 def test_malformed_plan_gets_zero(text, math_grader):
     with pytest.raises(PlanError):
         parse_plan(text, n_workers=3)
@@ -440,7 +419,7 @@ def test_failed_worker_reward_is_none_even_when_an_answer_exists(math_grader):
     # The last step answers correctly, but an earlier step failed: the rollout is not scored.
     # (The failure comes after a moment, so the independent last step is already in flight.)
     workers: list = sim_pool(1.0)
-    workers[0] = FakeWorker("broken", delay=0.05, raises=ProviderError("connection reset", kind="network"))
+    workers[0] = ScriptedWorker("broken", delay_s=0.05, raises=ProviderError("connection reset", kind="network"))
     text = "model_id = [0, 1]\nsubtasks = ['a', 'b']\naccess_list = [[], []]"
     plan = parse_plan(text, n_workers=3)
     result = asyncio.run(run_plan(plan, NUMERIC_TASK, workers))
@@ -455,23 +434,20 @@ def test_failed_worker_reward_is_none_even_when_an_answer_exists(math_grader):
 # --------------------------------------------------------------------------- reasoning and length stops
 
 
-class ThinkingWorker(FakeWorker):
+def thinking_worker(name: str, empty: bool = False) -> ScriptedWorker:
     """Answers with its reasoning apart, as the HTTP providers return it (WorkerResponse.reasoning);
     `empty` answers nothing after a length stop, as a model that spent its budget thinking."""
-
-    def __init__(self, name: str, empty: bool = False) -> None:
-        super().__init__(name)
-        self.empty = empty
-
-    async def complete(self, request: WorkerRequest) -> WorkerResponse:
-        self.requests.append(request)
-        return WorkerResponse(text="" if self.empty else f"ANSWER({self.name})",
-                              usage=Usage(input_tokens=5, output_tokens=64, reasoning_tokens=60),
-                              reasoning=f"SECRET-THOUGHTS-OF-{self.name}", finish_reason="length" if self.empty else "stop")
+    return ScriptedWorker(
+        name,
+        text="" if empty else f"ANSWER({name})",
+        usage=Usage(input_tokens=5, output_tokens=64, reasoning_tokens=60),
+        reasoning=f"SECRET-THOUGHTS-OF-{name}",
+        finish_reason="length" if empty else "stop",
+    )
 
 
 def test_reasoning_is_recorded_but_never_shown_to_later_steps():
-    workers = [ThinkingWorker("thinker"), FakeWorker("reader")]
+    workers = [thinking_worker("thinker"), ScriptedWorker("reader")]
     result = run(plan_of((0, "think", []), (1, "read", "all")), workers)
     first, second = result.steps
     assert first.response == "ANSWER(thinker)" and first.reasoning == "SECRET-THOUGHTS-OF-thinker"
@@ -482,7 +458,7 @@ def test_reasoning_is_recorded_but_never_shown_to_later_steps():
 
 
 def test_reasoning_in_context_shows_it_where_the_setting_says_so():
-    workers = [ThinkingWorker("thinker"), FakeWorker("reader")]
+    workers = [thinking_worker("thinker"), ScriptedWorker("reader")]
     limits = [StepLimits(reasoning_in_context=True, reasoning="high"), StepLimits()]
     result = run(plan_of((0, "think", []), (1, "read", "all")), workers, limits)
     assert "SECRET-THOUGHTS-OF-thinker" in user_text(result.steps[1])
@@ -493,12 +469,12 @@ def test_an_empty_answer_after_a_length_stop_is_marked_and_graded_truncated():
     from conductor_rl.rollout.rollouts import run_rollout
 
     plan = render_plan(plan_of((0, "solve", [])))
-    rollout = asyncio.run(run_rollout(plan, TASK, [ThinkingWorker("thinker", empty=True)]))
+    rollout = asyncio.run(run_rollout(plan, TASK, [thinking_worker("thinker", empty=True)]))
     assert rollout.workflow.error is None and rollout.workflow.empty_after_length
     assert rollout.grade.verdict is grading.Verdict.TRUNCATED
     assert "'thinker' used its whole output budget (64 tokens, 60 reasoning)" in rollout.grade.detail
-    assert rollout.reward == grading.REWARD_WRONG   # a missing answer, as the reward contract says
-    answered = asyncio.run(run_rollout(plan, TASK, [ThinkingWorker("thinker")]))
+    assert rollout.reward == grading.REWARD_WRONG  # a missing answer, as the reward contract says
+    answered = asyncio.run(run_rollout(plan, TASK, [thinking_worker("thinker")]))
     assert not answered.workflow.empty_after_length and answered.grade.verdict is grading.Verdict.WRONG
 
 
@@ -507,9 +483,9 @@ def test_truncated_answers_are_counted_apart_in_the_iteration_metrics():
     from conductor_rl.run.metrics import iteration_metrics
 
     plan = render_plan(plan_of((0, "solve", [])))
-    workers = [ThinkingWorker("thinker", empty=True)]
+    workers = [thinking_worker("thinker", empty=True)]
     empty = asyncio.run(run_rollout(plan, TASK, workers))
-    fine = asyncio.run(run_rollout(plan, TASK, [ThinkingWorker("thinker")]))
+    fine = asyncio.run(run_rollout(plan, TASK, [thinking_worker("thinker")]))
     record = iteration_metrics([empty, fine, fine, fine], ["thinker"])
     assert record["truncated_rate"] == 0.25 and record["empty_after_length_steps"] == 1
     assert record["reward_mean"] == grading.REWARD_WRONG and record["infra_error_rate"] == 0.0

@@ -7,18 +7,70 @@
 An invalid setting fails at start with a `ConfigError` that names the key.
 """
 
+from .answering import AskConfig, ServeConfig
+from .infrastructure import ClusterConfig, GraderConfig, SandboxConfig
 from .loading import CONFIG_DIR, DEFAULT_CONFIG, apply_override, is_override, load_config, validate_config
-from .sections import (WEIGHT_TRANSFER_TRANSPORTS, AskConfig, ClusterConfig, Config, ConductorConfig, DataConfig,
-                       EvaluateConfig, GeneratorConfig, GraderConfig, LearnerConfig, MixConfig, SandboxConfig,
-                       ServeConfig, TrainConfig, WeightTransferTransport, WorkflowConfig)
+from .sections import (
+    WEIGHT_TRANSFER_TRANSPORTS,
+    ConductorConfig,
+    Config,
+    DataConfig,
+    EvaluateConfig,
+    GeneratorConfig,
+    LearnerConfig,
+    MixConfig,
+    TrainConfig,
+    WeightTransferTransport,
+    WorkflowConfig,
+)
 from .strict import ConfigError, Strict
-from .workers import (HTTP_PROVIDERS, OFFLINE_PROVIDERS, REASONING_LEVELS, HttpProvider, OfflineProvider, Price,
-                      Reasoning, ServeSpec, SimSpec, WorkerConfig, _paper_workers)
+from .workers import (
+    HTTP_PROVIDERS,
+    OFFLINE_PROVIDERS,
+    REASONING_LEVELS,
+    HttpProvider,
+    OfflineProvider,
+    Price,
+    Reasoning,
+    ServeSpec,
+    SimSpec,
+    WorkerConfig,
+)
+from .workers import _paper_workers as _paper_workers  # the paper's pool, for tests and docs
 
 __all__ = [
-    "CONFIG_DIR", "DEFAULT_CONFIG", "HTTP_PROVIDERS", "OFFLINE_PROVIDERS", "WEIGHT_TRANSFER_TRANSPORTS",
-    "AskConfig", "ClusterConfig", "Config", "ConductorConfig", "ConfigError", "DataConfig", "EvaluateConfig",
-    "GeneratorConfig", "GraderConfig", "HttpProvider", "LearnerConfig", "MixConfig", "OfflineProvider", "Price", "REASONING_LEVELS", "Reasoning", "ServeSpec",
-    "SandboxConfig", "ServeConfig", "SimSpec", "Strict", "TrainConfig", "WeightTransferTransport", "WorkerConfig",
-    "WorkflowConfig", "apply_override", "is_override", "load_config", "validate_config",
+    "CONFIG_DIR",
+    "DEFAULT_CONFIG",
+    "HTTP_PROVIDERS",
+    "OFFLINE_PROVIDERS",
+    "REASONING_LEVELS",
+    "WEIGHT_TRANSFER_TRANSPORTS",
+    "AskConfig",
+    "ClusterConfig",
+    "ConductorConfig",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "EvaluateConfig",
+    "GeneratorConfig",
+    "GraderConfig",
+    "HttpProvider",
+    "LearnerConfig",
+    "MixConfig",
+    "OfflineProvider",
+    "Price",
+    "Reasoning",
+    "SandboxConfig",
+    "ServeConfig",
+    "ServeSpec",
+    "SimSpec",
+    "Strict",
+    "TrainConfig",
+    "WeightTransferTransport",
+    "WorkerConfig",
+    "WorkflowConfig",
+    "apply_override",
+    "is_override",
+    "load_config",
+    "validate_config",
 ]

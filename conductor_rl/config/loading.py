@@ -33,8 +33,10 @@ def load_config(path: str | Path | Config | None = None, overrides: list[str] | 
         key, sep, _ = item.partition("=")
         top = key.strip().split(".")[0]
         if sep and top and top not in Config.model_fields:
-            raise ConfigError(f"unknown configuration section {top!r} in override {item}; "
-                              f"sections are: {', '.join(Config.model_fields)}")
+            raise ConfigError(
+                f"unknown configuration section {top!r} in override {item}; "
+                f"sections are: {', '.join(Config.model_fields)}"
+            )
         if top in Config.model_fields and top not in raw:
             # Override on top of the defaults: `workers.0.temperature=0.5` works when the file omits workers.
             raw[top] = Config().model_dump(mode="json")[top]
@@ -97,7 +99,9 @@ def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist (shipped configs: {sorted(p.name for p in CONFIG_DIR.glob('*.yaml'))})")
+        raise ConfigError(
+            f"config file {path} does not exist (shipped configs: {sorted(p.name for p in CONFIG_DIR.glob('*.yaml'))})"
+        )
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:

@@ -1,5 +1,6 @@
 """The configuration's sections: pydantic models whose defaults reproduce the paper
-(the workers' own sections are in `workers.py`).
+(the workers' own sections are in `workers.py`, `ask` and `serve` in `answering.py`, `cluster` and `grader` in
+`infrastructure.py`).
 
 Every model forbids unknown keys, so a typo fails at start with the key's path
 instead of being silently ignored (conductor_rl/config/loading.py names it).
@@ -11,10 +12,14 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
+from conductor_rl.config.answering import AskConfig, ServeConfig
+from conductor_rl.config.infrastructure import ClusterConfig, GraderConfig
 from conductor_rl.config.strict import Strict
 from conductor_rl.config.workers import WorkerConfig, _paper_workers
-from conductor_rl.plan.constrained import PLAN_START
 
+#: The text every plan opens with (the plan language, conductor_rl/plan/constrained.py, forces it).
+#: Defined here, below the plan in the stage order, because `conductor.response_prefix` is checked against it.
+PLAN_START = "model_id = ["
 #: Transports of vLLM's weight-transfer API (conductor_rl/policy/weight_transfer.py);
 #: `generator.weight_sync` also offers auto, object_store and shared_memory.
 WeightTransferTransport = Literal["nccl", "ipc", "gloo"]
@@ -44,20 +49,25 @@ class ConductorConfig(Strict):
     )
     constrain_format: bool = Field(
         False,
-        description="Only let the Conductor write well-formed plans (no reasoning; see conductor_rl/plan/constrained.py). "
+        description="Only let the Conductor write well-formed plans "
+        "(no reasoning; see conductor_rl/plan/constrained.py). "
         "Off in the paper; the embedded 135M Conductor needs it to earn any reward.",
     )
     max_subtask_tokens: int = Field(96, ge=1, description="Longest subtask under constrain_format.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     seed: int = 0
     max_depth: int = Field(
-        0, ge=0, le=8, description="Recursive Conductor (paper §3.2): how deep the Conductor may call itself, "
+        0,
+        ge=0,
+        le=8,
+        description="Recursive Conductor (paper §3.2): how deep the Conductor may call itself, "
         "by a plan's step given to a `provider: conductor` worker or by the forced calls of recursive training "
         "(train.recursion) and of evaluate's conductor:<ckpt>@depth=N. 0: never; a step given to the Conductor "
-        "then keeps the answer so far (conductor_rl/rollout/recursion.py).")
+        "then keeps the answer so far (conductor_rl/rollout/recursion.py).",
+    )
 
     @model_validator(mode="after")
-    def _prefix_fits_the_format(self) -> "ConductorConfig":
+    def _prefix_fits_the_format(self) -> ConductorConfig:
         if self.constrain_format and not PLAN_START.startswith(self.response_prefix):
             raise ValueError(
                 f"response_prefix {self.response_prefix!r} conflicts with constrain_format: "
@@ -73,7 +83,10 @@ class WorkflowConfig(Strict):
         False, description="Also show workers the original question (paper: subtask and selected context only)."
     )
     response_cache: str | None = Field(
-        None, description="Folder of an on-disk response cache for evaluation and debugging (off: None; keep it off in training).")
+        None,
+        description="Folder of an on-disk response cache for evaluation and debugging "
+        "(off: None; keep it off in training).",
+    )
 
 
 class GeneratorConfig(Strict):
@@ -84,25 +97,32 @@ class GeneratorConfig(Strict):
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine.")
     max_model_len: int = Field(4096, ge=256)
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="vLLM's weights and activations. auto: on a CPU, bfloat16 where the cores compute in it "
+        "auto",
+        description="vLLM's weights and activations. auto: on a CPU, bfloat16 where the cores compute in it "
         "(AVX512-BF16 or AMX, Arm BF16), else float32 (elsewhere bf16 is emulated and slower than float32); on a GPU, "
-        "the model's own dtype. See conductor_rl/policy/precision.py.")
+        "the model's own dtype. See conductor_rl/policy/precision.py.",
+    )
     require_fresh_weights: bool = Field(
-        True, description="Refuse to sample with weights older than the learner's last step (on-policy GRPO).")
+        True, description="Refuse to sample with weights older than the learner's last step (on-policy GRPO)."
+    )
     weight_sync: Literal["auto", "object_store", "shared_memory", WeightTransferTransport] = Field(
-        "auto", description="How the learner's weights reach the engines after each step. object_store: through "
+        "auto",
+        description="How the learner's weights reach the engines after each step. object_store: through "
         "Ray's object store into vLLM's reload_weights (any backend, any hardware). shared_memory: the learner "
         "copies them into memory (/dev/shm) that engines on its node map and load from (conductor_rl/policy/"
         "shared_weights.py). nccl / gloo: vLLM's weight-transfer API, the learner broadcasting to every vLLM "
         "worker (nccl needs GPUs, one per process). ipc: the same API over CUDA IPC, for a learner and engines "
         "sharing GPUs. auto: nccl when the cluster has GPUs and the backend is vllm; else shared_memory when "
-        "every engine is on the learner's node, else object_store.")
+        "every engine is on the learner's node, else object_store.",
+    )
 
     @model_validator(mode="after")
-    def _sync_fits_backend(self) -> "GeneratorConfig":
+    def _sync_fits_backend(self) -> GeneratorConfig:
         if self.backend == "transformers" and self.weight_sync not in ("auto", "object_store", "shared_memory"):
-            raise ValueError(f"weight_sync={self.weight_sync} needs vLLM engines; with backend=transformers "
-                             f"use weight_sync=object_store or shared_memory (or auto)")
+            raise ValueError(
+                f"weight_sync={self.weight_sync} needs vLLM engines; with backend=transformers "
+                f"use weight_sync=object_store or shared_memory (or auto)"
+            )
         return self
 
 
@@ -118,35 +138,48 @@ class LearnerConfig(Strict):
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="Cosine schedule floor, as a share of lr.")
     clip_low: float = Field(0.2, gt=0.0, lt=1.0, description="Importance-ratio clip below 1 (the paper's epsilon).")
     clip_high: float = Field(0.2, gt=0.0, description="Importance-ratio clip above 1.")
-    kl_beta: float = Field(0.0, ge=0.0, description="KL weight against the initial policy (paper: 0, no reference model).")
+    kl_beta: float = Field(
+        0.0, ge=0.0, description="KL weight against the initial policy (paper: 0, no reference model)."
+    )
     aggregation: Literal["token_mean", "sequence_mean"] = "token_mean"
-    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward; gradients accumulate over the batch.")
+    micro_batch_size: int = Field(
+        4, ge=1, description="Sequences per forward/backward; gradients accumulate over the batch."
+    )
     grad_clip: float = Field(1.0, gt=0.0)
     zero_stage: Literal[0, 1, 2, 3] = 2
     world_size: int = Field(1, ge=1, description="Learner ranks (one Ray actor each).")
     precision: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="auto: bf16 where the hardware computes in it (a bf16 GPU; a CPU with AVX512-BF16, "
+        "auto",
+        description="auto: bf16 where the hardware computes in it (a bf16 GPU; a CPU with AVX512-BF16, "
         "AMX or Arm BF16), else fp32. bfloat16 on a CPU: autocast around the forward pass, fp32 weights "
-        "(slower than fp32 on a CPU without those instructions).")
+        "(slower than fp32 on a CPU without those instructions).",
+    )
     gradient_checkpointing: bool = False
     old_logprobs: Literal["learner", "sampler"] = Field(
-        "learner", description="GRPO's old log-probs. learner: the learner's own, before its step (exact: one "
+        "learner",
+        description="GRPO's old log-probs. learner: the learner's own, before its step (exact: one "
         "optimizer step per batch, so the weights that sampled are the weights that learn). sampler: the ones "
         "the sampler reported, for samples drawn with older weights; vLLM's are of the distribution after its "
-        "structured-output mask, so with conductor.constrain_format they are not the policy's.")
+        "structured-output mask, so with conductor.constrain_format they are not the policy's.",
+    )
     behaviour_weight_cap: float = Field(
-        2.0, ge=1.0, description="With old_logprobs=learner and train.max_staleness >= 1: a row sampled by older "
+        2.0,
+        ge=1.0,
+        description="With old_logprobs=learner and train.max_staleness >= 1: a row sampled by older "
         "weights than the learner's is weighted per token by min(cap, learner / behaviour probability), the "
         "truncated importance weight of decoupled PPO (conductor_rl/policy/grpo.py). Rows sampled by the "
-        "learner's own weights get 1.")
+        "learner's own weights get 1.",
+    )
     behaviour_logprobs: Literal["auto", "sampler", "learner"] = Field(
-        "auto", description="With train.max_staleness >= 1: where the behaviour policy's log-probs of a stale row "
+        "auto",
+        description="With train.max_staleness >= 1: where the behaviour policy's log-probs of a stale row "
         "come from. sampler: the ones the sampler reported. learner: the learner recomputes them with the "
         "weights that sampled the row, which it keeps for train.max_staleness steps (a copy of the weights "
         "each, and a forward pass over the stale rows; learner.zero_stage <= 2). auto: learner where vLLM "
         "samples under conductor.constrain_format (its log-probs are of the distribution after its "
         "structured-output mask, not the policy's), else sampler; with ZeRO-3 there, no correction (stale "
-        "rows are learned as if on-policy).")
+        "rows are learned as if on-policy).",
+    )
 
 
 class DataConfig(Strict):
@@ -154,53 +187,25 @@ class DataConfig(Strict):
     limit: int | None = Field(None, ge=1)
 
 
-class AskConfig(Strict):
-    questions: list[str] = Field(default_factory=list, description="Questions for `ask` when none is given.")
-    sample_questions: int = Field(3, ge=0, description="When no question is given: how many from data.questions.")
-    samples: int = Field(1, ge=1, description="Plans sampled per question; the first that parses is run.")
-    temperature: float | None = Field(None, ge=0.0, description="Conductor temperature for ask (None: conductor.temperature).")
-
-
-class ServeConfig(Strict):
-    """A served Conductor (`conductor-rl serve`, actors/conductor_app.py): an OpenAI-compatible endpoint."""
-
-    model_name: str | None = Field(None, description="The model name clients ask for (GET /v1/models); None: "
-                                   "the Conductor's folder name (a checkpoint's, for its model/ folder) or model name.")
-    host: str = Field("127.0.0.1", description="Where the HTTP endpoint listens (0.0.0.0: every interface).")
-    port: int = Field(8000, ge=1, le=65535)
-    require_token: bool = Field(True, description="Refuse requests without a known bearer token (tokens from "
-                                "CONDUCTOR_RL_SERVE_TOKENS=client:token,... or serve.tokens_file). false: anyone "
-                                "who reaches the port may spend the workers' budget.")
-    tokens_file: str | None = Field(None, description="One `client token` per line; read at start, never logged.")
-    client_requests: int | None = Field(60, ge=1, description="Requests per client per client_window_s (None: no cap).")
-    client_usd: float | None = Field(1.0, ge=0.0, description="Worker dollars per client per client_window_s "
-                                     "(None: no cap); a request is refused once its client spent this much.")
-    client_window_s: float = Field(60.0, gt=0.0)
-    budget_usd: float | None = Field(None, ge=0.0, description="The server's whole worker budget (None: no cap).")
-    max_request_bytes: int = Field(256_000, ge=1_000)
-    max_messages: int = Field(64, ge=1)
-    timeout_s: float = Field(300.0, gt=0.0, description="A request without an answer by then gets a 504 with what "
-                             "it spent.")
-    replicas: int = Field(1, ge=1, description="Ray Serve replicas of the endpoint (unless autoscaling is set).")
-    autoscaling: dict[str, Any] | None = Field(None, description="Ray Serve's autoscaling_config, as is "
-                                               "(min_replicas, max_replicas, target_ongoing_requests, ...).")
-    max_ongoing_requests: int = Field(64, ge=1, description="Requests one replica handles at once (Ray Serve).")
-    worker_replicas: int = Field(1, ge=1, description="WorkerActors per worker (as train.worker_replicas).")
-    batch_window_s: float = Field(0.02, ge=0.0, description="Plans of requests that arrive within this many "
-                                  "seconds of each other are sampled in one generator batch.")
-
-
 class RecursionConfig(Strict):
     """Recursive training (paper §3.2), on when conductor.max_depth >= 1."""
 
     forced_share: float = Field(
-        0.5, ge=0.0, le=1.0, description="Share of each batch's questions whose every rollout ends with a forced "
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Share of each batch's questions whose every rollout ends with a forced "
         "recursive call: the Conductor sees its plan and answer and writes a new plan or three empty lists "
-        "(paper: half). Drawn per (train.seed, iteration), the same on resume.")
+        "(paper: half). Drawn per (train.seed, iteration), the same on resume.",
+    )
     discount: float = Field(
-        0.25, ge=0.0, le=1.0, description="In a forced group, a rollout whose recursive calls all kept the answer "
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="In a forced group, a rollout whose recursive calls all kept the answer "
         "(the non-recursive alternative) earns (1 - discount) x its reward (paper: 0.25; the formula is ours, "
-        "docs/architecture.md).")
+        "docs/decisions.md).",
+    )
 
 
 class TrainConfig(Strict):
@@ -208,45 +213,79 @@ class TrainConfig(Strict):
 
     iterations: int = Field(200, ge=1)
     questions_per_iteration: int = Field(4, ge=1, description="B: questions drawn per iteration (paper: 4).")
-    rollouts_per_question: int = Field(64, ge=2, description="G: plans sampled per question, one GRPO group (paper: 64).")
+    rollouts_per_question: int = Field(
+        64, ge=2, description="G: plans sampled per question, one GRPO group (paper: 64)."
+    )
     output_dir: str = Field("runs/latest", description="Checkpoints, metrics, TensorBoard, traces and the report.")
-    checkpoint_every: int = Field(10, ge=1, description="Iterations between checkpoints (the last one and any stop always write one).")
-    keep_checkpoints: int = Field(3, ge=1, description="Checkpoints kept; older ones are deleted once a new one is complete.")
-    budget_usd: float | None = Field(None, ge=0.0, description="Stop (with a checkpoint) once worker calls cost this much.")
-    rollout_attempts: int = Field(2, ge=1, description="Runs of a plan whose execution or grading failed for infrastructure "
-                                  "reasons before the rollout is dropped from the batch.")
+    checkpoint_every: int = Field(
+        10, ge=1, description="Iterations between checkpoints (the last one and any stop always write one)."
+    )
+    keep_checkpoints: int = Field(
+        3, ge=1, description="Checkpoints kept; older ones are deleted once a new one is complete."
+    )
+    budget_usd: float | None = Field(
+        None, ge=0.0, description="Stop (with a checkpoint) once worker calls cost this much."
+    )
+    rollout_attempts: int = Field(
+        2,
+        ge=1,
+        description="Runs of a plan whose execution or grading failed for infrastructure "
+        "reasons before the rollout is dropped from the batch.",
+    )
     max_infra_error_rate: float | None = Field(
-        0.25, ge=0.0, le=1.0, description="Stop (with a checkpoint) when a worker's calls fail this often, or this "
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="Stop (with a checkpoint) when a worker's calls fail this often, or this "
         "share of rollouts is dropped, over the last infra_error_window iterations (None: never; "
-        "conductor_rl/run/infra_guard.py). Off, a refused parameter silently trains without that worker.")
+        "conductor_rl/run/infra_guard.py). Off, a refused parameter silently trains without that worker.",
+    )
     infra_error_window: int = Field(5, ge=1, description="Iterations the infrastructure error rates are taken over.")
-    infra_error_min_steps: int = Field(20, ge=1, description="Calls of a worker (rollouts, overall) in the window "
-                                       "before its rate is judged.")
+    infra_error_min_steps: int = Field(
+        20, ge=1, description="Calls of a worker (rollouts, overall) in the window before its rate is judged."
+    )
     drop_uninformative_groups: bool = Field(
-        True, description="Leave groups whose rewards are all equal out of the learner step (their advantage is 0).")
-    worker_replicas: int = Field(1, ge=1, description="WorkerActors per worker (calls in flight: replicas x concurrency).")
+        True, description="Leave groups whose rewards are all equal out of the learner step (their advantage is 0)."
+    )
+    worker_replicas: int = Field(
+        1, ge=1, description="WorkerActors per worker (calls in flight: replicas x concurrency)."
+    )
     seed: int = Field(0, description="Question order and sampling seeds derive from it.")
     subtask_text_in_loss: bool = Field(
-        True, description="With conductor.constrain_format: train the subtask text the Conductor writes, not only "
+        True,
+        description="With conductor.constrain_format: train the subtask text the Conductor writes, not only "
         "its structural choices (workers, steps, access). Off where the reward cannot depend on a subtask's "
-        "wording (simulated workers): those tokens then add only variance to the gradient.")
-    balance_domains: bool = Field(False, description="Draw each iteration's questions in turns over the domains "
-                                  "(math, mmlu, ...), so every batch holds each domain equally often "
-                                  "(conductor_rl/data/stream.py says why).")
-    preflight: bool = Field(True, description="Send one tiny request to every worker before the first iteration "
-                            "and stop with the table if one fails (conductor-rl check; --no-check skips it).")
+        "wording (simulated workers): those tokens then add only variance to the gradient.",
+    )
+    balance_domains: bool = Field(
+        False,
+        description="Draw each iteration's questions in turns over the domains "
+        "(math, mmlu, ...), so every batch holds each domain equally often "
+        "(conductor_rl/data/stream.py says why).",
+    )
+    preflight: bool = Field(
+        True,
+        description="Send one tiny request to every worker before the first iteration "
+        "and stop with the table if one fails (conductor-rl check; --no-check skips it).",
+    )
     worker_subset: tuple[int, int] | None = Field(
-        None, description="Adaptive worker pools (paper §3.2): each question's prompt lists only k of the workers, "
+        None,
+        description="Adaptive worker pools (paper §3.2): each question's prompt lists only k of the workers, "
         "renumbered Model 0..k-1, k drawn per question from [low, high] (one number: always k), the subset drawn "
         "from (train.seed, iteration, question id), so a resumed run draws the same (conductor_rl/plan/roster.py). "
-        "None: every worker, always.")
+        "None: every worker, always.",
+    )
     recursion: RecursionConfig = Field(default_factory=RecursionConfig)
     max_staleness: int = Field(
-        0, ge=0, le=8, description="0: the synchronous loop (the paper's setting): each iteration's plans are "
+        0,
+        ge=0,
+        le=8,
+        description="0: the synchronous loop (the paper's setting): each iteration's plans are "
         "sampled with the weights of the previous learner step. k >= 1: asynchronous: the generators sample and the "
         "workers run the next k iterations' rollouts while the learner trains, so a rollout may be k weights "
         "versions old when it is learned from (never older); learner.behaviour_weight_cap corrects for it "
-        "(jobs/pipeline.py, docs/architecture.md).")
+        "(jobs/pipeline.py, docs/decisions.md).",
+    )
     tensorboard: bool = True
 
     @field_validator("worker_subset", mode="before")
@@ -262,6 +301,7 @@ class TrainConfig(Strict):
         if value is not None and not 1 <= value[0] <= value[1]:
             raise ValueError(f"expected k or [low, high] with 1 <= low <= high, got {list(value)}")
         return value
+
     report: bool = Field(True, description="Write report.md with plots at the end.")
     progress: bool = Field(True, description="Show a progress bar on stderr.")
 
@@ -271,100 +311,73 @@ class EvaluateConfig(Strict):
     Method names and the baselines are in conductor_rl/evaluation/methods.py."""
 
     benchmarks: list[str] = Field(
-        default_factory=lambda: ["math500", "mmlu:eval", "rlpr:test", "livecodebench:v6", "aime25",
-                                 "bigcodebench:complete", "gpqa:diamond"],
-        description="Dataset specs (conductor_rl.data.load_dataset) of the benchmarks: the paper's seven.")
+        default_factory=lambda: [
+            "math500",
+            "mmlu:eval",
+            "rlpr:test",
+            "livecodebench:v6",
+            "aime25",
+            "bigcodebench:complete",
+            "gpqa:diamond",
+        ],
+        description="Dataset specs (conductor_rl.data.load_dataset) of the benchmarks: the paper's seven.",
+    )
     methods: list[str] = Field(
         default_factory=lambda: ["conductor:untrained", "single:*", "reflect:*:5", "moa", "router", "random", "oracle"],
         description="Methods in rows: conductor:<checkpoint or run folder>, conductor:untrained, single:<worker>, "
-        "reflect:<worker>:<rounds>, moa, router, random, oracle; '*' for a worker means every worker.")
+        "reflect:<worker>:<rounds>, moa, router, random, oracle; '*' for a worker means every worker.",
+    )
     repeats: int = Field(3, ge=1, description="Samples per question and method (the standard error is over both).")
     limit: int | None = Field(None, ge=1, description="Questions per benchmark (the first N; None: all).")
-    output_dir: str = Field("runs/eval", description="results.json, results.md, records.parquet, the plot, and "
-                            "records.jsonl, from which a stopped evaluation resumes.")
+    output_dir: str = Field(
+        "runs/eval",
+        description="results.json, results.md, records.parquet, the plot, and "
+        "records.jsonl, from which a stopped evaluation resumes.",
+    )
     batch_questions: int = Field(32, ge=1, description="Questions whose plans are made and run together.")
-    temperature: float | None = Field(None, ge=0.0, description="The Conductor's sampling temperature here "
-                                      "(None: conductor.temperature, what training optimised).")
+    temperature: float | None = Field(
+        None,
+        ge=0.0,
+        description="The Conductor's sampling temperature here (None: conductor.temperature, what training optimised).",
+    )
     budget_usd: float | None = Field(None, ge=0.0, description="Stop cleanly once worker calls cost this much.")
-    attempts: int = Field(2, ge=1, description="Runs of a sample whose execution or grading failed for "
-                          "infrastructure reasons before it is recorded as an error (left out of accuracy).")
+    attempts: int = Field(
+        2,
+        ge=1,
+        description="Runs of a sample whose execution or grading failed for "
+        "infrastructure reasons before it is recorded as an error (left out of accuracy).",
+    )
     moa_layers: int = Field(3, ge=2, description="Mixture-of-Agents layers, the last one the aggregator (MoA: 3).")
     moa_proposers: list[str] | None = Field(None, description="Workers proposing in each MoA layer (None: all).")
     moa_aggregator: str | None = Field(None, description="The MoA aggregator worker (None: the first worker).")
     router_pilot: str | None = Field(
-        None, description="A training mixture (conductor-rl data mix) whose pilot verdicts train the router; None: "
-        "a pilot pass of every worker over data.questions (router_pilot_questions of them) is run and cached.")
+        None,
+        description="A training mixture (conductor-rl data mix) whose pilot verdicts train the router; None: "
+        "a pilot pass of every worker over data.questions (router_pilot_questions of them) is run and cached.",
+    )
     router_pilot_questions: int = Field(200, ge=2, description="Training questions of the router's own pilot pass.")
     progress: bool = Field(True, description="Show a progress bar on stderr.")
-    preflight: bool = Field(True, description="Probe every worker before the first sample (conductor-rl check); "
-                            "--no-check skips it.")
+    preflight: bool = Field(
+        True, description="Probe every worker before the first sample (conductor-rl check); --no-check skips it."
+    )
 
 
 class MixConfig(Strict):
     """`conductor-rl data mix`: the paper's training mixture (960 problems over MATH, MMLU, RLPR and
     LiveCodeBench v1, chosen by a pilot pass; the rule is in conductor_rl/data/mixture.py)."""
 
-    sources: list[str] = Field(default_factory=lambda: ["math:train", "mmlu:train", "rlpr:train", "livecodebench:v1"],
-                               description="Candidate pools (dataset specs); a source missing offline is skipped, named.")
-    candidates_per_source: int = Field(800, ge=1, description="Candidates drawn (seeded) from each source for the pilot.")
+    sources: list[str] = Field(
+        default_factory=lambda: ["math:train", "mmlu:train", "rlpr:train", "livecodebench:v1"],
+        description="Candidate pools (dataset specs); a source missing offline is skipped, named.",
+    )
+    candidates_per_source: int = Field(
+        800, ge=1, description="Candidates drawn (seeded) from each source for the pilot."
+    )
     total: int = Field(960, ge=1, description="Problems in the mixture (paper: 960).")
-    output: str = Field("runs/mix/mixture.parquet", description="The mixture: one Parquet file with the pilot's verdicts.")
+    output: str = Field(
+        "runs/mix/mixture.parquet", description="The mixture: one Parquet file with the pilot's verdicts."
+    )
     seed: int = 0
-
-
-class ClusterConfig(Strict):
-    """Where each actor type runs: Ray resources per actor ('CPU', 'GPU', or a
-    custom resource a node type declares, see ray_cluster.yaml). Empty: one GPU
-    per generator engine (x tensor parallel) and learner rank where the cluster
-    has GPUs, else one CPU."""
-
-    address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://host:10001'); None: "
-                                "RAY_ADDRESS if set (ray job submit sets it), else a local cluster in this process.")
-    local_cpus: int | None = Field(None, ge=1, description="Logical CPUs of a local cluster (None: this machine's).")
-    dashboard: bool = Field(False, description="Start a local cluster with the Ray dashboard on 127.0.0.1 and print "
-                            "its address (`conductor-rl train --dashboard`); a joined cluster has its own.")
-    generator: dict[str, float] = Field(default_factory=dict, description="Resources of one generator engine.")
-    learner: dict[str, float] = Field(default_factory=dict, description="Resources of one learner rank.")
-    worker: dict[str, float] = Field(default_factory=lambda: {"CPU": 0.25}, description="Resources of one WorkerActor.")
-    grader: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0}, description="Resources of one GraderActor.")
-    fit_check: Literal["refuse", "warn", "off"] = Field(
-        "refuse", description="Before any actor starts, check that the cluster's nodes can hold every actor the job "
-        "starts (docs/cluster.md, 'Will it fit?'). refuse: stop at once with the numbers and the settings to change "
-        "(a warning only where an autoscaler whose node types Ray does not report may add nodes); warn: log them "
-        "and start anyway; off: no check.")
-
-    @field_validator("generator", "learner", "worker", "grader")
-    @classmethod
-    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
-        for name, amount in value.items():
-            if amount < 0:
-                raise ValueError(f"resource {name!r} = {amount} must be >= 0")
-        return value
-
-
-class SandboxConfig(Strict):
-    """Limits of one sandboxed program run (conductor_rl/grading/sandbox.py)."""
-
-    timeout_s: float = Field(10.0, gt=0.0, description="Wall-clock limit of one program run (one test, for per-test runs).")
-    memory_mb: int = Field(512, ge=64, description="Address-space limit (RLIMIT_AS) of the program.")
-    max_output_bytes: int = Field(1 << 20, ge=1024, description="Kept bytes of stdout and of stderr; more kills the program.")
-    max_processes: int = Field(64, ge=1, description="Processes and threads allowed (pids cgroup, when writable).")
-    max_file_mb: int = Field(64, ge=1, description="Largest file the program may write, and the size of its /tmp.")
-    require_isolation: bool = Field(
-        False, description="Refuse to run code without bubblewrap (else: rlimits only, with a warning)."
-    )
-
-
-class GraderConfig(Strict):
-    """The grader pool (actors/grader.py) and its sandbox."""
-
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    actors: int = Field(2, ge=1, description="GraderActors in the pool.")
-    concurrency: int = Field(4, ge=1, description="Sandboxes running at once in each GraderActor.")
-    sample_timeout_s: float = Field(
-        120.0, gt=0.0, description="Longest one answer's grading may take (all its tests) before it is an ERROR."
-    )
-    max_restarts: int = Field(3, ge=0, description="How often Ray restarts a crashed GraderActor.")
 
 
 class Config(Strict):
@@ -400,16 +413,20 @@ class Config(Strict):
         return workers
 
     @model_validator(mode="after")
-    def _subset_fits_the_pool(self) -> "Config":
+    def _subset_fits_the_pool(self) -> Config:
         subset = self.train.worker_subset
         if subset is not None and subset[1] > len(self.workers):
-            raise ValueError(f"train.worker_subset: rosters of up to {subset[1]} workers from a pool of "
-                             f"{len(self.workers)}; lower train.worker_subset or add workers")
+            raise ValueError(
+                f"train.worker_subset: rosters of up to {subset[1]} workers from a pool of "
+                f"{len(self.workers)}; lower train.worker_subset or add workers"
+            )
         return self
 
     @model_validator(mode="after")
-    def _behaviour_logprobs_fit_the_learner(self) -> "Config":
+    def _behaviour_logprobs_fit_the_learner(self) -> Config:
         if self.learner.behaviour_logprobs == "learner" and self.learner.zero_stage == 3 and self.train.max_staleness:
-            raise ValueError("learner.behaviour_logprobs=learner keeps past weights on every rank, which ZeRO-3 "
-                             "does not hold whole: use learner.zero_stage <= 2, or behaviour_logprobs=sampler")
+            raise ValueError(
+                "learner.behaviour_logprobs=learner keeps past weights on every rank, which ZeRO-3 "
+                "does not hold whole: use learner.zero_stage <= 2, or behaviour_logprobs=sampler"
+            )
         return self

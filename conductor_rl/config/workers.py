@@ -59,21 +59,40 @@ class ServeSpec(Strict):
     started before the first iteration and stopped at the end. Workers with the
     same `serve` section share one deployment (Qwen3 with and without thinking)."""
 
-    model: str = Field(..., description="What vLLM loads: a hub name, a local folder, or an offline name "
-                       "('smollm2-135m'). Requests name it by the worker's `model`.")
-    replicas: int = Field(1, ge=1, description="Servers of this model; the pool spreads calls over them and "
-                          "its concurrency follows (replicas x worker concurrency).")
+    model: str = Field(
+        ...,
+        description="What vLLM loads: a hub name, a local folder, or an offline name "
+        "('smollm2-135m'). Requests name it by the worker's `model`.",
+    )
+    replicas: int = Field(
+        1,
+        ge=1,
+        description="Servers of this model; the pool spreads calls over them and "
+        "its concurrency follows (replicas x worker concurrency).",
+    )
     gpus: float = Field(0.0, ge=0.0, description="GPUs per replica (its tensor-parallel size when >= 1; 0: CPU).")
     cpus: float = Field(1.0, ge=0.0, description="Logical CPUs per replica (Ray's bookkeeping).")
-    resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray resources per replica "
-                                        "(a node type of ray_cluster.yaml, e.g. {conductor_gpu_node: 0.01}).")
-    engine_args: dict[str, Any] = Field(default_factory=dict, description="vLLM server arguments, as its "
-                                        "command line names them without dashes: {max_model_len: 8192, "
-                                        "enforce_eager: true, reasoning_parser: qwen3}.")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment of the server process "
-                                "(e.g. VLLM_CPU_KVCACHE_SPACE); never a key.")
-    start_timeout_s: float = Field(900.0, gt=0.0, description="How long a replica may take to load and answer "
-                                   "its health check before the job stops with its log.")
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources per replica "
+        "(a node type of ray_cluster.yaml, e.g. {conductor_gpu_node: 0.01}).",
+    )
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vLLM server arguments, as its "
+        "command line names them without dashes: {max_model_len: 8192, "
+        "enforce_eager: true, reasoning_parser: qwen3}.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment of the server process (e.g. VLLM_CPU_KVCACHE_SPACE); never a key.",
+    )
+    start_timeout_s: float = Field(
+        900.0,
+        gt=0.0,
+        description="How long a replica may take to load and answer "
+        "its health check before the job stops with its log.",
+    )
 
 
 class WorkerConfig(Strict):
@@ -84,49 +103,93 @@ class WorkerConfig(Strict):
     model: str = ""
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="Name of the environment variable holding the key.")
-    temperature: float = Field(0.2, ge=0.0, description="Sent where the model accepts it; reasoning models that "
-                               "only take their default (GPT-5, o-series) get none (see fixed_temperature).")
+    temperature: float = Field(
+        0.2,
+        ge=0.0,
+        description="Sent where the model accepts it; reasoning models that "
+        "only take their default (GPT-5, o-series) get none (see fixed_temperature).",
+    )
     max_tokens: int = Field(4096, ge=1, description="Output tokens per call, reasoning included.")
     reasoning: Reasoning = Field(
-        "default", description="How much the worker reasons: default (the model's own), off, minimal, low, medium, "
+        "default",
+        description="How much the worker reasons: default (the model's own), off, minimal, low, medium, "
         "high. Per provider: OpenAI reasoning_effort; Gemini thinking_budget (never below the model's minimum: "
         "2.5 Pro cannot turn it off); Anthropic extended thinking off, or on with a budget; open models through "
-        "their chat template (Qwen3 enable_thinking). conductor_rl/workers/request_shape.py has the table.")
-    reasoning_budget: int | None = Field(None, ge=0, description="Thinking tokens, for providers that take a "
-                                         "budget (Gemini, Anthropic); overrides `reasoning`'s level there.")
-    fixed_temperature: bool | None = Field(None, description="The model refuses any temperature but its default "
-                                           "(None: from the model table; true: never send one).")
-    extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every request's JSON body "
-                                       "as is (vLLM's chat_template_kwargs or top_k, a provider's new option).")
-    reasoning_in_context: bool = Field(False, description="Show later steps this worker's reasoning text too "
-                                       "(off: only its answer; reasoning is always counted in tokens and cost).")
-    serve: ServeSpec | None = Field(None, description="Serve this open-weight model on the cluster instead of "
-                                    "calling `base_url` (provider openai_compatible only).")
+        "their chat template (Qwen3 enable_thinking). conductor_rl/workers/request_shape.py has the table.",
+    )
+    reasoning_budget: int | None = Field(
+        None,
+        ge=0,
+        description="Thinking tokens, for providers that take a "
+        "budget (Gemini, Anthropic); overrides `reasoning`'s level there.",
+    )
+    fixed_temperature: bool | None = Field(
+        None,
+        description="The model refuses any temperature but its default "
+        "(None: from the model table; true: never send one).",
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Merged into every request's JSON body "
+        "as is (vLLM's chat_template_kwargs or top_k, a provider's new option).",
+    )
+    reasoning_in_context: bool = Field(
+        False,
+        description="Show later steps this worker's reasoning text too "
+        "(off: only its answer; reasoning is always counted in tokens and cost).",
+    )
+    serve: ServeSpec | None = Field(
+        None,
+        description="Serve this open-weight model on the cluster instead of "
+        "calling `base_url` (provider openai_compatible only).",
+    )
     timeout_s: float = Field(600.0, gt=0.0)
     price: Price = Field(default_factory=Price)
     sim: SimSpec | None = None
-    rpm: int | None = Field(None, ge=1, description="Requests per minute allowed for this worker's key and model, "
-                            "enforced across the whole cluster (None: no limit).")
-    tpm: int | None = Field(None, ge=1, description="Tokens per minute (input + max output, settled to the real "
-                            "usage after each call), enforced across the cluster (None: no limit).")
-    max_retries: int = Field(5, ge=0, description="Retries of a failed call (429, 5xx, timeouts, dropped "
-                             "connections); other 4xx fail at once. SDK retries are always off.")
-    concurrency: int = Field(256, ge=1, description="Calls in flight at once in each worker-pool replica; "
-                             "replicas x concurrency should reach B x G (the paper: 256), or steps queue.")
+    rpm: int | None = Field(
+        None,
+        ge=1,
+        description="Requests per minute allowed for this worker's key and model, "
+        "enforced across the whole cluster (None: no limit).",
+    )
+    tpm: int | None = Field(
+        None,
+        ge=1,
+        description="Tokens per minute (input + max output, settled to the real "
+        "usage after each call), enforced across the cluster (None: no limit).",
+    )
+    max_retries: int = Field(
+        5,
+        ge=0,
+        description="Retries of a failed call (429, 5xx, timeouts, dropped "
+        "connections); other 4xx fail at once. SDK retries are always off.",
+    )
+    concurrency: int = Field(
+        256,
+        ge=1,
+        description="Calls in flight at once in each worker-pool replica; "
+        "replicas x concurrency should reach B x G (the paper: 256), or steps queue.",
+    )
 
     @model_validator(mode="after")
-    def _provider_fields(self) -> "WorkerConfig":
+    def _provider_fields(self) -> WorkerConfig:
         if self.provider == "sim" and self.sim is None:
-            raise ValueError(f"worker {self.name!r} uses provider 'sim' and needs a 'sim' section (accuracy per domain)")
+            raise ValueError(
+                f"worker {self.name!r} uses provider 'sim' and needs a 'sim' section (accuracy per domain)"
+            )
         if self.provider not in ("sim", "conductor") and not self.model:
             raise ValueError(f"worker {self.name!r} uses provider {self.provider!r} and needs 'model'")
         if self.serve is not None:
             if self.provider != "openai_compatible":
-                raise ValueError(f"worker {self.name!r}: 'serve' needs provider openai_compatible (vLLM's "
-                                 f"OpenAI-compatible server), not {self.provider!r}")
+                raise ValueError(
+                    f"worker {self.name!r}: 'serve' needs provider openai_compatible (vLLM's "
+                    f"OpenAI-compatible server), not {self.provider!r}"
+                )
             if self.base_url:
-                raise ValueError(f"worker {self.name!r}: give either 'serve' (the job starts the server) or "
-                                 f"'base_url' (a server that runs already), not both")
+                raise ValueError(
+                    f"worker {self.name!r}: give either 'serve' (the job starts the server) or "
+                    f"'base_url' (a server that runs already), not both"
+                )
         return self
 
 
@@ -136,26 +199,68 @@ def _paper_workers() -> list[WorkerConfig]:
     published tier-1 figures (raise rpm/tpm to your account's). The open-weight models are
     served on the cluster's GPU node by vLLM (one GPU each); Qwen3-32B runs with and without
     thinking, as two workers on one server (seven workers, six models)."""
-    def api(name: str, provider: str, model: str, env: str, price: tuple[float, float, float], reasoning: str,
-            rpm: int, tpm: int) -> WorkerConfig:
-        return WorkerConfig(name=name, provider=provider, model=model, api_key_env=env, reasoning=reasoning,
-                            rpm=rpm, tpm=tpm, price=Price(input=price[0], output=price[1], cached_input=price[2]))
+
+    def api(
+        name: str,
+        provider: str,
+        model: str,
+        env: str,
+        price: tuple[float, float, float],
+        reasoning: str,
+        rpm: int,
+        tpm: int,
+    ) -> WorkerConfig:
+        return WorkerConfig(
+            name=name,
+            provider=provider,
+            model=model,
+            api_key_env=env,
+            reasoning=reasoning,
+            rpm=rpm,
+            tpm=tpm,
+            price=Price(input=price[0], output=price[1], cached_input=price[2]),
+        )
 
     def served(name: str, model: str, reasoning: str, **engine_args: Any) -> WorkerConfig:
-        spec = ServeSpec(model=model, gpus=1, cpus=8, resources={"conductor_gpu_node": 0.01},
-                         engine_args={"max_model_len": 16384, "gpu_memory_utilization": 0.9, **engine_args})
+        spec = ServeSpec(
+            model=model,
+            gpus=1,
+            cpus=8,
+            resources={"conductor_gpu_node": 0.01},
+            engine_args={"max_model_len": 16384, "gpu_memory_utilization": 0.9, **engine_args},
+        )
         return WorkerConfig(name=name, provider="openai_compatible", model=model, reasoning=reasoning, serve=spec)
 
     return [
         api("gpt-5", "openai", "gpt-5", "OPENAI_API_KEY", (1.25, 10.0, 0.125), "minimal", 500, 500_000),
-        api("gemini-2.5-pro", "google", "gemini-2.5-pro", "GOOGLE_API_KEY", (1.25, 10.0, 0.31), "minimal",
-            150, 2_000_000),
+        api(
+            "gemini-2.5-pro",
+            "google",
+            "gemini-2.5-pro",
+            "GOOGLE_API_KEY",
+            (1.25, 10.0, 0.31),
+            "minimal",
+            150,
+            2_000_000,
+        ),
         # Anthropic's tier 1 counts 30k input and 8k output tokens a minute apart; our limiter counts them together.
-        api("claude-sonnet-4", "anthropic", "claude-sonnet-4-20250514", "ANTHROPIC_API_KEY", (3.0, 15.0, 0.3), "off",
-            50, 38_000),
+        api(
+            "claude-sonnet-4",
+            "anthropic",
+            "claude-sonnet-4-20250514",
+            "ANTHROPIC_API_KEY",
+            (3.0, 15.0, 0.3),
+            "off",
+            50,
+            38_000,
+        ),
         served("qwen3-32b", "Qwen/Qwen3-32B", "off", reasoning_parser="qwen3"),
         served("qwen3-32b-thinking", "Qwen/Qwen3-32B", "default", reasoning_parser="qwen3"),
-        served("deepseek-r1-distill-qwen-32b", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "default",
-               reasoning_parser="deepseek_r1"),
+        served(
+            "deepseek-r1-distill-qwen-32b",
+            "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
+            "default",
+            reasoning_parser="deepseek_r1",
+        ),
         served("gemma-3-27b-it", "google/gemma-3-27b-it", "default"),
     ]

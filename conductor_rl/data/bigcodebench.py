@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .files import check_limit, check_split, collect_questions, iter_rows, resolve_benchmark_file, str_field
 from .question import Question

@@ -27,8 +27,9 @@ import importlib.util
 import io
 import json
 import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from .question import Question
 
@@ -111,7 +112,7 @@ def _open_text(path: Path) -> io.TextIOBase:
         magic = fh.read(2)
     if magic == b"\x1f\x8b":
         return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, "r", encoding="utf-8")
+    return open(path, encoding="utf-8")
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
@@ -238,10 +239,13 @@ def check_split(split: str, allowed: Iterable[str], what: str) -> str:
     return split
 
 
+Row = TypeVar("Row")
+
+
 def collect_questions(
     path: Path,
-    rows: Iterable[tuple[int, dict]],
-    convert: Callable[[dict, int], Question | None],
+    rows: Iterable[tuple[int, Row]],
+    convert: Callable[[Row, int], Question | None],
     limit: int | None,
 ) -> list[Question]:
     """Convert rows (index = position among converted rows), wrapping errors with file and line."""

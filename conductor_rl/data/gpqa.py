@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .files import check_limit, check_split, collect_questions, iter_rows, resolve_benchmark_file, str_field
 from .question import Question
@@ -33,6 +34,7 @@ _LETTERS = "ABCD"
 def gpqa_permutation(record_id: str, seed: str = GPQA_SEED) -> list[int]:
     """The order the four options are shown in: position k shows option ``perm[k]``
     (option 0 is the correct answer)."""
+
     def key(option: int) -> bytes:
         return hashlib.sha256(f"{seed}\x1f{record_id}\x1f{option}".encode()).digest()
 

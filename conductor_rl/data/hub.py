@@ -5,9 +5,10 @@ and converted with the same converters as the local files."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .bigcodebench import bigcodebench_question
 from .files import check_limit, collect_questions

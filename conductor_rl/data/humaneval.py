@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .files import check_limit, collect_questions, iter_jsonl, package_data_file, str_field
 from .question import Question

@@ -38,10 +38,11 @@ import json
 import os
 import pickletools
 import zlib
+from collections.abc import Mapping
 from datetime import date, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from .files import (
     DataFormatError,
@@ -55,10 +56,12 @@ from .question import Question
 
 HUB_NAME = "livecodebench/code_generation_lite"
 #: Named release windows: (first, last) contest date, inclusive.
-LCB_WINDOWS = MappingProxyType({
-    "v1": (date(2023, 5, 1), date(2024, 3, 31)),
-    "v6": (date(2025, 2, 1), date(2025, 5, 31)),
-})
+LCB_WINDOWS = MappingProxyType(
+    {
+        "v1": (date(2023, 5, 1), date(2024, 3, 31)),
+        "v6": (date(2025, 2, 1), date(2025, 5, 31)),
+    }
+)
 _WINDOW_FILES = MappingProxyType({"v1": ("test",), "v6": ("test6",)})
 _ALL_FILES = ("test", "test2", "test3", "test4", "test5", "test6")
 _TEST_TYPES = {"stdin": "code_stdio", "functional": "code_call"}
@@ -76,6 +79,8 @@ def lcb_window(window: str) -> tuple[date, date]:
     if window in LCB_WINDOWS:
         return LCB_WINDOWS[window]
     first, sep, last = str(window).partition("..")
+    start: date | None
+    end: date | None
     try:
         start, end = date.fromisoformat(first.strip()), date.fromisoformat(last.strip())
     except ValueError:
@@ -100,7 +105,7 @@ def pickled_string(data: bytes) -> str:
     try:
         for opcode, arg, _pos in pickletools.genops(data):
             if opcode.name in _STRING_OPCODES:
-                strings.append(arg)
+                strings.append(str(arg))  # these opcodes' argument is the str itself
             elif opcode.name not in _FRAMING_OPCODES:
                 refused = opcode.name
                 break

@@ -13,10 +13,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from types import MappingProxyType
+from typing import Protocol
 
-from .bigcodebench import SPLITS as BIGCODEBENCH_SPLITS, load_bigcodebench
+from .bigcodebench import SPLITS as BIGCODEBENCH_SPLITS
+from .bigcodebench import load_bigcodebench
 from .files import check_limit, collect_questions, iter_jsonl
-from .gpqa import SUBSETS as GPQA_SUBSETS, load_gpqa
+from .gpqa import SUBSETS as GPQA_SUBSETS
+from .gpqa import load_gpqa
 from .hub import HubUnavailableError, load_hf
 from .humaneval import load_humaneval
 from .livecodebench import lcb_window, load_livecodebench
@@ -28,12 +31,22 @@ from .rlpr import load_rlpr
 from .specs import DATASET_SPEC_FORMS, SAMPLE_NAMES
 
 _SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
+
+
+class _SplitLoader(Protocol):
+    def __call__(
+        self, split: str, /, *, path: str | os.PathLike | None = None, limit: int | None = None
+    ) -> list[Question]: ...
+
+
 # Benchmarks whose spec is "<name>[:<split>][@<path>]": (splits, the first the default; loader).
-_SPLIT_BENCHMARKS = MappingProxyType({
-    "bigcodebench": (BIGCODEBENCH_SPLITS, load_bigcodebench),
-    "gpqa": (GPQA_SUBSETS, load_gpqa),
-    "rlpr": (("test", "train"), load_rlpr),
-})
+_SPLIT_BENCHMARKS: MappingProxyType[str, tuple[tuple[str, ...], _SplitLoader]] = MappingProxyType(
+    {
+        "bigcodebench": (BIGCODEBENCH_SPLITS, load_bigcodebench),
+        "gpqa": (GPQA_SUBSETS, load_gpqa),
+        "rlpr": (("test", "train"), load_rlpr),
+    }
+)
 
 
 def load_jsonl(path: str | os.PathLike, limit: int | None = None) -> list[Question]:
@@ -62,7 +75,9 @@ def load_samples(name: str, limit: int | None = None) -> list[Question]:
         raise ValueError(f"unknown sample set {name!r}; choose one of {list(SAMPLE_NAMES)}")
     file = _SAMPLES_DIR / f"{name}.jsonl"
     if not file.is_file():
-        raise FileNotFoundError(f"sample file missing from the package: {file} (regenerate with scripts/make_samples.py)")
+        raise FileNotFoundError(
+            f"sample file missing from the package: {file} (regenerate with scripts/make_samples.py)"
+        )
     return load_jsonl(file, limit=limit)
 
 
@@ -150,11 +165,11 @@ def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
             raise _spec_error(spec, str(exc)) from None
         return load_livecodebench(window, path=path, limit=limit)
     if kind in _SPLIT_BENCHMARKS:
-        splits, loader = _SPLIT_BENCHMARKS[kind]
+        splits, split_loader = _SPLIT_BENCHMARKS[kind]
         split = rest if sep else splits[0]
         if split not in splits:
             raise _spec_error(spec, f"{kind} has the split(s) {list(splits)}, not {split!r}")
-        return loader(split, path=path, limit=limit)
+        return split_loader(split, path=path, limit=limit)
     raise _spec_error(spec, f"unknown dataset {kind!r}")
 
 

@@ -3,26 +3,24 @@
 Each source has a row converter (shared with the ``hf:`` adapter) and a loader.
 A reference answer comes from the row's answer field, or from its solution: the
 number after GSM8K's ``####``, the final ``\\boxed{}`` of a MATH solution (read
-by the graders' parser, `conductor_rl.grading.answers.last_boxed`).
+by `conductor_rl.data.boxed.last_boxed`, the graders' parser too).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
-from conductor_rl.grading.answers import last_boxed
-
+from .boxed import last_boxed
 from .files import check_limit, check_split, collect_questions, iter_jsonl, resolve_data_file, str_field
 from .question import Question
 
 # Upstream MATH rows whose solution ends in an empty \boxed{} (the answer was lost).
 # Both are multiple-choice problems whose solutions argue the answer is (A) 0.
-_MATH_ERRATA = MappingProxyType(
-    {"train/number_theory/7115.json": "0", "train/number_theory/7117.json": "0"}
-)
+_MATH_ERRATA = MappingProxyType({"train/number_theory/7115.json": "0", "train/number_theory/7117.json": "0"})
 
 
 def extract_boxed(text: str) -> str | None:
@@ -116,7 +114,7 @@ def math_question(row: Mapping[str, Any], source: str, split: str, index: int) -
         if solution is None:
             raise ValueError("row has neither 'answer' nor 'solution'")
         answer, answer_from = extract_boxed(solution), "boxed"
-        if not answer and unique_id in _MATH_ERRATA:
+        if not answer and isinstance(unique_id, str) and unique_id in _MATH_ERRATA:
             answer, answer_from = _MATH_ERRATA[unique_id], "errata"
         if not answer:
             raise ValueError("no answer field and no non-empty, complete \\boxed{...} in 'solution'")
@@ -200,7 +198,9 @@ def load_math500(path: str | os.PathLike | None = None, limit: int | None = None
     return collect_questions(file, iter_jsonl(file), lambda row, i: math_question(row, "math500", "test", i), limit)
 
 
-def load_aime(year: int | str = 2025, path: str | os.PathLike | None = None, limit: int | None = None) -> list[Question]:
+def load_aime(
+    year: int | str = 2025, path: str | os.PathLike | None = None, limit: int | None = None
+) -> list[Question]:
     """AIME 2024 or 2025 (``aime24/test.jsonl``, ``aime25/test.jsonl``), 30 problems each.
 
     `year`: 2024, 2025, "24", "25", "aime24" or "aime25". Ids ``aime24/<upstream id>``.

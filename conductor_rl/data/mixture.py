@@ -33,11 +33,12 @@ import json
 import os
 import random
 from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from conductor_rl.run.atomic_files import write_atomically
+from conductor_rl.atomic_files import write_atomically
 
 from .files import DataFormatError, check_limit
 from .overlap import text_key
@@ -87,7 +88,7 @@ def domain_quotas(available: Mapping[str, int], total: int) -> dict[str, int]:
     while open_domains:
         share, extra = divmod(remaining, len(open_domains))
         short = [d for d in open_domains if available[d] <= share]
-        if not short:   # every open domain has more than `share`, so share + 1 fits too
+        if not short:  # every open domain has more than `share`, so share + 1 fits too
             quotas.update({d: share + (i < extra) for i, d in enumerate(open_domains)})
             break
         for d in short:
@@ -102,7 +103,9 @@ def _rng(seed: int, *names: str) -> random.Random:
     return random.Random(":".join(("conductor-rl-mixture", str(seed), *names)))
 
 
-def _pick_domain(questions: list[Question], solved: Mapping[str, int], quota: int, seed: int, domain: str) -> list[Question]:
+def _pick_domain(
+    questions: list[Question], solved: Mapping[str, int], quota: int, seed: int, domain: str
+) -> list[Question]:
     strata: dict[str, list[Question]] = defaultdict(list)
     for q in sorted(questions, key=lambda q: q.id):
         strata[stratum_of(q)].append(q)
@@ -110,7 +113,7 @@ def _pick_domain(questions: list[Question], solved: Mapping[str, int], quota: in
     for name in sorted(strata):
         members = strata[name]
         _rng(seed, domain, name).shuffle(members)
-        members.sort(key=lambda q: solved[q.id])   # stable: the shuffle breaks ties
+        members.sort(key=lambda q: solved[q.id])  # stable: the shuffle breaks ties
         queues.append(members)
     _rng(seed, domain).shuffle(queues)
     picked: list[Question] = []
@@ -176,7 +179,7 @@ def mixture_report(
         "questions": len(questions),
         "domains": {d: sum(c.values()) for d, c in sorted(strata.items())},
         "strata": {d: dict(sorted(c.items())) for d, c in sorted(strata.items())},
-        "solved_by": dict(sorted(solved_by.items(), key=lambda kv: (len(kv[0]), kv[0]))),   # "2" before "10"
+        "solved_by": dict(sorted(solved_by.items(), key=lambda kv: (len(kv[0]), kv[0]))),  # "2" before "10"
         "solve_rate": rates,
     }
 
@@ -200,7 +203,7 @@ def write_mixture(
     """Write the mixture as one Parquet file, atomically: the Question fields (``meta`` as
     JSON), ``pilot_<worker>`` (bool) per worker and ``pilot_solved`` (int); the file's
     metadata holds the rule, the counts (`mixture_report`) and `info` (JSON)."""
-    import pyarrow as pa   # here: importing conductor_rl.data stays light
+    import pyarrow as pa  # here: importing conductor_rl.data stays light
     import pyarrow.parquet as pq
 
     workers = _check_workers(workers)
@@ -217,11 +220,22 @@ def write_mixture(
         columns[f"pilot_{worker}"] = [bool(verdicts[q.id][worker]) for q in questions]
     columns[_SOLVED] = counts
     try:
-        metadata = json.dumps({"version": 1, "rule": RULE, "workers": workers,
-                               "counts": mixture_report(questions, verdicts, workers), "info": dict(info)})
+        metadata = json.dumps(
+            {
+                "version": 1,
+                "rule": RULE,
+                "workers": workers,
+                "counts": mixture_report(questions, verdicts, workers),
+                "info": dict(info),
+            }
+        )
     except TypeError as exc:
         raise TypeError(f"info must be JSON-serialisable: {exc}") from None
-    types = {**{name: pa.string() for name in FIELDS}, **{f"pilot_{w}": pa.bool_() for w in workers}, _SOLVED: pa.int32()}
+    types = {
+        **{name: pa.string() for name in FIELDS},
+        **{f"pilot_{w}": pa.bool_() for w in workers},
+        _SOLVED: pa.int32(),
+    }
     schema = pa.schema([pa.field(name, types[name]) for name in columns], metadata={METADATA_KEY: metadata})
     table = pa.table(columns, schema=schema)
     file = Path(path).expanduser()
@@ -242,14 +256,16 @@ def read_mixture(path: str | os.PathLike) -> tuple[list[Question], dict[str, dic
         )
     try:
         table = pq.read_table(file)
-    except (OSError, ValueError) as exc:   # pyarrow's ArrowInvalid is a ValueError, its IO errors OSErrors
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError, its IO errors OSErrors
         raise DataFormatError(file, None, f"not a readable Parquet file: {exc}") from None
     missing = [name for name in (*FIELDS, _SOLVED) if name not in table.column_names]
     if missing:
         raise DataFormatError(file, None, f"not a training mixture: no column(s) {missing}")
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
     metadata = json.loads(raw) if raw else {}
-    workers = [name.removeprefix("pilot_") for name in table.column_names if name.startswith("pilot_") and name != _SOLVED]
+    workers = [
+        name.removeprefix("pilot_") for name in table.column_names if name.startswith("pilot_") and name != _SOLVED
+    ]
     questions, verdicts = [], {}
     for i, row in enumerate(table.to_pylist()):
         try:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .files import check_limit, collect_questions, iter_jsonl, package_data_file, str_field
 from .overlap import text_key
@@ -84,7 +85,7 @@ def mmlu_part_of_stem(stem: str) -> str:
     stems with other choices), and a copy must land in the same part, or
     ``mmlu:train`` and ``mmlu:eval`` would share questions.
     """
-    digest = hashlib.sha256(f"{MMLU_SPLIT_SEED}\n{text_key(stem)}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{MMLU_SPLIT_SEED}\n{text_key(stem)}".encode()).digest()
     return "train" if int.from_bytes(digest[:8], "big") / 2**64 < MMLU_TRAIN_FRACTION else "eval"
 
 
@@ -155,7 +156,11 @@ def load_mmlu(
         file = Path(path).expanduser()
         if not file.is_file():
             raise FileNotFoundError(f"MMLU file not found: {file}")
-    wanted = None if subjects is None else {mmlu_subject_key(s) for s in ([subjects] if isinstance(subjects, str) else subjects)}
+    wanted = (
+        None
+        if subjects is None
+        else {mmlu_subject_key(s) for s in ([subjects] if isinstance(subjects, str) else subjects)}
+    )
     counts: dict[str, int] = {}
 
     def convert(row: dict, _i: int) -> Question | None:

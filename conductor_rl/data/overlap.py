@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import unicodedata
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .question import Question
 

@@ -8,11 +8,9 @@ format of the shipped sample files and of ``load_dataset("jsonl:...")``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
-
-if TYPE_CHECKING:
-    from conductor_rl.rollout.workflow import Task
+from typing import Any
 
 #: Allowed values of `Question.domain`.
 DOMAINS = ("math", "mmlu", "code", "science", "reasoning")
@@ -79,15 +77,8 @@ class Question:
             "meta": dict(self.meta),
         }
 
-    def to_task(self) -> "Task":
-        """The question as the workflow engine and the graders need it."""
-        from conductor_rl.rollout.workflow import Task   # here: a Question is a plain record, light to import
-
-        return Task(id=self.id, question=self.question, domain=self.domain, reference=self.reference,
-                    answer_kind=self.answer_kind, meta=dict(self.meta))
-
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Question":
+    def from_dict(cls, data: Mapping[str, Any]) -> Question:
         """Build a Question from a dict such as `to_dict` returns.
 
         Raises ValueError naming missing or unknown keys, and TypeError/ValueError

@@ -23,22 +23,26 @@ with ``rlpr:test@<file>``).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from .files import check_limit, check_split, collect_questions, iter_rows, resolve_benchmark_file
 from .question import Question
 
 SPLITS = ("train", "test")
 HUB_NAMES = MappingProxyType({"train": "openbmb/RLPR-Train-Dataset:train", "test": "openbmb/RLPR-Evaluation"})
-_DEFAULT_FILES = MappingProxyType({
-    "train": ("rlpr/train.parquet", "rlpr/rlpr_train.parquet", "rlpr/train.jsonl"),
-    "test": ("rlpr/test.parquet", "rlpr/WebInstruct-verified-val_Avg2.parquet", "rlpr/test.jsonl"),
-})
+_DEFAULT_FILES = MappingProxyType(
+    {
+        "train": ("rlpr/train.parquet", "rlpr/rlpr_train.parquet", "rlpr/train.jsonl"),
+        "test": ("rlpr/test.parquet", "rlpr/WebInstruct-verified-val_Avg2.parquet", "rlpr/test.jsonl"),
+    }
+)
 
 
 def _question_text(prompt: Any) -> tuple[str, str | None]:
     """(the user's question, the system prompt or None) from a chat prompt or a string."""
+    text: Any
     if isinstance(prompt, str):
         text, system = prompt, None
     elif isinstance(prompt, (list, tuple)) and all(isinstance(m, Mapping) for m in prompt):
@@ -60,10 +64,10 @@ def _answers(reward_model: Any) -> list[str]:
     answers = [truth] if isinstance(truth, (str, int, float)) and not isinstance(truth, bool) else truth
     if not isinstance(answers, (list, tuple)) or not answers:
         raise ValueError(f"reward_model.ground_truth must be a string or a list of strings, got {truth!r}"[:200])
-    answers = [str(a).strip() for a in answers if isinstance(a, (str, int, float)) and not isinstance(a, bool)]
-    if not answers or not answers[0]:
+    texts = [str(a).strip() for a in answers if isinstance(a, (str, int, float)) and not isinstance(a, bool)]
+    if not texts or not texts[0]:
         raise ValueError(f"reward_model.ground_truth is empty or not text: {truth!r}"[:200])
-    return answers
+    return texts
 
 
 def rlpr_question(row: Mapping[str, Any], split: str, index: int) -> Question:

@@ -14,21 +14,22 @@ default: both domains collapsed onto one worker).
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from .question import Question
 
 
 class QuestionStream:
-    def __init__(self, questions: Sequence[Question], seed: int = 0, cursor: int = 0,
-                 balance_domains: bool = False) -> None:
+    def __init__(
+        self, questions: Sequence[Question], seed: int = 0, cursor: int = 0, balance_domains: bool = False
+    ) -> None:
         if not questions:
             raise ValueError("the training set is empty: check data.questions (and data.limit)")
         if cursor < 0:
             raise ValueError(f"cursor must be >= 0, got {cursor}")
         self.questions = list(questions)
         self.seed = seed
-        self.cursor = cursor   # questions drawn so far, over all epochs
+        self.cursor = cursor  # questions drawn so far, over all epochs
         if balance_domains:
             domains = sorted({q.domain for q in self.questions})
             self.pools = [[q for q in self.questions if q.domain == d] for d in domains]

@@ -40,8 +40,9 @@ Decisions:
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import TYPE_CHECKING, Literal
 
 from conductor_rl.plan import Plan, Step
 from conductor_rl.plan.prompts import answer_instruction
@@ -98,15 +99,16 @@ def reflection_plan(question: str, worker: int, rounds: int = 5, answer_kind: st
     return Plan(tuple(steps))
 
 
-def moa_plan(question: str, proposers: Sequence[int], aggregator: int, layers: int = 3,
-             answer_kind: str = DEFAULT_KIND) -> Plan:
+def moa_plan(
+    question: str, proposers: Sequence[int], aggregator: int, layers: int = 3, answer_kind: str = DEFAULT_KIND
+) -> Plan:
     """Mixture-of-Agents: `layers - 1` proposer layers, each reading the one before, then the aggregator."""
     if layers < 2 or not proposers:
         raise ValueError(f"MoA needs at least 2 layers and one proposer, got {layers} layers and {list(proposers)}")
     first, again = _ask(question, answer_kind), _ask(question, answer_kind, PROPOSE_AGAIN)
     steps: list[Step] = []
     previous: list[int] = []
-    for layer in range(layers - 1):
+    for _layer in range(layers - 1):
         start = len(steps)
         steps += [Step(p, again if previous else first, list(previous)) for p in proposers]
         previous = list(range(start, len(steps)))
@@ -114,18 +116,26 @@ def moa_plan(question: str, proposers: Sequence[int], aggregator: int, layers: i
     return Plan(tuple(steps))
 
 
-def random_plan(question: str, n_workers: int, lengths: Sequence[int], rng: random.Random, max_steps: int = 5,
-                answer_kind: str = DEFAULT_KIND) -> Plan:
+def random_plan(
+    question: str,
+    n_workers: int,
+    lengths: Sequence[int],
+    rng: random.Random,
+    max_steps: int = 5,
+    answer_kind: str = DEFAULT_KIND,
+) -> Plan:
     """A random valid plan; its length is drawn from `lengths` (the Conductor's observed
     step counts), or uniformly from 1..`max_steps` when `lengths` is empty."""
     bad = [n for n in lengths if not 1 <= n <= max_steps]
     if bad or n_workers < 1:
-        raise ValueError(f"random plans need n_workers >= 1 and lengths from 1 to {max_steps}; "
-                         f"got n_workers={n_workers}, lengths {sorted(set(bad))}")
+        raise ValueError(
+            f"random plans need n_workers >= 1 and lengths from 1 to {max_steps}; "
+            f"got n_workers={n_workers}, lengths {sorted(set(bad))}"
+        )
     n = rng.choice(list(lengths)) if lengths else rng.randint(1, max_steps)
     subtask = _ask(question, answer_kind)
 
-    def access(i: int) -> list[int] | str:
+    def access(i: int) -> list[int] | Literal["all"]:
         if i == n - 1:
             return "all"
         return [] if i == 0 or rng.random() < 0.5 else "all"  # step 0 has nothing to read
@@ -140,7 +150,7 @@ def random_lengths_label(lengths: Sequence[int], max_steps: int = 5) -> str:
     return f"uniform 1..{max_steps} steps (no Conductor plans were observed)"
 
 
-Judged = Union[str, float, Sequence[object], None]
+Judged = str | float | Sequence[object] | None
 """One worker's pilot evidence on one question: its verdicts over repeats ("correct",
 "wrong", "plan_error", "error" or `Verdict`s), one verdict, a bool (solved), or its
 share of correct repeats (a number from 0 to 1); None or [] when it has none."""
@@ -160,18 +170,18 @@ def _correct_share(judged: Judged) -> Fraction | None:
     return Fraction(scored.count("correct"), len(scored)) if scored else None
 
 
-def price_key(price: "float | Price") -> float:
+def price_key(price: float | Price) -> float:
     """A price as one number to compare: a `Price` is its dollars per million input plus output tokens."""
     return float(price) if isinstance(price, (int, float)) else price.input + price.output
 
 
-def _check(verdicts_by_worker: Sequence[Judged], prices: Sequence["float | Price"]) -> list[float]:
+def _check(verdicts_by_worker: Sequence[Judged], prices: Sequence[float | Price]) -> list[float]:
     if len(prices) != len(verdicts_by_worker):
         raise ValueError(f"one price per worker: {len(prices)} prices for {len(verdicts_by_worker)} workers")
     return [price_key(p) for p in prices]
 
 
-def best_worker(verdicts_by_worker: Sequence[Judged], prices: Sequence["float | Price"]) -> int | None:
+def best_worker(verdicts_by_worker: Sequence[Judged], prices: Sequence[float | Price]) -> int | None:
     """The worker most often correct on one question (see `Judged`); ties go to the
     cheaper worker, then the lower index. None when no worker was ever correct."""
     costs = _check(verdicts_by_worker, prices)
@@ -182,7 +192,7 @@ def best_worker(verdicts_by_worker: Sequence[Judged], prices: Sequence["float | 
     return min(solved, key=lambda i: (-shares[i], costs[i], i))  # type: ignore[operator]
 
 
-def oracle_worker(verdicts_by_worker: Sequence[Judged], prices: Sequence["float | Price"]) -> int | None:
+def oracle_worker(verdicts_by_worker: Sequence[Judged], prices: Sequence[float | Price]) -> int | None:
     """The oracle's worker for one question: `best_worker`, or the cheapest worker
     with a verdict when none was correct; None when no worker has a verdict."""
     costs = _check(verdicts_by_worker, prices)

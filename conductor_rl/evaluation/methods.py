@@ -37,9 +37,10 @@ Decisions:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 from conductor_rl.config import EvaluateConfig
 from conductor_rl.run.checkpoint import PREFIX, Checkpoints
@@ -62,13 +63,15 @@ Kind = Literal["conductor", "single", "reflect", "moa", "router", "random", "ora
 KINDS: tuple[str, ...] = ("conductor", "single", "reflect", "moa", "router", "random", "oracle")
 DEFAULT_ROUNDS = 5  # the paper's "GPT-5 with 5x self-reflection" (Table 7)
 MAX_ROUNDS = 20
-MAX_DEPTH = 8   # conductor.max_depth's own limit
+MAX_DEPTH = 8  # conductor.max_depth's own limit
 UNTRAINED = "untrained"
 # The rows of the paper's comparison (Table 7), one per worker where a worker is named: evaluate.methods' default.
 DEFAULT_METHODS: tuple[str, ...] = tuple(EvaluateConfig().methods)
 _NO_ARGUMENT = ("moa", "router", "random", "oracle")
-_ALLOWED = ("conductor:<checkpoint or run folder>[@depth=N], conductor:untrained, single:<worker>, "
-            "reflect:<worker>[:<rounds>], moa, router, random, oracle")
+_ALLOWED = (
+    "conductor:<checkpoint or run folder>[@depth=N], conductor:untrained, single:<worker>, "
+    "reflect:<worker>[:<rounds>], moa, router, random, oracle"
+)
 _WEIGHTS = ("*.safetensors", "*.bin")
 
 
@@ -87,7 +90,7 @@ class Method:
     worker: int | None = None
     rounds: int | None = None
     checkpoint: Path | None = None
-    depth: int | None = None    # conductor:<...>@depth=N (None: the checkpoint's own conductor.max_depth)
+    depth: int | None = None  # conductor:<...>@depth=N (None: the checkpoint's own conductor.max_depth)
 
     @property
     def is_conductor(self) -> bool:
@@ -106,8 +109,10 @@ def _reflect(name: str, rest: str, worker_names: Sequence[str]) -> Method:
         worker, rounds_text = rest.rsplit(":", 1)
     index = _worker_index(name, worker, worker_names)
     if not re.fullmatch(r"\d+", rounds_text) or not 1 <= int(rounds_text) <= MAX_ROUNDS:
-        raise MethodError(f"method {name!r}: rounds must be a whole number from 1 to {MAX_ROUNDS}, "
-                          f"got {rounds_text!r} (write reflect:<worker>:<rounds>)")
+        raise MethodError(
+            f"method {name!r}: rounds must be a whole number from 1 to {MAX_ROUNDS}, "
+            f"got {rounds_text!r} (write reflect:<worker>:<rounds>)"
+        )
     rounds = int(rounds_text)
     return Method(f"reflect:{worker}:{rounds}", "reflect", worker=index, rounds=rounds)
 
@@ -146,8 +151,10 @@ def _depth(name: str, rest: str) -> tuple[str, int | None]:
     rest, _, option = rest.rpartition("@")
     match = re.fullmatch(r"depth=(\d+)", option)
     if not match or int(match.group(1)) > MAX_DEPTH:
-        raise MethodError(f"method {name!r}: after '@' write depth=N with N from 0 to {MAX_DEPTH} "
-                          f"(conductor:<checkpoint>@depth=2), got {option!r}")
+        raise MethodError(
+            f"method {name!r}: after '@' write depth=N with N from 0 to {MAX_DEPTH} "
+            f"(conductor:<checkpoint>@depth=2), got {option!r}"
+        )
     return rest, int(match.group(1))
 
 
@@ -202,8 +209,10 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """
     folder = Path(path).expanduser()
     if not folder.is_dir():
-        raise MethodError(f"conductor checkpoint {str(path)!r} is not a folder: pass a run folder, a checkpoint "
-                          f"folder or a model folder (config.json with *.safetensors or *.bin weights, or a *.gguf)")
+        raise MethodError(
+            f"conductor checkpoint {str(path)!r} is not a folder: pass a run folder, a checkpoint "
+            f"folder or a model folder (config.json with *.safetensors or *.bin weights, or a *.gguf)"
+        )
     candidates = [folder, folder / "model"]
     for checkpoints in (folder / "checkpoints", folder):
         latest = Checkpoints(checkpoints).latest()
@@ -215,6 +224,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     # A run killed during its first save has checkpoint folders but no complete one.
     partial = any(p.name.startswith(PREFIX) for p in (*folder.glob("checkpoints/*"), *folder.glob("*")))
     hint = " (its checkpoints are incomplete: no state.json)" if partial else ""
-    raise MethodError(f"conductor checkpoint {str(path)!r} holds no model{hint}: a model folder needs config.json "
-                      f"with *.safetensors or *.bin weights (or a *.gguf); a run folder needs "
-                      f"checkpoints/{PREFIX}NNNNNN/model")
+    raise MethodError(
+        f"conductor checkpoint {str(path)!r} holds no model{hint}: a model folder needs config.json "
+        f"with *.safetensors or *.bin weights (or a *.gguf); a run folder needs "
+        f"checkpoints/{PREFIX}NNNNNN/model"
+    )

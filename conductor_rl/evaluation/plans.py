@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from conductor_rl.config import Price
 from conductor_rl.data import Question
@@ -52,18 +52,22 @@ def _rng(seed: int, method: str, question_id: str, repeat: int) -> random.Random
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def baseline_samples(method: Method, benchmark: str, questions: Sequence[Question], repeats: int,
-                     ctx: BaselineContext) -> list[list[Sample]]:
+def baseline_samples(
+    method: Method, benchmark: str, questions: Sequence[Question], repeats: int, ctx: BaselineContext
+) -> list[list[Sample]]:
     """`repeats` samples for each question (the same plan each time, except for `random`)."""
     n = len(ctx.worker_names)
     if method.kind == "single":
-        plans = [single_plan(q.question, method.worker, q.answer_kind) for q in questions]
+        worker = method.worker
+        assert worker is not None, "a single-worker method names its worker"
+        plans = [single_plan(q.question, worker, q.answer_kind) for q in questions]
     elif method.kind == "reflect":
-        plans = [reflection_plan(q.question, method.worker, method.rounds, q.answer_kind) for q in questions]
+        worker, rounds = method.worker, method.rounds
+        assert worker is not None and rounds is not None, "a reflection method names its worker and rounds"
+        plans = [reflection_plan(q.question, worker, rounds, q.answer_kind) for q in questions]
     elif method.kind == "moa":
         proposers = list(ctx.moa_proposers) if ctx.moa_proposers is not None else list(range(n))
-        plans = [moa_plan(q.question, proposers, ctx.moa_aggregator, ctx.moa_layers, q.answer_kind)
-                 for q in questions]
+        plans = [moa_plan(q.question, proposers, ctx.moa_aggregator, ctx.moa_layers, q.answer_kind) for q in questions]
     elif method.kind == "router":
         if ctx.router is None:
             raise MissingEvidenceError("the router baseline needs a trained router (a pilot pass): none was given")
@@ -77,13 +81,27 @@ def baseline_samples(method: Method, benchmark: str, questions: Sequence[Questio
             if not by_worker or len(by_worker) < n:
                 raise MissingEvidenceError(
                     f"oracle: question {q.id} of {benchmark} lacks single-worker results for every worker "
-                    f"(have {sorted(by_worker or {})}); the oracle picks from single:<worker> runs")
+                    f"(have {sorted(by_worker or {})}); the oracle picks from single:<worker> runs"
+                )
             best = oracle_worker([by_worker[name] for name in ctx.worker_names], ctx.prices)
             plans.append(single_plan(q.question, 0 if best is None else best, q.answer_kind))
     elif method.kind == "random":
-        return [[Sample.of_plan(random_plan(q.question, n, ctx.conductor_lengths,
-                                            _rng(ctx.seed, method.name, q.id, r), ctx.max_steps, q.answer_kind))
-                 for r in range(repeats)] for q in questions]
+        return [
+            [
+                Sample.of_plan(
+                    random_plan(
+                        q.question,
+                        n,
+                        ctx.conductor_lengths,
+                        _rng(ctx.seed, method.name, q.id, r),
+                        ctx.max_steps,
+                        q.answer_kind,
+                    )
+                )
+                for r in range(repeats)
+            ]
+            for q in questions
+        ]
     else:
         raise ValueError(f"{method.name}: not a baseline (the Conductor's plans come from its generator)")
     return [[Sample.of_plan(plan)] * repeats for plan in plans]

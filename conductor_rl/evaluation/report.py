@@ -20,31 +20,54 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from conductor_rl.atomic_files import write_atomically
 from conductor_rl.evaluation.summary import Cell, EvalRecord, StrategyRow
-from conductor_rl.run.atomic_files import write_atomically
 from conductor_rl.run.report import new_figure, table_lines
 
-__all__ = ["PLOT_FILE", "RECORDS_FILE", "RESULTS_JSON", "RESULTS_MD", "markdown_table", "records_table",
-           "write_results"]
+__all__ = [
+    "PLOT_FILE",
+    "RECORDS_FILE",
+    "RESULTS_JSON",
+    "RESULTS_MD",
+    "markdown_table",
+    "records_table",
+    "write_results",
+]
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
 RECORDS_FILE = "records.parquet"
 PLOT_FILE = "accuracy_vs_cost.png"
 
-SCHEMA = pa.schema([
-    ("method", pa.string()), ("benchmark", pa.string()), ("question_id", pa.string()), ("domain", pa.string()),
-    ("repeat", pa.int64()), ("verdict", pa.string()), ("steps", pa.int64()), ("workers", pa.list_(pa.string())),
-    ("calls", pa.int64()), ("input_tokens", pa.int64()), ("output_tokens", pa.int64()), ("cost_usd", pa.float64()),
-    ("wall_s", pa.float64()), ("simulated", pa.bool_()), ("final_answer", pa.string()), ("plan", pa.string()),
-    ("error", pa.string()),
-])
+SCHEMA = pa.schema(
+    [
+        ("method", pa.string()),
+        ("benchmark", pa.string()),
+        ("question_id", pa.string()),
+        ("domain", pa.string()),
+        ("repeat", pa.int64()),
+        ("verdict", pa.string()),
+        ("steps", pa.int64()),
+        ("workers", pa.list_(pa.string())),
+        ("calls", pa.int64()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("cost_usd", pa.float64()),
+        ("wall_s", pa.float64()),
+        ("simulated", pa.bool_()),
+        ("final_answer", pa.string()),
+        ("plan", pa.string()),
+        ("error", pa.string()),
+    ]
+)
 
 
 def _in_order(values: Sequence[str]) -> list[str]:
@@ -59,9 +82,23 @@ def _acc(cell: Cell | None) -> str:
     return f"{100 * cell.accuracy:.1f} ± {100 * (cell.stderr or 0.0):.1f}"
 
 
-def _method_means(cells: Sequence[Cell]) -> dict[str, dict[str, float | None]]:
+@dataclass(frozen=True)
+class _MethodMean:
+    """One method's means over its benchmarks; accuracy and stderr are None when none was scored."""
+
+    accuracy: float | None
+    stderr: float | None
+    cost_usd: float
+    input_tokens: float
+    output_tokens: float
+    calls: float
+    steps: float | None
+    errors: int
+
+
+def _method_means(cells: Sequence[Cell]) -> dict[str, _MethodMean]:
     """Per method, its benchmarks' equal-weight means (see the module's decisions)."""
-    out: dict[str, dict[str, float | None]] = {}
+    out: dict[str, _MethodMean] = {}
     for method in _in_order([c.method for c in cells]):
         mine = [c for c in cells if c.method == method]
         scored = [c for c in mine if c.accuracy is not None]
@@ -69,13 +106,17 @@ def _method_means(cells: Sequence[Cell]) -> dict[str, dict[str, float | None]]:
 
         def mean(key: str, among: Sequence[Cell] = mine) -> float:
             return sum(getattr(c, key) for c in among) / len(among) if among else 0.0
-        out[method] = {
-            "accuracy": mean("accuracy", scored) if scored else None,
-            "stderr": math.sqrt(sum((c.stderr or 0.0) ** 2 for c in scored)) / len(scored) if scored else None,
-            "cost_usd": mean("cost_usd"), "input_tokens": mean("input_tokens"),
-            "output_tokens": mean("output_tokens"), "calls": mean("calls"),
-            "steps": sum(steps) / len(steps) if steps else None, "errors": sum(c.errors for c in mine),
-        }
+
+        out[method] = _MethodMean(
+            accuracy=mean("accuracy", scored) if scored else None,
+            stderr=math.sqrt(sum((c.stderr or 0.0) ** 2 for c in scored)) / len(scored) if scored else None,
+            cost_usd=mean("cost_usd"),
+            input_tokens=mean("input_tokens"),
+            output_tokens=mean("output_tokens"),
+            calls=mean("calls"),
+            steps=sum(steps) / len(steps) if steps else None,
+            errors=sum(c.errors for c in mine),
+        )
     return out
 
 
@@ -89,44 +130,87 @@ def markdown_table(cells: Sequence[Cell]) -> str:
     for method, m in means.items():
         row = [method] + [_acc(by_key.get((method, b))) for b in benchmarks]
         if len(benchmarks) > 1:
-            row.append("n/a" if m["accuracy"] is None else f"{100 * m['accuracy']:.1f} ± {100 * m['stderr']:.1f}")
+            row.append(
+                "n/a" if m.accuracy is None or m.stderr is None else f"{100 * m.accuracy:.1f} ± {100 * m.stderr:.1f}"
+            )
         rows.append(row)
     return "\n".join(table_lines(header, rows))
 
 
 def _cost_table(cells: Sequence[Cell]) -> str:
-    rows = [[method, f"{m['cost_usd']:.4f}", f"{m['input_tokens']:.0f}", f"{m['output_tokens']:.0f}",
-             f"{m['calls']:.2f}", "" if m["steps"] is None else f"{m['steps']:.2f}", m["errors"]]
-            for method, m in _method_means(cells).items()]
-    header = ["method", "$/sample", "input tokens/sample", "output tokens/sample", "calls/sample", "steps/plan",
-              "errors"]
+    rows = [
+        [
+            method,
+            f"{m.cost_usd:.4f}",
+            f"{m.input_tokens:.0f}",
+            f"{m.output_tokens:.0f}",
+            f"{m.calls:.2f}",
+            "" if m.steps is None else f"{m.steps:.2f}",
+            m.errors,
+        ]
+        for method, m in _method_means(cells).items()
+    ]
+    header = [
+        "method",
+        "$/sample",
+        "input tokens/sample",
+        "output tokens/sample",
+        "calls/sample",
+        "steps/plan",
+        "errors",
+    ]
     return "\n".join(table_lines(header, rows))
 
 
 def _strategy_table(rows: Sequence[StrategyRow]) -> str:
-    body = [[r.method, r.domain, r.plans, f"{r.mean_steps:.2f}",
-             ", ".join(f"{w} {100 * s:.0f}%" for w, s in r.worker_shares.items())] for r in rows]
+    body = [
+        [
+            r.method,
+            r.domain,
+            r.plans,
+            f"{r.mean_steps:.2f}",
+            ", ".join(f"{w} {100 * s:.0f}%" for w, s in r.worker_shares.items()),
+        ]
+        for r in rows
+    ]
     return "\n".join(table_lines(["method", "domain", "plans", "steps", "share of calls"], body))
 
 
-def render_markdown(cells: Sequence[Cell], strategy: Sequence[StrategyRow], info: Mapping[str, Any],
-                    records: Sequence[EvalRecord] = ()) -> str:
+def render_markdown(
+    cells: Sequence[Cell], strategy: Sequence[StrategyRow], info: Mapping[str, Any], records: Sequence[EvalRecord] = ()
+) -> str:
     """results.md; a header line says when any of `records` used simulated workers."""
     lines = ["# Evaluation results", ""]
     simulated = [r for r in records if r.simulated]
     if simulated:
         # A record knows only that some step was simulated, so the names are those samples' workers.
         names = ", ".join(sorted({w for r in simulated for w in r.workers}))
-        lines += [f"> **Simulated workers**: {len(simulated)} of {len(records)} samples used simulated workers "
-                  f"(their workers: {names}), so these numbers test the pipeline and say nothing about real models.",
-                  ""]
-    lines += ["## Accuracy", "", "Percent correct, ± the standard error over questions (each question's mean "
-              "over its repeats); plan errors count as wrong, infrastructure errors are left out.", "",
-              markdown_table(cells),
-              "## Cost", "", "Per scored sample, averaged over the benchmarks.", "", _cost_table(cells)]
+        lines += [
+            f"> **Simulated workers**: {len(simulated)} of {len(records)} samples used simulated workers "
+            f"(their workers: {names}), so these numbers test the pipeline and say nothing about real models.",
+            "",
+        ]
+    lines += [
+        "## Accuracy",
+        "",
+        "Percent correct, ± the standard error over questions (each question's mean "
+        "over its repeats); plan errors count as wrong, infrastructure errors are left out.",
+        "",
+        markdown_table(cells),
+        "## Cost",
+        "",
+        "Per scored sample, averaged over the benchmarks.",
+        "",
+        _cost_table(cells),
+    ]
     if strategy:
-        lines += ["## Conductor strategy", "", "Steps per plan and each worker's share of the calls, per domain.",
-                  "", _strategy_table(strategy)]
+        lines += [
+            "## Conductor strategy",
+            "",
+            "Steps per plan and each worker's share of the calls, per domain.",
+            "",
+            _strategy_table(strategy),
+        ]
     if info:
         lines += ["## Settings", "", "\n".join(table_lines(["key", "value"], list(info.items())))]
     lines += [f"![accuracy against cost]({PLOT_FILE})", ""]
@@ -144,14 +228,17 @@ def records_table(records: Sequence[EvalRecord]) -> pa.Table:
 
 
 def _plot(cells: Sequence[Cell], path: Path, simulated: bool) -> None:
-    points = [(method, m) for method, m in _method_means(cells).items() if m["accuracy"] is not None]
+    points = [
+        (method, m.cost_usd, m.accuracy, m.stderr)
+        for method, m in _method_means(cells).items()
+        if m.accuracy is not None and m.stderr is not None
+    ]
     figure = new_figure(7.0, 4.5)
     axes = figure.add_subplot()
-    for method, m in points:
-        axes.errorbar(m["cost_usd"], 100 * m["accuracy"], yerr=100 * m["stderr"], fmt="o", capsize=3)
-        axes.annotate(method, (m["cost_usd"], 100 * m["accuracy"]), textcoords="offset points", xytext=(4, 4),
-                      fontsize=8)
-    costs = [m["cost_usd"] for _, m in points]
+    for method, cost, accuracy, stderr in points:
+        axes.errorbar(cost, 100 * accuracy, yerr=100 * stderr, fmt="o", capsize=3)
+        axes.annotate(method, (cost, 100 * accuracy), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    costs = [cost for _, cost, _, _ in points]
     if costs and min(costs) > 0 and max(costs) / min(costs) > 20:
         axes.set_xscale("log")
     axes.set_xlabel("dollars per sample (mean over benchmarks)")
@@ -161,16 +248,25 @@ def _plot(cells: Sequence[Cell], path: Path, simulated: bool) -> None:
     figure.savefig(path, dpi=100, bbox_inches="tight")
 
 
-def write_results(folder: str | Path, cells: Sequence[Cell], strategy: Sequence[StrategyRow],
-                  records: Sequence[EvalRecord], info: Mapping[str, Any] | None = None) -> dict[str, Path]:
+def write_results(
+    folder: str | Path,
+    cells: Sequence[Cell],
+    strategy: Sequence[StrategyRow],
+    records: Sequence[EvalRecord],
+    info: Mapping[str, Any] | None = None,
+) -> dict[str, Path]:
     """Write the four result files into `folder`; returns their paths by file name."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     info = dict(info or {})
     simulated = any(r.simulated for r in records)
     paths = {name: folder / name for name in (RESULTS_JSON, RESULTS_MD, RECORDS_FILE, PLOT_FILE)}
-    payload = {"cells": [c.to_dict() for c in cells], "strategy": [s.to_dict() for s in strategy],
-               "info": info, "simulated": simulated}
+    payload = {
+        "cells": [c.to_dict() for c in cells],
+        "strategy": [s.to_dict() for s in strategy],
+        "info": info,
+        "simulated": simulated,
+    }
     write_atomically(paths[RESULTS_JSON], lambda out: json.dump(payload, out, indent=2, default=str))
     markdown = render_markdown(cells, strategy, info, records)
     write_atomically(paths[RESULTS_MD], lambda out: out.write(markdown))

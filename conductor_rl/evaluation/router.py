@@ -26,15 +26,16 @@ Decisions:
 from __future__ import annotations
 
 import pickle
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 
+from conductor_rl.atomic_files import write_atomically
 from conductor_rl.evaluation.baselines import Judged, best_worker
-from conductor_rl.run.atomic_files import write_atomically
 
 if TYPE_CHECKING:
     from conductor_rl.config import Price
@@ -49,10 +50,12 @@ class RouterError(ValueError):
 
 
 def _pipeline() -> Pipeline:
-    return Pipeline([
-        ("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, max_features=50_000)),
-        ("classify", LogisticRegression(C=1.0, max_iter=2000)),
-    ])
+    return Pipeline(
+        [
+            ("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, max_features=50_000)),
+            ("classify", LogisticRegression(C=1.0, max_iter=2000)),
+        ]
+    )
 
 
 class Router:
@@ -61,19 +64,26 @@ class Router:
     def __init__(self) -> None:
         self.worker_names: list[str] = []
         self.pipeline: Pipeline | None = None
-        self.constant: str | None = None   # the only class, when training saw one
+        self.constant: str | None = None  # the only class, when training saw one
         self.trained_on = 0
         self.left_out = 0
 
     @classmethod
-    def fit(cls, texts: Sequence[str], verdicts_per_question: Sequence[Sequence[Judged] | Mapping[str, Judged]],
-            worker_names: Sequence[str], prices: Sequence[float | Price]) -> "Router":
+    def fit(
+        cls,
+        texts: Sequence[str],
+        verdicts_per_question: Sequence[Sequence[Judged] | Mapping[str, Judged]],
+        worker_names: Sequence[str],
+        prices: Sequence[float | Price],
+    ) -> Router:
         """A router trained on pilot data: `verdicts_per_question[q]` is each worker's
         evidence on question q (`baselines.Judged`), in the order of `worker_names` or
         by worker name; `prices` has one price per worker (a number or a `Price`)."""
         if len(texts) != len(verdicts_per_question):
-            raise RouterError(f"{len(texts)} texts but verdicts for {len(verdicts_per_question)} questions: "
-                              "pass one verdict list per question")
+            raise RouterError(
+                f"{len(texts)} texts but verdicts for {len(verdicts_per_question)} questions: "
+                "pass one verdict list per question"
+            )
         names = list(worker_names)
         labels = []
         for verdicts in verdicts_per_question:
@@ -82,8 +92,10 @@ class Router:
             labels.append(best_worker(verdicts, prices))
         kept = [(text, names[w]) for text, w in zip(texts, labels) if w is not None]
         if not kept:
-            raise RouterError(f"no worker solved any of the {len(texts)} pilot questions, so the router has "
-                              "nothing to learn: run a larger pilot or one with easier questions")
+            raise RouterError(
+                f"no worker solved any of the {len(texts)} pilot questions, so the router has "
+                "nothing to learn: run a larger pilot or one with easier questions"
+            )
         router = cls()
         router.worker_names, router.trained_on, router.left_out = names, len(kept), len(texts) - len(kept)
         classes = [label for _, label in kept]
@@ -99,19 +111,29 @@ class Router:
             raise RouterError("the router is not trained: make it with Router.fit(...) or Router.load(path)")
         if not texts:
             return []
-        labels = [self.constant] * len(texts) if self.constant is not None else self.pipeline.predict(list(texts))
+        if self.constant is not None:
+            labels = [self.constant] * len(texts)
+        else:
+            assert self.pipeline is not None  # one of the two is set: checked above
+            labels = self.pipeline.predict(list(texts))
         return [self.worker_names.index(str(label)) for label in labels]
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        state = {"format": FORMAT, "worker_names": self.worker_names, "pipeline": self.pipeline,
-                 "constant": self.constant, "trained_on": self.trained_on, "left_out": self.left_out}
+        state = {
+            "format": FORMAT,
+            "worker_names": self.worker_names,
+            "pipeline": self.pipeline,
+            "constant": self.constant,
+            "trained_on": self.trained_on,
+            "left_out": self.left_out,
+        }
         write_atomically(path, lambda out: pickle.dump(state, out), binary=True)
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Router":
+    def load(cls, path: str | Path) -> Router:
         """A router written by `save` (our own pickle: never load one from elsewhere)."""
         try:
             with open(path, "rb") as file:

@@ -21,8 +21,8 @@ Decisions:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from conductor_rl.config import Price
 from conductor_rl.data import Question
@@ -30,15 +30,22 @@ from conductor_rl.grading import GradeResult
 from conductor_rl.grading.service import GradeRequest
 from conductor_rl.plan import Plan
 from conductor_rl.plan.language import render_plan
-from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, grade_request, needs_execution,
-                                           parse_rollout, ready_to_grade, unfinished)
 from conductor_rl.rollout.recursion import Recursion
-from conductor_rl.rollout.workflow import StepLimits
+from conductor_rl.rollout.rollouts import (
+    Rollout,
+    apply_grade,
+    execute_rollouts,
+    grade_request,
+    needs_execution,
+    parse_rollout,
+    ready_to_grade,
+    unfinished,
+)
+from conductor_rl.rollout.workflow import StepLimits, Task
 from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.providers.base import Provider
 
 from .summary import EvalRecord
-
 
 
 @dataclass(frozen=True)
@@ -75,19 +82,24 @@ def stopped_by_budget(rollout: Rollout) -> bool:
     return wf is not None and any(s.error and s.error.startswith("budget_exceeded:") for s in wf.steps)
 
 
-async def run_batch(questions: Sequence[Question], samples: Sequence[Sequence[Sample]],
-                    repeats: Sequence[Sequence[int]], pool: Pool, recursion: "Recursion | None" = None) -> list[Rollout]:
+async def run_batch(
+    questions: Sequence[Question],
+    samples: Sequence[Sequence[Sample]],
+    repeats: Sequence[Sequence[int]],
+    pool: Pool,
+    recursion: Recursion | None = None,
+) -> list[Rollout]:
     """Run and grade `samples[i][j]`, repeat `repeats[i][j]` of question i. An
     infrastructure failure is run again, up to `pool.attempts` times in all.
     `recursion`: how a Conductor's plans call it again (rollout/recursion.py)."""
     rollouts: list[Rollout] = []
     for question, made, numbers in zip(questions, samples, repeats):
         for sample, repeat in zip(made, numbers):
-            rollout = Rollout(question.to_task(), sample.completion, group=0, sample=repeat)
+            rollout = Rollout(Task.of(question), sample.completion, group=0, sample=repeat)
             if sample.plan is None:
                 parse_rollout(rollout, len(pool.limits), pool.max_steps)
             else:
-                rollout.plan = sample.plan   # a baseline's plan may be longer than a Conductor's
+                rollout.plan = sample.plan  # a baseline's plan may be longer than a Conductor's
             rollouts.append(rollout)
     for _ in range(pool.attempts):
         todo = [r for r in unfinished(rollouts) if not stopped_by_budget(r)]
@@ -96,9 +108,12 @@ async def run_batch(questions: Sequence[Question], samples: Sequence[Sequence[Sa
         by_repeat: dict[int, list[Rollout]] = {}
         for rollout in needs_execution(todo):
             by_repeat.setdefault(rollout.sample, []).append(rollout)
-        await asyncio.gather(*(execute_rollouts(group, pool.for_repeat(repeat), pool.limits, key="eval",
-                                                recursion=recursion)
-                               for repeat, group in by_repeat.items()))
+        await asyncio.gather(
+            *(
+                execute_rollouts(group, pool.for_repeat(repeat), pool.limits, key="eval", recursion=recursion)
+                for repeat, group in by_repeat.items()
+            )
+        )
         to_grade = ready_to_grade(todo)
         if to_grade:
             results = await asyncio.to_thread(pool.grade_many, [grade_request(r) for r in to_grade])
@@ -110,27 +125,33 @@ async def run_batch(questions: Sequence[Question], samples: Sequence[Sequence[Sa
 def record_of(method: str, benchmark: str, rollout: Rollout, prices: Sequence[Price]) -> EvalRecord:
     """The record of one finished sample (see `stopped_by_budget` for those that are not)."""
     wf, plan = rollout.workflow, rollout.plan
-    steps = [] if wf is None else wf.worker_steps()   # recursive calls' steps included
+    steps = [] if wf is None else wf.worker_steps()  # recursive calls' steps included
     if rollout.plan_error is not None:
         verdict = "plan_error"
-    elif rollout.reward is None:
+    elif rollout.reward is None or rollout.grade is None:
         verdict = "error"
     else:
         verdict = rollout.grade.verdict.value
     cost = sum(cost_of(s.usage, prices[s.model_id]) for s in steps if 0 <= s.model_id < len(prices))
     final = None if wf is None else wf.final_answer
     return EvalRecord(
-        method=method, benchmark=benchmark, question_id=rollout.task.id, domain=rollout.task.domain,
-        repeat=rollout.sample, verdict=verdict,
+        method=method,
+        benchmark=benchmark,
+        question_id=rollout.task.id,
+        domain=rollout.task.domain,
+        repeat=rollout.sample,
+        verdict=verdict,
         steps=0 if plan is None else len(plan.steps),
         workers=tuple(s.worker for s in steps),
         calls=sum(1 for s in steps if s.started_s is not None),
         input_tokens=sum(s.usage.input_tokens for s in steps),
         output_tokens=sum(s.usage.output_tokens for s in steps),
-        cost_usd=cost, wall_s=0.0 if wf is None else wf.wall_s,
+        cost_usd=cost,
+        wall_s=0.0 if wf is None else wf.wall_s,
         simulated=bool(wf and wf.simulated),
         final_answer=final,
-        plan=None if plan is None else [{"model_id": s.model_id, "subtask": s.subtask, "access": s.access}
-                                        for s in plan.steps],
+        plan=None
+        if plan is None
+        else tuple({"model_id": s.model_id, "subtask": s.subtask, "access": s.access} for s in plan.steps),
         error=rollout.plan_error or rollout.infrastructure_error,
     )

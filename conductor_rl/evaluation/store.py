@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
+from conductor_rl.atomic_files import write_atomically
 from conductor_rl.evaluation.summary import EvalRecord
-from conductor_rl.run.atomic_files import write_atomically
 
 __all__ = ["RECORDS_JSONL", "SETTINGS_FILE", "RecordStore", "ResumeMismatchError", "StoreError"]
 
@@ -78,13 +79,16 @@ class RecordStore:
             try:
                 old = json.loads(self.settings_path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as err:
-                raise StoreError(f"{self.settings_path} is unreadable ({err}): delete it (and {RECORDS_JSONL}) "
-                                 "to start this evaluation afresh") from err
+                raise StoreError(
+                    f"{self.settings_path} is unreadable ({err}): delete it (and {RECORDS_JSONL}) "
+                    "to start this evaluation afresh"
+                ) from err
             differ = _differences(old, new)
             if differ:
                 raise ResumeMismatchError(
                     f"{self.folder} holds an evaluation with other settings ({', '.join(differ)} differ): "
-                    "use another output folder, or the same settings to resume it")
+                    "use another output folder, or the same settings to resume it"
+                )
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         write_atomically(self.settings_path, lambda out: json.dump(new, out, indent=2, sort_keys=True))
@@ -99,17 +103,19 @@ class RecordStore:
             data = self.path.read_bytes()
         except FileNotFoundError:
             data = b""
-        self._end = data.rfind(b"\n") + 1   # where a torn last line starts
+        self._end = data.rfind(b"\n") + 1  # where a torn last line starts
         latest: dict[Key, EvalRecord] = {}
         # Split on the newline byte only: str.splitlines would also split at U+2028 inside an answer.
-        for number, line in enumerate(data[:self._end].split(b"\n")[:-1], 1):
+        for number, line in enumerate(data[: self._end].split(b"\n")[:-1], 1):
             if not line.strip():
                 continue
             try:
                 record = EvalRecord.from_dict(json.loads(line))
             except (ValueError, TypeError) as err:
-                raise StoreError(f"{self.path} line {number} is not a record ({err}): delete that line, "
-                                 "or start in a new output folder") from err
+                raise StoreError(
+                    f"{self.path} line {number} is not a record ({err}): delete that line, "
+                    "or start in a new output folder"
+                ) from err
             latest[record.key] = record
         self._latest = latest
         return latest

@@ -24,17 +24,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from conductor_rl.grading.verdict import SCORED_VERDICTS
 
 __all__ = [
+    "MAX_ANSWER_CHARS",
+    "VERDICTS",
     "Cell",
     "EvalRecord",
-    "MAX_ANSWER_CHARS",
     "StrategyRow",
-    "VERDICTS",
     "strategy",
     "summarise",
 ]
@@ -54,15 +55,15 @@ class EvalRecord:
     repeat: int
     verdict: str
     steps: int = 0
-    workers: tuple[str, ...] = ()          # worker names in step order
-    calls: int = 0                         # worker calls made (a failed plan stops early)
+    workers: tuple[str, ...] = ()  # worker names in step order
+    calls: int = 0  # worker calls made (a failed plan stops early)
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
     wall_s: float = 0.0
     simulated: bool = False
     final_answer: str | None = None
-    plan: tuple[dict[str, Any], ...] | None = None   # steps: model_id, worker, subtask, access
+    plan: tuple[dict[str, Any], ...] | None = None  # steps: model_id, worker, subtask, access
     error: str | None = None
 
     def __post_init__(self) -> None:
@@ -85,7 +86,7 @@ class EvalRecord:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "EvalRecord":
+    def from_dict(cls, data: Mapping[str, Any]) -> EvalRecord:
         """The record of `to_dict`'s output; keys it does not know are ignored (newer writers)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -101,20 +102,20 @@ class Cell:
     method: str
     benchmark: str
     questions: int
-    repeats: int           # the most repeats any question has
-    samples: int           # scored samples (correct, wrong, plan_error)
+    repeats: int  # the most repeats any question has
+    samples: int  # scored samples (correct, wrong, plan_error)
     accuracy: float | None
     stderr: float | None
     calls: float
-    steps: float | None    # per sample with a plan
+    steps: float | None  # per sample with a plan
     input_tokens: float
     output_tokens: float
-    cost_usd: float        # per scored sample
+    cost_usd: float  # per scored sample
     cost_total_usd: float  # every sample, errors included
     errors: int
     plan_errors: int
     simulated: bool
-    truncated: int = 0     # scored wrong: the final worker ran out of output tokens before answering
+    truncated: int = 0  # scored wrong: the final worker ran out of output tokens before answering
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,14 +147,24 @@ def _cell(method: str, benchmark: str, records: Sequence[EvalRecord]) -> Cell:
     accuracy, stderr = mean_and_stderr([_mean(v) for v in by_question.values()])
     planned = [r.steps for r in scored if r.verdict != "plan_error"]
     return Cell(
-        method=method, benchmark=benchmark, questions=len(by_question),
-        repeats=max((len(v) for v in repeats.values()), default=0), samples=len(scored),
-        accuracy=accuracy, stderr=stderr, calls=_mean([r.calls for r in scored]),
+        method=method,
+        benchmark=benchmark,
+        questions=len(by_question),
+        repeats=max((len(v) for v in repeats.values()), default=0),
+        samples=len(scored),
+        accuracy=accuracy,
+        stderr=stderr,
+        calls=_mean([r.calls for r in scored]),
         steps=_mean(planned) if planned else None,
-        input_tokens=_mean([r.input_tokens for r in scored]), output_tokens=_mean([r.output_tokens for r in scored]),
-        cost_usd=_mean([r.cost_usd for r in scored]), cost_total_usd=sum(r.cost_usd for r in records),
-        errors=len(records) - len(scored), plan_errors=sum(r.verdict == "plan_error" for r in scored),
-        simulated=any(r.simulated for r in records), truncated=sum(r.verdict == "truncated" for r in scored))
+        input_tokens=_mean([r.input_tokens for r in scored]),
+        output_tokens=_mean([r.output_tokens for r in scored]),
+        cost_usd=_mean([r.cost_usd for r in scored]),
+        cost_total_usd=sum(r.cost_usd for r in records),
+        errors=len(records) - len(scored),
+        plan_errors=sum(r.verdict == "plan_error" for r in scored),
+        simulated=any(r.simulated for r in records),
+        truncated=sum(r.verdict == "truncated" for r in scored),
+    )
 
 
 def _grouped(records: Iterable[EvalRecord], key) -> dict[Any, list[EvalRecord]]:
@@ -180,7 +191,7 @@ class StrategyRow:
     domain: str
     plans: int
     mean_steps: float
-    worker_shares: dict[str, float]   # worker name -> share of the plans' steps, largest first
+    worker_shares: dict[str, float]  # worker name -> share of the plans' steps, largest first
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,4 +214,3 @@ def strategy(records: Iterable[EvalRecord]) -> list[StrategyRow]:
         shares = {w: c / total for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
         rows.append(StrategyRow(method, domain, len(rs), _mean([r.steps for r in rs]), shares))
     return rows
-

@@ -19,8 +19,10 @@ Kinds:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
+from conductor_rl.data.boxed import last_boxed
 from conductor_rl.grading.answers import (
     extract_choice,
     extract_exact,
@@ -28,7 +30,6 @@ from conductor_rl.grading.answers import (
     grade_choice,
     grade_exact,
     grade_numeric,
-    last_boxed,
     normalize_text,
     strip_reasoning,
 )
@@ -47,29 +48,29 @@ from conductor_rl.grading.verdict import (
 )
 
 __all__ = [
-    "KINDS",
-    "Verdict",
-    "GradeResult",
-    "SCORED_VERDICTS",
-    "REWARD_CORRECT",
-    "REWARD_WRONG",
-    "REWARD_FORMAT",
-    "reward",
-    "grade",
-    "grade_choice",
-    "grade_exact",
-    "grade_numeric",
-    "MathGrader",
     "CODE_KINDS",
+    "KINDS",
+    "REWARD_CORRECT",
+    "REWARD_FORMAT",
+    "REWARD_WRONG",
+    "SCORED_VERDICTS",
     "FreeformGrader",
-    "extract_code",
-    "grade_code",
+    "GradeResult",
+    "MathGrader",
+    "Verdict",
     "default_math_grader",
     "extract_choice",
+    "extract_code",
     "extract_exact",
     "extract_number",
+    "grade",
+    "grade_choice",
+    "grade_code",
+    "grade_exact",
+    "grade_numeric",
     "last_boxed",
     "normalize_text",
+    "reward",
     "strip_reasoning",
 ]
 

@@ -22,18 +22,18 @@ import re
 import unicodedata
 from fractions import Fraction
 
+from conductor_rl.data.boxed import all_boxed, last_boxed
 from conductor_rl.grading.verdict import GradeResult, Verdict
 
 __all__ = [
-    "strip_reasoning",
-    "last_boxed",
     "extract_choice",
-    "extract_number",
     "extract_exact",
-    "normalize_text",
+    "extract_number",
     "grade_choice",
     "grade_exact",
     "grade_numeric",
+    "normalize_text",
+    "strip_reasoning",
 ]
 
 # ---------------------------------------------------------------------------
@@ -44,62 +44,6 @@ def strip_reasoning(text: str) -> str:
     """The part of `text` after the last ``</think>`` (all of it if there is none)."""
     cut = text.rfind("</think>")
     return text if cut < 0 else text[cut + len("</think>") :]
-
-
-_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)  # \x escapes x: \{ does not count, \\{ does
-_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_BOX_BARE = re.compile(r"\\boxed[ \t]+([^\s{$\\][^\s$]*)")
-
-
-def _closing_braces(text: str) -> dict[int, int]:
-    """Map the index of every '{' to that of its matching '}' (one O(n) pass)."""
-    stack: list[int] = []
-    match: dict[int, int] = {}
-    for m in _BRACE_TOKEN.finditer(text):
-        tok = m.group()
-        if tok == "{":
-            stack.append(m.start())
-        elif tok == "}" and stack:
-            match[stack.pop()] = m.start()
-    return match
-
-
-def _all_boxed(text: str, keep_unclosed: bool = False) -> list[tuple[int, str | None]]:
-    """Every complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x`` as (position, content).
-
-    An unclosed box (truncated output) is left out, or listed with content None
-    when `keep_unclosed`. The brace-less form ends at whitespace or ``$`` and
-    drops a sentence's final period (``\\boxed 5.`` is 5).
-    """
-    found: list[tuple[int, str | None]] = []
-    if "\\boxed" not in text and "\\fbox" not in text:
-        return found
-    opens = list(_BOX_OPEN.finditer(text))
-    if opens:
-        closing = _closing_braces(text)
-        for m in opens:
-            brace = m.end() - 1
-            end = closing.get(brace)
-            if end is not None:
-                found.append((m.start(), text[brace + 1 : end].strip()))
-            elif keep_unclosed:
-                found.append((m.start(), None))
-    for m in _BOX_BARE.finditer(text):
-        found.append((m.start(), m.group(1).strip().rstrip(".")))
-    found.sort(key=lambda pc: pc[0])
-    return found
-
-
-def last_boxed(text: str, skip_unclosed: bool = True) -> str | None:
-    """The content of the last complete ``\\boxed{...}`` (balanced braces), or None.
-
-    ``\\fbox{...}`` and the brace-less ``\\boxed 5`` count too. An unclosed box
-    (a truncated response) is skipped in favour of an earlier complete one; with
-    ``skip_unclosed=False`` the last box decides, and an unclosed one gives None
-    (a reference solution's answer is its final box, never an earlier step).
-    """
-    found = _all_boxed(text, keep_unclosed=not skip_unclosed)
-    return found[-1][1] if found else None
 
 
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
@@ -173,8 +117,8 @@ def extract_choice(response: str) -> str | None:
     text = _unwrap_text_commands(_prepare(response)).replace("$", "")
     # 1. explicit statements, boxed or written out; the last one wins.
     candidates: list[tuple[int, str]] = []
-    for pos, content in _all_boxed(text):
-        m = _BARE_LETTER.match(content)
+    for pos, content in all_boxed(text):
+        m = None if content is None else _BARE_LETTER.match(content)  # None only for unclosed boxes, not listed here
         if m:
             candidates.append((pos, m.group("letter")))
     for m in _CHOICE_STATEMENT.finditer(text):
@@ -390,8 +334,8 @@ def extract_number(response: str) -> tuple[str, Fraction] | None:
         got = _first_number(m.group("rest"))
         if got:
             marked.append((m.start(), got))
-    for pos, content in _all_boxed(text):
-        got = _first_number(_unwrap_text_commands(content))
+    for pos, content in all_boxed(text):
+        got = None if content is None else _first_number(_unwrap_text_commands(content))
         if got:
             marked.append((pos, got))
     for m in _ANSWER_LINE.finditer(text):

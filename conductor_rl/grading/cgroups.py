@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["PidsCgroup", "PIDS_ROOT_V1"]
+__all__ = ["PIDS_ROOT_V1", "PidsCgroup"]
 
 PIDS_ROOT_V1 = Path("/sys/fs/cgroup/pids")
 _PARENT_NAME = "conductor_rl_sandbox"
@@ -34,8 +34,8 @@ _PARENT_NAME = "conductor_rl_sandbox"
 _probe_lock = threading.Lock()
 _probe_result: bool | None = None
 _counter = 0
-_free: list["PidsCgroup"] = []
-_draining: list["PidsCgroup"] = []
+_free: list[PidsCgroup] = []
+_draining: list[PidsCgroup] = []
 _all: set[Path] = set()
 
 

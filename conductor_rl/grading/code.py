@@ -34,19 +34,20 @@ import json
 import math
 import re
 import secrets
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from conductor_rl.grading.answers import strip_reasoning
-from conductor_rl.grading.verdict import GradeResult, Verdict
 from conductor_rl.grading.sandbox import Sandbox, SandboxError, SandboxResult
+from conductor_rl.grading.verdict import GradeResult, Verdict
 
 __all__ = [
     "CODE_KINDS",
+    "default_sandbox",
     "extract_code",
     "grade_code",
-    "outputs_match",
     "humaneval_program",
-    "default_sandbox",
+    "outputs_match",
 ]
 
 CODE_KINDS = ("code_humaneval", "code_stdio", "code_call", "code_unittest")
@@ -122,7 +123,8 @@ def _defines(code: str, name: str) -> bool:
 
 # Reads the token before the program runs; `_crl_finish` prints it after the tests.
 _HEAD = (
-    "def _crl_finish(_token=__import__('sys').stdin.readline().strip(), _os=__import__('os'), _sys=__import__('sys')):\n"
+    "def _crl_finish(_token=__import__('sys').stdin.readline().strip(), _os=__import__('os'), "
+    "_sys=__import__('sys')):\n"
     "    try:\n"
     "        _sys.stdout.flush()  # the program's buffered prints must come before the token\n"
     "    except Exception:\n"
@@ -192,7 +194,9 @@ def humaneval_program(code: str, meta: Mapping[str, Any]) -> str:
     return program + "\n\n" + str(meta["test"]) + f"\n\ncheck({entry})\n"
 
 
-def grade_humaneval(code: str, meta: Mapping[str, Any], sandbox: Sandbox, timeout_s: float | None = None) -> GradeResult:
+def grade_humaneval(
+    code: str, meta: Mapping[str, Any], sandbox: Sandbox, timeout_s: float | None = None
+) -> GradeResult:
     return _grade_script(sandbox, code, humaneval_program(code, meta), timeout_s)
 
 
@@ -343,7 +347,9 @@ def grade_call(code: str, meta: Mapping[str, Any], sandbox: Sandbox, timeout_s: 
         return GradeResult(Verdict.WRONG, _shown(code), "unreadable results (the program wrote over them)")
     for i, (g, e) in enumerate(zip(got, expected)):
         if not _values_equal(g, e):
-            return GradeResult(Verdict.WRONG, _shown(code), f"test {i + 1}/{len(tests)}: returned {json.dumps(g)[:200]}")
+            return GradeResult(
+                Verdict.WRONG, _shown(code), f"test {i + 1}/{len(tests)}: returned {json.dumps(g)[:200]}"
+            )
     return GradeResult(Verdict.CORRECT, _shown(code), f"all {len(tests)} tests passed")
 
 

@@ -29,7 +29,7 @@ from conductor_rl.grading.math import MathGrader
 from conductor_rl.grading.verdict import GradeResult, Verdict
 from conductor_rl.workers.providers.base import Provider, WorkerRequest
 
-__all__ = ["FreeformGrader", "JUDGE_SYSTEM_PROMPT", "judge_messages"]
+__all__ = ["JUDGE_SYSTEM_PROMPT", "FreeformGrader", "judge_messages"]
 
 JUDGE_SYSTEM_PROMPT = (
     "You grade answers against a reference answer. Decide whether the candidate's final answer "
@@ -104,13 +104,15 @@ class FreeformGrader:
         )
         try:
             reply = await asyncio.wait_for(self.judge.complete(request), self.judge_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return GradeResult(Verdict.ERROR, local.extracted, f"judge timed out after {self.judge_timeout_s:g}s")
         except Exception as exc:  # the judge's failure, not the answer's
             return GradeResult(Verdict.ERROR, local.extracted, f"judge failed: {type(exc).__name__}: {exc}")
         found = _VERDICT.findall(strip_reasoning(reply.text or ""))
         if not found:
-            return GradeResult(Verdict.ERROR, local.extracted, f"judge gave no verdict line: {(reply.text or '')[-200:]!r}")
+            return GradeResult(
+                Verdict.ERROR, local.extracted, f"judge gave no verdict line: {(reply.text or '')[-200:]!r}"
+            )
         if found[-1].upper() == "CORRECT":
             return GradeResult(Verdict.CORRECT, local.extracted, "judged equivalent to the reference")
         return GradeResult(Verdict.WRONG, local.extracted, "judged different from the reference")

@@ -37,17 +37,18 @@ import threading
 import time
 import weakref
 
-from conductor_rl.grading.answers import last_boxed, strip_reasoning
-from conductor_rl.grading.verdict import GradeResult, Verdict
+from conductor_rl.data.boxed import last_boxed
+from conductor_rl.grading.answers import strip_reasoning
 from conductor_rl.grading.supervise import kill_session
+from conductor_rl.grading.verdict import GradeResult, Verdict
 
 __all__ = [
-    "MathGrader",
-    "default_math_grader",
-    "MAX_TAIL_CHARS",
     "MAX_BOXED_CHARS",
     "MAX_REFERENCE_CHARS",
+    "MAX_TAIL_CHARS",
     "TEST_HANG_ENV",
+    "MathGrader",
+    "default_math_grader",
 ]
 
 MAX_TAIL_CHARS = 4096
@@ -155,9 +156,7 @@ main()
 
 def _child_env() -> dict[str, str]:
     """The parent's environment without anything that looks like a secret."""
-    return {
-        k: v for k, v in os.environ.items() if not any(s in k.upper() for s in _SECRET_MARKERS)
-    }
+    return {k: v for k, v in os.environ.items() if not any(s in k.upper() for s in _SECRET_MARKERS)}
 
 
 class _ChildGone(Exception):
@@ -291,10 +290,10 @@ class MathGrader:
         self._started += 1
         try:
             line = self._read_line(time.monotonic() + self.startup_timeout_s)
-        except _ChildGone:
+        except _ChildGone as err:
             code = proc.poll()
             state.shutdown()
-            raise _ChildGone(f"math-verify child exited during start-up (exit code {code})")
+            raise _ChildGone(f"math-verify child exited during start-up (exit code {code})") from err
         if line is None:
             state.shutdown()
             raise _ChildGone(f"math-verify child did not start within {self.startup_timeout_s:g}s")
@@ -390,9 +389,7 @@ class MathGrader:
             if not box.strip():
                 return GradeResult(Verdict.WRONG, None, "empty boxed answer")
             if len(box) > MAX_BOXED_CHARS:
-                return GradeResult(
-                    Verdict.WRONG, None, f"boxed answer too long ({len(box)} > {MAX_BOXED_CHARS} chars)"
-                )
+                return GradeResult(Verdict.WRONG, None, f"boxed answer too long ({len(box)} > {MAX_BOXED_CHARS} chars)")
             pred = "\\boxed{" + box + "}"
         else:
             pred = text[-MAX_TAIL_CHARS:]
@@ -406,7 +403,7 @@ class MathGrader:
             self._check_open()
             reply = None
             failure = ""
-            for attempt in range(2):  # a child that died between calls is restarted once
+            for _attempt in range(2):  # a child that died between calls is restarted once
                 try:
                     reply = self._request(pred, gold)
                 except _ChildGone as exc:
@@ -421,9 +418,7 @@ class MathGrader:
                     continue
                 if reply is None:
                     self._state.shutdown()  # kill the hung child; the next call starts a new one
-                    return GradeResult(
-                        Verdict.ERROR, box, f"math-verify timed out after {self.timeout_s:g}s"
-                    )
+                    return GradeResult(Verdict.ERROR, box, f"math-verify timed out after {self.timeout_s:g}s")
                 break
             if reply is None:
                 return GradeResult(Verdict.ERROR, box, f"math-verify child failed: {failure}")

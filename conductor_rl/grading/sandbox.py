@@ -42,39 +42,36 @@ The program cannot fake that failure, since the byte is written before it runs.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from conductor_rl.grading.cgroups import PidsCgroup
+from conductor_rl.grading.isolation import bwrap_args, detect_isolation, interpreter_dirs, sandbox_env
 from conductor_rl.grading.supervise import STARTUP_S, supervise
 
 if TYPE_CHECKING:
     from conductor_rl.config import SandboxConfig
 
 __all__ = [
-    "SandboxResult",
-    "SandboxError",
+    "DEFAULT_MAX_OUTPUT_BYTES",
     "IsolationUnavailableError",
     "Sandbox",
+    "SandboxError",
+    "SandboxResult",
     "run_python",
     "sandbox_env",
     "stray_processes",
-    "DEFAULT_MAX_OUTPUT_BYTES",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 20
-_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _CODE_PATH_IN_BWRAP = "/tmp/main.py"
 
 # Runs before the program, in the same interpreter: proves the sandbox started
@@ -129,97 +126,7 @@ class SandboxResult:
         return self.returncode == 0 and self.killed_by is None
 
 
-def sandbox_env() -> dict[str, str]:
-    """The whole environment a program gets: nothing inherited from the caller."""
-    return {
-        "PATH": _SANDBOX_PATH,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "HOME": "/tmp",
-        "TMPDIR": "/tmp",
-        # numeric libraries start one thread per core otherwise; threads count against the pids cap
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-
-
-_isolation_lock = threading.Lock()
-_isolation_cache: dict[str, tuple[str, list[str], str]] = {}
 _warned_fallback = False
-
-
-# Hidden behind empty tmpfs mounts: home directories (keys, tokens, cloud credentials) and /run (sockets
-# of host daemons; the program's host uid may be root, which the sockets' permissions would let in).
-_HIDDEN_DIRS = ("/root", "/home", "/run")
-_NOBODY = "65534"
-
-
-def _bwrap_args(bwrap: str, tmpfs_bytes: int, keep: tuple[str, ...] = ()) -> list[str]:
-    """bubblewrap's options. `keep`: directories under a hidden one that must stay (the interpreter)."""
-    args = [
-        bwrap, "--unshare-all", "--unshare-user", "--uid", _NOBODY, "--gid", _NOBODY, "--cap-drop", "ALL",
-        "--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-    ]
-    for hidden in _HIDDEN_DIRS:
-        if os.path.isdir(hidden) and not os.path.islink(hidden):
-            args += ["--tmpfs", hidden]
-    args += ["--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]
-    # After the private /tmp, so an interpreter that lives under /tmp (a checkout there) stays visible.
-    for path in keep:
-        args += ["--ro-bind", path, path]
-    return args + ["--chdir", "/tmp"]
-
-
-@functools.lru_cache(maxsize=16)
-def _interpreter_dirs(python: str) -> tuple[str, ...]:
-    """The interpreter's own directories that lie under a hidden directory or /tmp (pyenv under /root, a venv
-    in a checkout under /tmp, ...): they are bound back read-only."""
-    try:
-        out = subprocess.run([python, "-I", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
-                             capture_output=True, text=True, timeout=30, env=sandbox_env(), check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()  # the sandbox will fail to start it, and say so
-    dirs = {os.path.realpath(p) for p in out.split()} | {os.path.dirname(os.path.dirname(os.path.realpath(python)))}
-    return tuple(sorted(d for d in dirs if any(d == h or d.startswith(h + "/") for h in (*_HIDDEN_DIRS, "/tmp"))))
-
-
-def _works(cmd: list[str]) -> tuple[bool, str]:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=30, env=sandbox_env(), stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, str(exc)
-    return proc.returncode == 0, proc.stderr.decode(errors="replace").strip()[:500]
-
-
-def _detect_isolation(bwrap_path: str | None) -> tuple[str, list[str], str]:
-    """("bwrap", [], "") or ("rlimits", network-cutting prefix, why bwrap is not used). Cached."""
-    key = bwrap_path or ""
-    with _isolation_lock:
-        if key in _isolation_cache:
-            return _isolation_cache[key]
-        found = shutil.which(bwrap_path or "bwrap")
-        why = "bubblewrap (bwrap) is not installed"
-        if found:
-            ok, err = _works(_bwrap_args(found, 1 << 20) + ["/bin/true"])
-            if ok:
-                _isolation_cache[key] = ("bwrap", [found], "")
-                return _isolation_cache[key]
-            why = f"bubblewrap cannot start here: {err}"
-        prefix: list[str] = []
-        unshare = shutil.which("unshare")
-        # Best first: no network and an own pid namespace (kill(-1) and orphans stay inside), as root or
-        # through a user namespace; then no network only.
-        # A shell as the namespace's pid 1: the program as pid 1 would ignore its own SIGKILL, SIGTERM, ...
-        pidns = ["--pid", "--fork", "--kill-child", "--mount-proc", "/bin/sh", "-c", '"$@"', "sh"]
-        candidates = ([unshare, "--net", *pidns], [unshare, "--map-root-user", "--net", *pidns],
-                      [unshare, "--net"], [unshare, "--map-root-user", "--net"])
-        for candidate in candidates if unshare else ():
-            if _works([*candidate, "/bin/true"])[0]:
-                prefix = candidate
-                break
-        _isolation_cache[key] = ("rlimits", prefix, why)
-        return _isolation_cache[key]
 
 
 class Sandbox:
@@ -258,16 +165,20 @@ class Sandbox:
         self.require_isolation = require_isolation
         self.python = os.path.abspath(python or sys.executable)  # not realpath: that would leave the venv
         self.bwrap_path = bwrap_path
-        self._prlimit = shutil.which("prlimit")
-        if self._prlimit is None:
+        prlimit = shutil.which("prlimit")
+        if prlimit is None:
             raise SandboxError("prlimit is not installed; install util-linux (apt-get install util-linux)")
+        self._prlimit = prlimit
 
     @classmethod
     def from_config(cls, cfg: SandboxConfig) -> Sandbox:
         """From the ``grader.sandbox`` section of the configuration."""
         return cls(
-            timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, max_output_bytes=cfg.max_output_bytes,
-            max_processes=cfg.max_processes, max_file_mb=cfg.max_file_mb,
+            timeout_s=cfg.timeout_s,
+            memory_mb=cfg.memory_mb,
+            max_output_bytes=cfg.max_output_bytes,
+            max_processes=cfg.max_processes,
+            max_file_mb=cfg.max_file_mb,
             require_isolation=cfg.require_isolation,
         )
 
@@ -278,7 +189,7 @@ class Sandbox:
 
     def _isolation(self) -> tuple[str, list[str]]:
         global _warned_fallback
-        kind, prefix, why = _detect_isolation(self.bwrap_path)
+        kind, prefix, why = detect_isolation(self.bwrap_path)
         if kind == "bwrap":
             return kind, prefix
         if self.require_isolation:
@@ -289,10 +200,18 @@ class Sandbox:
             )
         if not _warned_fallback:
             _warned_fallback = True
-            what = "no network and its own pid namespace" if "--pid" in prefix else "no network" if prefix else "NETWORK ACCESS"
+            what = (
+                "no network and its own pid namespace"
+                if "--pid" in prefix
+                else "no network"
+                if prefix
+                else "NETWORK ACCESS"
+            )
             log.warning(
                 "sandbox: %s; untrusted code runs with rlimits, %s, and a WRITABLE file system "
-                "(install bubblewrap for isolation: apt-get install bubblewrap)", why, what,
+                "(install bubblewrap for isolation: apt-get install bubblewrap)",
+                why,
+                what,
             )
         return kind, prefix
 
@@ -332,16 +251,30 @@ class Sandbox:
                 code_fd = os.memfd_create("main.py", 0)
                 os.write(code_fd, code.encode("utf-8", "surrogatepass"))
                 os.lseek(code_fd, 0, os.SEEK_SET)
-                inner = [*_bwrap_args(prefix[0], self.max_file_mb << 20, _interpreter_dirs(self.python)),
-                         "--file", str(code_fd), _CODE_PATH_IN_BWRAP]
+                inner = [
+                    *bwrap_args(prefix[0], self.max_file_mb << 20, interpreter_dirs(self.python)),
+                    "--file",
+                    str(code_fd),
+                    _CODE_PATH_IN_BWRAP,
+                ]
                 code_path, cwd = _CODE_PATH_IN_BWRAP, "/"
             else:
                 workdir = tempfile.mkdtemp(prefix="conductor-rl-sandbox-")
                 code_path, cwd, inner = os.path.join(workdir, "main.py"), workdir, list(prefix)
                 with open(code_path, "w", encoding="utf-8", errors="surrogatepass") as fh:
                     fh.write(code)
-            cmd = [*self._limits(timeout), *inner, self.python, "-I", "-B", "-c", _PROLOGUE, str(status_w),
-                   _owner_tag(os.getpid()), code_path]
+            cmd = [
+                *self._limits(timeout),
+                *inner,
+                self.python,
+                "-I",
+                "-B",
+                "-c",
+                _PROLOGUE,
+                str(status_w),
+                _owner_tag(os.getpid()),
+                code_path,
+            ]
             # Join the cgroup before anything untrusted can fork. Without bubblewrap the shell stays as
             # the program's parent (no exec), so that killing its parent does not kill this process.
             run = "exec " if kind == "bwrap" else ""
@@ -351,7 +284,9 @@ class Sandbox:
                 cmd = ["/bin/sh", "-c", '"$@"', "sh", *cmd]
             fds = (status_w,) if code_fd < 0 else (status_w, code_fd)
             handed_over = True  # _supervise closes them
-            return self._supervise(cmd, cwd, fds, status_r, stdin.encode("utf-8", "surrogatepass"), timeout, kind, cgroup)
+            return self._supervise(
+                cmd, cwd, fds, status_r, stdin.encode("utf-8", "surrogatepass"), timeout, kind, cgroup
+            )
         finally:
             os.close(status_r)
             if not handed_over:
@@ -364,13 +299,26 @@ class Sandbox:
                 shutil.rmtree(workdir, ignore_errors=True)
 
     def _supervise(
-        self, cmd: list[str], cwd: str, pass_fds: tuple[int, ...], status_r: int,
-        stdin: bytes, timeout: float, kind: str, cgroup: PidsCgroup | None,
+        self,
+        cmd: list[str],
+        cwd: str,
+        pass_fds: tuple[int, ...],
+        status_r: int,
+        stdin: bytes,
+        timeout: float,
+        kind: str,
+        cgroup: PidsCgroup | None,
     ) -> SandboxResult:
         try:
             done = supervise(
-                cmd, cwd=cwd, env=sandbox_env(), pass_fds=pass_fds, status_fd=status_r, stdin=stdin,
-                timeout_s=timeout, max_output_bytes=self.max_output_bytes,
+                cmd,
+                cwd=cwd,
+                env=sandbox_env(),
+                pass_fds=pass_fds,
+                status_fd=status_r,
+                stdin=stdin,
+                timeout_s=timeout,
+                max_output_bytes=self.max_output_bytes,
                 kill_rest=None if cgroup is None else cgroup.kill_all,
             )
         except OSError as exc:
@@ -380,15 +328,23 @@ class Sandbox:
         if not done.signalled:
             if done.killed_by == "timeout":
                 raise SandboxError(f"the sandbox did not start the program within {STARTUP_S:g}s (machine overloaded?)")
-            raise SandboxError(f"the sandbox failed to start the program (exit {done.returncode}): {stderr.strip()[-500:]}")
+            raise SandboxError(
+                f"the sandbox failed to start the program (exit {done.returncode}): {stderr.strip()[-500:]}"
+            )
         if done.returncode < 0 and done.killed_by is None:
             # The program's own death by a signal is reported as 128 + N by bubblewrap or the shell in
             # front of it; a negative status means the sandbox itself was killed from outside (the
             # grader shutting down, an operator): no verdict on the program.
             raise SandboxError(f"the sandbox was killed from outside (signal {-done.returncode})")
         return SandboxResult(
-            returncode=done.returncode, stdout=stdout, stderr=stderr, timed_out=done.killed_by == "timeout",
-            wall_s=done.wall_s, killed_by=done.killed_by, output_truncated=done.truncated, isolation=kind,
+            returncode=done.returncode,
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=done.killed_by == "timeout",
+            wall_s=done.wall_s,
+            killed_by=done.killed_by,
+            output_truncated=done.truncated,
+            isolation=kind,
         )
 
 
@@ -409,8 +365,11 @@ def run_python(
         IsolationUnavailableError: `require_isolation` and bubblewrap is missing.
     """
     sandbox = Sandbox(
-        timeout_s, memory_mb, max_output_bytes=max_output_bytes,
-        max_processes=max_processes, require_isolation=require_isolation,
+        timeout_s,
+        memory_mb,
+        max_output_bytes=max_output_bytes,
+        max_processes=max_processes,
+        require_isolation=require_isolation,
     )
     return sandbox.run(code, stdin)
 

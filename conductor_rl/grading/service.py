@@ -10,15 +10,16 @@ grader (plain data, picklable).
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from conductor_rl import grading
 from conductor_rl.config import GraderConfig
 from conductor_rl.grading.math import MathGrader
-from conductor_rl.grading.verdict import GradeResult, Verdict
 from conductor_rl.grading.sandbox import Sandbox
+from conductor_rl.grading.verdict import GradeResult, Verdict
 
 __all__ = ["GradeRequest", "Grader"]
 
@@ -54,8 +55,13 @@ class Grader:
         with self._slots:
             try:
                 return grading.grade(
-                    request.kind, request.response, request.reference,
-                    math=self.math, n_choices=request.n_choices, meta=request.meta, sandbox=self.sandbox,
+                    request.kind,
+                    request.response,
+                    request.reference,
+                    math=self.math,
+                    n_choices=request.n_choices,
+                    meta=request.meta,
+                    sandbox=self.sandbox,
                 )
             except Exception as exc:  # an unknown kind, or anything else that is not the answer's fault
                 return GradeResult(Verdict.ERROR, None, f"grader failed: {type(exc).__name__}: {exc}")

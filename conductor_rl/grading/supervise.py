@@ -18,10 +18,10 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-__all__ = ["STARTUP_S", "Supervised", "supervise", "kill_session"]
+__all__ = ["STARTUP_S", "Supervised", "kill_session", "supervise"]
 
 STARTUP_S = 10.0
 _READ_CHUNK = 65536
@@ -66,8 +66,15 @@ def supervise(
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=cwd, env=env, pass_fds=pass_fds, start_new_session=True, close_fds=True,
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            close_fds=True,
         )
     finally:
         for fd in pass_fds:  # the child holds them now; our copies would keep the pipe open
@@ -95,7 +102,12 @@ def _feed(poller: select.poll, proc: subprocess.Popen[bytes], pending: memoryvie
 
 
 def _pump(
-    proc: subprocess.Popen[bytes], status_r: int, stdin: bytes, start: float, startup: float, timeout: float,
+    proc: subprocess.Popen[bytes],
+    status_r: int,
+    stdin: bytes,
+    start: float,
+    startup: float,
+    timeout: float,
     max_output: int,
 ) -> Supervised:
     assert proc.stdin and proc.stdout and proc.stderr
@@ -114,7 +126,7 @@ def _pump(
         poller.register(in_fd, select.POLLOUT | select.POLLERR)
     else:
         proc.stdin.close()
-    deadline = start + startup   # until the status byte; then the program's own timeout
+    deadline = start + startup  # until the status byte; then the program's own timeout
     exited_at: float | None = None
     pidfd = _pidfd(proc.pid)
     if pidfd is not None:  # readable the moment the process exits: no polling delay
@@ -166,8 +178,9 @@ def _pump(
     except subprocess.TimeoutExpired:
         kill_session(proc)
         returncode = proc.wait()
-    return Supervised(returncode, bytes(bufs[out_fd]), bytes(bufs[err_fd]), killed_by, truncated, signalled,
-                      time.monotonic() - start)
+    return Supervised(
+        returncode, bytes(bufs[out_fd]), bytes(bufs[err_fd]), killed_by, truncated, signalled, time.monotonic() - start
+    )
 
 
 def _pidfd(pid: int) -> int | None:

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from enum import Enum
 
 __all__ = [
-    "Verdict",
-    "GradeResult",
-    "SCORED_VERDICTS",
     "REWARD_CORRECT",
-    "REWARD_WRONG",
     "REWARD_FORMAT",
+    "REWARD_WRONG",
+    "SCORED_VERDICTS",
+    "GradeResult",
+    "Verdict",
     "reward",
 ]
 

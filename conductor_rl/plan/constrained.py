@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-PLAN_START = "model_id = ["
+from conductor_rl.config.sections import PLAN_START
+
 # What follows PLAN_START in the empty plan (allow_empty): its "]" is the one choice.
 EMPTY_TAIL = "]\nsubtasks = []\naccess_list = []\n"
 
@@ -40,13 +41,13 @@ class _Row:
     """Where one sequence is in the plan."""
 
     forced: list[int] = field(default_factory=list)  # token ids still to emit, in order
-    mode: str = "ids"          # ids | text | access | done
-    ids: int = 0               # ids written so far
-    number: str = ""           # digits of the id being written
-    steps: int = 0             # len(model_id), fixed once the list closes
-    item: int = 0              # index of the subtask / access entry being written
-    text_tokens: int = 0       # tokens in the current subtask
-    then: str = ""             # mode to enter after the forced tokens
+    mode: str = "ids"  # ids | text | access | done
+    ids: int = 0  # ids written so far
+    number: str = ""  # digits of the id being written
+    steps: int = 0  # len(model_id), fixed once the list closes
+    item: int = 0  # index of the subtask / access entry being written
+    text_tokens: int = 0  # tokens in the current subtask
+    then: str = ""  # mode to enter after the forced tokens
 
 
 class PlanFormat:
@@ -81,22 +82,49 @@ class PlanFormat:
             raise PlanFormatError(f"the tokenizer has no single token for {char!r}")
         return ids[0]
 
-    def processor(self, prompt_len: int, n_workers: int, max_steps: int, prefix: str = "",
-                  allow_empty: bool = False) -> "PlanLogitsProcessor":
+    def processor(
+        self, prompt_len: int, n_workers: int, max_steps: int, prefix: str = "", allow_empty: bool = False
+    ) -> PlanLogitsProcessor:
         """A logits processor for one `generate` call. `prefix` is the response
         prefix already in the prompt; it must be the start of 'model_id = ['.
         `allow_empty`: the empty plan (no steps) may be written too."""
         if not PLAN_START.startswith(prefix):
-            raise PlanFormatError(f"with a constrained format the response prefix must be a start of {PLAN_START!r}, got {prefix!r}")
-        return PlanLogitsProcessor(self, prompt_len, n_workers, max_steps, self.encode(PLAN_START[len(prefix):]),
-                                   allow_empty)
+            raise PlanFormatError(
+                f"with a constrained format the response prefix must be a start of {PLAN_START!r}, got {prefix!r}"
+            )
+        return PlanLogitsProcessor(
+            self, prompt_len, n_workers, max_steps, self.encode(PLAN_START[len(prefix) :]), allow_empty
+        )
+
+
+@dataclass(frozen=True)
+class PlanConstraint:
+    """Only well-formed plans may be sampled: the constraint `conductor_rl.generation.generate`
+    takes. `format` holds the tokenizer's token tables, which are slow to build: keep one."""
+
+    format: PlanFormat
+    n_workers: int
+    max_steps: int
+    prefix: str = ""  # already at the end of the prompt (a start of 'model_id = [')
+    allow_empty: bool = False  # the empty plan (no steps) may be sampled too
+
+    def processor(self, prompt_len: int) -> PlanLogitsProcessor:
+        """The logits processor of one `generate` call whose prompts are `prompt_len` tokens wide."""
+        return self.format.processor(prompt_len, self.n_workers, self.max_steps, self.prefix, self.allow_empty)
 
 
 class PlanLogitsProcessor:
     """transformers LogitsProcessor: masks every token the plan format forbids."""
 
-    def __init__(self, fmt: PlanFormat, prompt_len: int, n_workers: int, max_steps: int, start: list[int],
-                 allow_empty: bool = False) -> None:
+    def __init__(
+        self,
+        fmt: PlanFormat,
+        prompt_len: int,
+        n_workers: int,
+        max_steps: int,
+        start: list[int],
+        allow_empty: bool = False,
+    ) -> None:
         if n_workers < 1 or max_steps < 1:
             raise PlanFormatError("need at least one worker and one step")
         self.fmt, self.prompt_len, self.n_workers, self.max_steps = fmt, prompt_len, n_workers, max_steps
@@ -133,7 +161,7 @@ class PlanLogitsProcessor:
             if row.number:
                 allowed += [f.close] + ([f.comma] if row.ids + 1 < self.max_steps else [])
             elif row.ids == 0 and self.allow_empty:
-                allowed.append(f.close)     # "model_id = []": the empty plan
+                allowed.append(f.close)  # "model_id = []": the empty plan
             return allowed
         if row.mode == "text":
             if row.text_tokens >= f.max_subtask_tokens:
@@ -161,7 +189,7 @@ class PlanLogitsProcessor:
             if digit is not None:
                 row.number += digit
                 return
-            if not row.number:             # "]" before any id: the empty plan (only allowed with allow_empty)
+            if not row.number:  # "]" before any id: the empty plan (only allowed with allow_empty)
                 # The "]" is written; force the rest from the tokenizer's own encoding of it,
                 # as for a non-empty plan, so the decoded text is exactly the empty plan.
                 self._force(row, EMPTY_TAIL[1:], "done")
@@ -201,8 +229,9 @@ class PlanLogitsProcessor:
             row.mode, row.then = then, ""
 
 
-def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400, prefix: str = "",
-               allow_empty: bool = False) -> str:
+def plan_regex(
+    n_workers: int, max_steps: int, max_subtask_chars: int = 400, prefix: str = "", allow_empty: bool = False
+) -> str:
     """The same plan format as a regular expression, for engines with
     regex-guided decoding (vLLM's structured outputs). One alternative per
     plan length keeps the three lists equally long. `prefix`: text already in
@@ -225,7 +254,7 @@ def plan_regex(n_workers: int, max_steps: int, max_subtask_chars: int = 400, pre
     plans = [plan(k) for k in range(1, max_steps + 1)]
     if allow_empty:
         plans.append(EMPTY_TAIL.replace("[", "\\[").replace("]", "\\]").replace("\n", "\\n"))
-    return PLAN_START[len(prefix):].replace("[", "\\[") + "(" + "|".join(plans) + ")"
+    return PLAN_START[len(prefix) :].replace("[", "\\[") + "(" + "|".join(plans) + ")"
 
 
 def choice_mask(tokenizer: Any, completion_ids: list[int], prefix: str = "", subtasks: bool = True) -> list[int]:
@@ -269,13 +298,13 @@ def _choice_chars(plan: str, subtasks: bool = True) -> list[bool] | None:
     if not plan.startswith(PLAN_START):
         return None
     at = len(PLAN_START)
-    if plan.startswith(EMPTY_TAIL, at):          # the empty plan: its "]" is the choice (no steps)
+    if plan.startswith(EMPTY_TAIL, at):  # the empty plan: its "]" is the choice (no steps)
         chosen[at] = True
         return chosen
     close = plan.find("]", at)
     if close < 0:
         return None
-    for i in range(at, close + 1):               # ids, separators and the closing bracket (", " has a forced space)
+    for i in range(at, close + 1):  # ids, separators and the closing bracket (", " has a forced space)
         chosen[i] = plan[i] != " "
     steps = len(plan[at:close].split(","))
     at = plan.find('subtasks = ["', close)
@@ -283,13 +312,13 @@ def _choice_chars(plan: str, subtasks: bool = True) -> list[bool] | None:
         return None
     at += len("subtasks = [")
     for _ in range(steps):
-        if plan[at:at + 1] != '"':
+        if plan[at : at + 1] != '"':
             return None
         end = plan.find('"', at + 1)
         if end < 0:
             return None
         if subtasks:
-            mark(at + 1, end + 1)                # the text and its closing quote
+            mark(at + 1, end + 1)  # the text and its closing quote
         at = end + 1
         at += 2 if plan.startswith(", ", at) else 0
     at = plan.find("access_list = [", at)

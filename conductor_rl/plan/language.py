@@ -48,9 +48,10 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 import warnings
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 __all__ = [
     "MAX_DEPTH",
@@ -75,7 +76,7 @@ MAX_ELEMENTS = 1_000  # commas in one value; a valid plan needs a few dozen
 
 NAMES = ("model_id", "subtasks", "access_list")
 
-Access = Union[Literal["all"], list[int]]
+Access = Literal["all"] | list[int]
 
 
 class PlanError(ValueError):
@@ -167,6 +168,14 @@ _SINGLE_BODY_RE = {q: re.compile(rf"(?:[^{q}\\\n]+|\\[\s\S])*") for q in "'\""}
 _TRIPLE_BODY_RE = {q: re.compile(rf"(?:[^{q}\\]+|\\[\s\S]|{q}(?!{q}{q}))*") for q in "'\""}
 _CLOSER = {"[": "]", "(": ")", "{": "}"}
 
+
+def _match_end(pattern: re.Pattern[str], text: str, pos: int, endpos: int = sys.maxsize) -> int:
+    """Where `pattern` (one that matches the empty string) stops matching from `pos`."""
+    m = pattern.match(text, pos, endpos)
+    assert m is not None, pattern.pattern
+    return m.end()
+
+
 # Outcomes of scanning one assignment's value.
 _OK = "ok"  # complete; payload is the value's source text
 _BAD = "bad"  # complete but malformed; payload is the PlanError reason
@@ -189,7 +198,7 @@ def _scan_value(text: str, start: int, name: str) -> tuple[str, int, str]:
         # Ran out of text inside the value: truncated, unless the cap did it.
         return (_BAD, limit, too_long) if limit < n else (_CUT, n, "")
 
-    pos = _BLANKS_RE.match(text, start).end()
+    pos = _match_end(_BLANKS_RE, text, start)
     # A value that opens with a bracket ends at its closing bracket; any other
     # value (an int, a call, a bare tuple) runs to the end of its logical line.
     bracketed = pos < n and text[pos] in "[("
@@ -228,7 +237,7 @@ def _scan_value(text: str, start: int, name: str) -> tuple[str, int, str]:
             pos += 1
             if not stack and bracketed:
                 trailer = _TRAILER_RE.match(text, pos)
-                if trailer is None and text.startswith(",", _BLANKS_RE.match(text, pos).end()):
+                if trailer is None and text.startswith(",", _match_end(_BLANKS_RE, text, pos)):
                     # `[], "all"` is a bare tuple: read on to the end of the line.
                     bracketed = False
                     continue
@@ -258,12 +267,12 @@ def _scan_value(text: str, start: int, name: str) -> tuple[str, int, str]:
         else:  # a quote opens a string
             triple = text.startswith(c * 3, pos)
             if triple:
-                end = _TRIPLE_BODY_RE[c].match(text, pos + 3, limit).end()
+                end = _match_end(_TRIPLE_BODY_RE[c], text, pos + 3, limit)
                 if not text.startswith(c * 3, end):
                     return stopped()
                 pos = end + 3
             else:
-                end = _SINGLE_BODY_RE[c].match(text, pos + 1, limit).end()
+                end = _match_end(_SINGLE_BODY_RE[c], text, pos + 1, limit)
                 if end < limit and text[end] == c:
                     pos = end + 1
                 elif end < limit and text[end] == "\n":
@@ -337,7 +346,8 @@ def _to_value(node: ast.AST, name: str) -> object:
         isinstance(node, ast.UnaryOp)
         and isinstance(node.op, (ast.USub, ast.UAdd))
         and isinstance(node.operand, ast.Constant)
-        and type(node.operand.value) in (int, float)
+        and isinstance(node.operand.value, (int, float))
+        and not isinstance(node.operand.value, bool)
     ):
         v = node.operand.value
         return -v if isinstance(node.op, ast.USub) else v
@@ -400,8 +410,7 @@ def _read_access(entry: object, i: int) -> Access:
         if j >= i:
             allowed = {0: "no earlier step (use [])", 1: "only step 0"}.get(i, f"only steps 0 to {i - 1}")
             raise PlanError(
-                f"access_list[{i}] refers to step {_num(j)}, which is not an earlier step: "
-                f"step {i} may read {allowed}"
+                f"access_list[{i}] refers to step {_num(j)}, which is not an earlier step: step {i} may read {allowed}"
             )
         seen.add(j)
     return sorted(seen)
@@ -430,9 +439,7 @@ def _build_plan(values: dict[str, object], n_workers: int, max_steps: int, allow
         if isinstance(mid, bool) or not isinstance(mid, int):
             raise PlanError(f"model_id[{i}] must be an int worker id, got {_show(mid)}")
         if not 0 <= mid < n_workers:
-            raise PlanError(
-                f"model_id[{i}] is {_num(mid)}, not a worker id: ids run from 0 to {n_workers - 1}"
-            )
+            raise PlanError(f"model_id[{i}] is {_num(mid)}, not a worker id: ids run from 0 to {n_workers - 1}")
         subtask = subtasks[i]
         if not isinstance(subtask, str):
             raise PlanError(f"subtasks[{i}] must be a string, got {_show(subtask)}")

@@ -9,15 +9,16 @@ than in-distribution ones.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from conductor_rl.config import ConfigError
+from conductor_rl.plan.shape import PlanShape
 
 if TYPE_CHECKING:
     from conductor_rl.config import Config
     from conductor_rl.data import Question
-    from conductor_rl.policy.sampling import PlanShape
 
 CONDUCTOR_SYSTEM = """You are the Conductor. You coordinate a team of language models to answer a question.
 You do not answer the question yourself: you write a short workflow of at most {max_steps} steps.
@@ -84,7 +85,9 @@ def conductor_messages(question: str, n_workers: int, max_steps: int = 5, n_exam
     system = CONDUCTOR_SYSTEM.format(max_steps=max_steps, roster=roster_text(n_workers), last_id=n_workers - 1)
     shots = []
     for i, (example_question, pool, plan) in enumerate(EXAMPLES[:n_examples], 1):
-        shots.append(f"Example {i} (a team of {pool} models: {roster_text(pool)})\nQuestion: {example_question}\n{plan}")
+        shots.append(
+            f"Example {i} (a team of {pool} models: {roster_text(pool)})\nQuestion: {example_question}\n{plan}"
+        )
     user = ""
     if shots:
         user += "Here are worked examples from other tasks.\n\n" + "\n\n".join(shots) + "\n\n"
@@ -102,17 +105,26 @@ subtasks = []
 access_list = []"""
 
 
-def recursive_messages(question: str, n_workers: int, parent: str, answer_so_far: str, max_steps: int = 5,
-                       n_examples: int = 4) -> list[dict[str, str]]:
+def recursive_messages(
+    question: str, n_workers: int, parent: str, answer_so_far: str, max_steps: int = 5, n_examples: int = 4
+) -> list[dict[str, str]]:
     """The chat messages of a recursive call (paper §3.2): the Conductor's own prompt, told
     that it may stop, then the workflow that ran (`parent`, the calling Conductor's
     completion) and the answer it reached."""
     system, user = conductor_messages(question, n_workers, max_steps, n_examples)
-    shown = answer_so_far if len(answer_so_far) <= MAX_SHOWN_ANSWER_CHARS else \
-        "[...] " + answer_so_far[-MAX_SHOWN_ANSWER_CHARS:]
-    return [{"role": "system", "content": system["content"] + RECURSION_NOTE},
-            {"role": "user", "content": f"{user['content']}\n\nThe workflow that ran:\n{parent.strip()}\n\n"
-                                        f"Its answer:\n{shown or '(no answer)'}"}]
+    shown = (
+        answer_so_far
+        if len(answer_so_far) <= MAX_SHOWN_ANSWER_CHARS
+        else "[...] " + answer_so_far[-MAX_SHOWN_ANSWER_CHARS:]
+    )
+    return [
+        {"role": "system", "content": system["content"] + RECURSION_NOTE},
+        {
+            "role": "user",
+            "content": f"{user['content']}\n\nThe workflow that ran:\n{parent.strip()}\n\n"
+            f"Its answer:\n{shown or '(no answer)'}",
+        },
+    ]
 
 
 # The answer a recursive call is shown is cut from the front past this: the prompt must fit the generator.
@@ -171,8 +183,9 @@ ANSWER_INSTRUCTIONS: dict[str, str] = {
 def answer_instruction(answer_kind: str) -> str:
     """The sentence that asks for the final answer in the form `answer_kind`'s grader reads."""
     if answer_kind not in ANSWER_INSTRUCTIONS:
-        raise ValueError(f"no answer instruction for answer kind {answer_kind!r}; "
-                         f"known kinds: {', '.join(ANSWER_INSTRUCTIONS)}")
+        raise ValueError(
+            f"no answer instruction for answer kind {answer_kind!r}; known kinds: {', '.join(ANSWER_INSTRUCTIONS)}"
+        )
     return ANSWER_INSTRUCTIONS[answer_kind]
 
 
@@ -190,18 +203,25 @@ class ConductorPrompt:
     is constrained), so a completion continues it. A question asked with a roster
     of `n_workers` (plan/roster.py) lists that many models; by default, the pool."""
 
-    def __init__(self, tokenizer: Any, n_workers: int, max_steps: int = 5, n_examples: int = 4,
-                 response_prefix: str = "", shape: "PlanShape | None" = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        n_workers: int,
+        max_steps: int = 5,
+        n_examples: int = 4,
+        response_prefix: str = "",
+        shape: PlanShape | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.n_workers = n_workers
         self.max_steps = max_steps
         self.n_examples = n_examples
         self.response_prefix = response_prefix
-        self.shape = shape   # the plan format samples must follow (None: free text)
+        self.shape = shape  # the plan format samples must follow (None: free text)
         self._ids: dict[tuple[str, int], list[int]] = {}
 
     @classmethod
-    def from_config(cls, config: "Config", tokenizer: Any = None) -> "ConductorPrompt":
+    def from_config(cls, config: Config, tokenizer: Any = None) -> ConductorPrompt:
         """The prompt of `config.conductor` for a pool of `config.workers`; loads
         the Conductor model's tokenizer unless one is given."""
         c = config.conductor
@@ -213,8 +233,6 @@ class ConductorPrompt:
             tokenizer = AutoTokenizer.from_pretrained(resolve_model(c.model))
         shape = None
         if c.constrain_format:
-            from conductor_rl.policy.sampling import PlanShape
-
             shape = PlanShape(len(config.workers), c.max_steps, c.max_subtask_tokens, c.response_prefix)
         return cls(tokenizer, len(config.workers), c.max_steps, c.n_examples, c.response_prefix, shape)
 
@@ -230,7 +248,7 @@ class ConductorPrompt:
             self._ids[key] = self.tokenizer(self.text(*key), add_special_tokens=False)["input_ids"]
         return self._ids[key]
 
-    def shape_for(self, n_workers: int | None = None, allow_empty: bool = False) -> "PlanShape | None":
+    def shape_for(self, n_workers: int | None = None, allow_empty: bool = False) -> PlanShape | None:
         """The plan format of a prompt listing `n_workers` models (None: free text);
         `allow_empty`: three empty lists are a plan too (a recursive call's "keep the answer")."""
         if self.shape is None:
@@ -244,8 +262,9 @@ class ConductorPrompt:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def fitting_questions(questions: Sequence["Question"], prompt: ConductorPrompt, max_model_len: int,
-                      max_new_tokens: int) -> tuple[list["Question"], int]:
+def fitting_questions(
+    questions: Sequence[Question], prompt: ConductorPrompt, max_model_len: int, max_new_tokens: int
+) -> tuple[list[Question], int]:
     """The questions whose prompt leaves room for a whole plan (`max_new_tokens`)
     in a context of `max_model_len` tokens, and how many were left out: a longer
     prompt would crash the generator engine, not just lose its plan. Raises
@@ -255,5 +274,6 @@ def fitting_questions(questions: Sequence["Question"], prompt: ConductorPrompt, 
     if not kept:
         raise ConfigError(
             f"generator.max_model_len: no question's prompt fits in {max_model_len} tokens with "
-            f"conductor.max_new_tokens={max_new_tokens}; raise generator.max_model_len")
+            f"conductor.max_new_tokens={max_new_tokens}; raise generator.max_model_len"
+        )
     return kept, len(questions) - len(kept)

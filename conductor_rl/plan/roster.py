@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from conductor_rl.plan.language import Plan, Step
 
@@ -50,7 +51,7 @@ class Roster:
             raise RosterError(f"a roster lists distinct pool indices, got {list(self.workers)}")
 
     @classmethod
-    def full(cls, n_workers: int) -> "Roster":
+    def full(cls, n_workers: int) -> Roster:
         return cls(tuple(range(n_workers)))
 
     def __len__(self) -> int:
@@ -104,7 +105,7 @@ def parse_worker_names(text: str) -> list[str]:
     return names
 
 
-def with_workers(config: "Config", names: Sequence[str] | None) -> "Config":
+def with_workers(config: Config, names: Sequence[str] | None) -> Config:
     """`config` offering the Conductor only the named workers (a user's subset), in the pool's
     order and renumbered as a roster is: what `ask`, `evaluate` and `Orchestrator` run with
     `--workers`. None: `config` unchanged."""

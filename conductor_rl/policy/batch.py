@@ -17,7 +17,8 @@ Under the constrained plan format, the format's own text is out of the loss
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -27,10 +28,16 @@ from conductor_rl.policy.learner import RolloutBatch
 from conductor_rl.rollout.rollouts import Rollout
 
 
-def rollout_batch(rollouts: Sequence[Rollout], prompt_ids: Sequence[Sequence[int]], *,
-                  drop_uninformative: bool = True, format_tokenizer: Any = None, response_prefix: str = "",
-                  subtask_text_in_loss: bool = True,
-                  learner_version: int | None = None) -> tuple[RolloutBatch | None, int]:
+def rollout_batch(
+    rollouts: Sequence[Rollout],
+    prompt_ids: Sequence[Sequence[int]],
+    *,
+    drop_uninformative: bool = True,
+    format_tokenizer: Any = None,
+    response_prefix: str = "",
+    subtask_text_in_loss: bool = True,
+    learner_version: int | None = None,
+) -> tuple[RolloutBatch | None, int]:
     """The learner batch of `rollouts` and the number of informative groups.
 
     Sets each compared rollout's `advantage`: A_i = (r_i - mean) / std over its
@@ -59,16 +66,24 @@ def rollout_batch(rollouts: Sequence[Rollout], prompt_ids: Sequence[Sequence[int
         elif not drop_uninformative:
             kept.extend(members)
     # One row per completion: the rollout's plan, then each recursive call's, all with the rollout's advantage.
-    rows = [(list(prompt_ids[r.group]), list(r.completion_ids), list(r.logprobs), r.advantage, r.weights_version)
-            for r in kept if r.completion_ids]
-    rows += [(list(c.prompt_ids), list(c.completion_ids), list(c.logprobs), r.advantage, c.weights_version)
-             for r in kept for c in r.inner_calls if c.completion_ids]
+    rows = [
+        (list(prompt_ids[r.group]), list(r.completion_ids), list(r.logprobs), r.advantage, r.weights_version)
+        for r in kept
+        if r.completion_ids
+    ]
+    rows += [
+        (list(c.prompt_ids), list(c.completion_ids), list(c.logprobs), r.advantage, c.weights_version)
+        for r in kept
+        for c in r.inner_calls
+        if c.completion_ids
+    ]
     if not informative or not rows:
         return None, informative
     prompts, completions, logprobs, advantages, versions = (list(column) for column in zip(*rows))
     staleness = None if learner_version is None else [max(0, learner_version - v) for v in versions]
     masks = None
     if format_tokenizer is not None:
-        masks = [choice_mask(format_tokenizer, ids, response_prefix, subtasks=subtask_text_in_loss)
-                 for ids in completions]
+        masks = [
+            choice_mask(format_tokenizer, ids, response_prefix, subtasks=subtask_text_in_loss) for ids in completions
+        ]
     return RolloutBatch(prompts, completions, logprobs, advantages, loss_masks=masks, staleness=staleness), informative

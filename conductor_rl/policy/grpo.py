@@ -39,7 +39,7 @@ Aggregation = Literal["token_mean", "sequence_mean"]
 
 @dataclass(frozen=True)
 class GroupAdvantages:
-    advantages: torch.Tensor   # [N] one per completion
+    advantages: torch.Tensor  # [N] one per completion
     informative: torch.Tensor  # [N] bool: False where the whole group had one reward
 
 
@@ -47,7 +47,9 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
     """A_i = (r_i - mean(r_group)) / std(r_group) for consecutive groups of
     `group_size` completions of the same question."""
     if rewards.dim() != 1 or rewards.numel() % group_size:
-        raise ValueError(f"rewards must be flat with a multiple of group_size={group_size} entries, got {tuple(rewards.shape)}")
+        raise ValueError(
+            f"rewards must be flat with a multiple of group_size={group_size} entries, got {tuple(rewards.shape)}"
+        )
     grouped = rewards.float().view(-1, group_size)
     mean = grouped.mean(dim=1, keepdim=True)
     std = grouped.std(dim=1, unbiased=False, keepdim=True)
@@ -56,8 +58,9 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
     return GroupAdvantages(advantages.reshape(-1), informative.reshape(-1))
 
 
-def behaviour_weights(proximal_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor,
-                      stale: torch.Tensor, cap: float) -> torch.Tensor:
+def behaviour_weights(
+    proximal_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, stale: torch.Tensor, cap: float
+) -> torch.Tensor:
     """[N, T] decoupled-PPO correction min(cap, π_prox / π_behav) per token for the `stale`
     rows ([N] bool: sampled by weights other than the proximal ones), 1 for the others."""
     ratio = torch.exp(proximal_logprobs.detach() - behaviour_logprobs.detach()).clamp(max=cap)
@@ -66,9 +69,9 @@ def behaviour_weights(proximal_logprobs: torch.Tensor, behaviour_logprobs: torch
 
 @dataclass(frozen=True)
 class LossStats:
-    clip_fraction: float   # share of completion tokens whose ratio was clipped
+    clip_fraction: float  # share of completion tokens whose ratio was clipped
     ratio_mean: float
-    kl: float              # mean k3 KL to the reference (0 without one)
+    kl: float  # mean k3 KL to the reference (0 without one)
 
 
 def grpo_loss(
@@ -107,7 +110,7 @@ def grpo_loss(
     if behaviour_weights is not None:
         per_token = per_token * behaviour_weights.detach().to(per_token.dtype)
     kl = torch.zeros_like(per_token)
-    if kl_beta > 0:
+    if kl_beta > 0 and ref_logprobs is not None:  # checked above: kl_beta > 0 comes with ref_logprobs
         delta = ref_logprobs.detach() - logprobs
         kl = torch.exp(delta) - delta - 1.0
         per_token = per_token + kl_beta * kl
@@ -129,4 +132,3 @@ def grpo_loss(
             kl=float((kl * mask).sum() / tokens),
         )
     return loss, stats
-

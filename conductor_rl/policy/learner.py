@@ -30,17 +30,18 @@ import math
 import os
 import time
 from collections import deque
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 
 from conductor_rl.config import LearnerConfig
+from conductor_rl.models import cache_dir, load_causal_lm, tell_deepspeed_the_accelerator
 from conductor_rl.policy.grpo import behaviour_weights, grpo_loss
 from conductor_rl.policy.precision import bf16_is_fast
-from conductor_rl.models import cache_dir, load_causal_lm, tell_deepspeed_the_accelerator
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class RolloutBatch:
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
-    old_logprobs: list[list[float]]   # the sampler's, one per completion token (LearnerConfig.old_logprobs)
+    old_logprobs: list[list[float]]  # the sampler's, one per completion token (LearnerConfig.old_logprobs)
     advantages: list[float]
     # 1 where a completion token is in the loss; None: every token. The trainer leaves
     # out text a constrained format dictates (conductor_rl/plan/constrained.py choice_mask).
@@ -79,12 +80,12 @@ class StepStats:
     loss: float
     grad_norm: float
     clip_fraction: float
-    ratio_mean: float    # learner / sampler probability over loss tokens: 1 where they agree
+    ratio_mean: float  # learner / sampler probability over loss tokens: 1 where they agree
     kl: float
     lr: float
-    tokens: int          # completion tokens this rank trained on
+    tokens: int  # completion tokens this rank trained on
     seconds: float
-    behaviour_weight_mean: float = 1.0   # mean decoupled-PPO weight over stale rows' loss tokens (1: none)
+    behaviour_weight_mean: float = 1.0  # mean decoupled-PPO weight over stale rows' loss tokens (1: none)
 
 
 def init_process_group(backend: str | None = None) -> None:
@@ -148,13 +149,15 @@ class PolicyLearner:
         if config.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         model.train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
-                                      eps=config.adam_eps, weight_decay=config.weight_decay)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=config.lr, betas=config.betas, eps=config.adam_eps, weight_decay=config.weight_decay
+        )
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: lr_lambda(step, total_steps, config.warmup_ratio, config.min_lr_ratio))
+            optimizer, lambda step: lr_lambda(step, total_steps, config.warmup_ratio, config.min_lr_ratio)
+        )
         ds_config = {
             "train_micro_batch_size_per_gpu": config.micro_batch_size,
-            "gradient_accumulation_steps": 1,   # accumulation is driven by hand, see the module docstring
+            "gradient_accumulation_steps": 1,  # accumulation is driven by hand, see the module docstring
             "gradient_clipping": config.grad_clip,
             "zero_optimization": {"stage": config.zero_stage},
             "bf16": {"enabled": bf16},
@@ -162,17 +165,20 @@ class PolicyLearner:
             "steps_per_print": 10**9,
         }
         self.engine, _, _, self.scheduler = deepspeed.initialize(
-            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
+        )
         self.device = self.engine.device
         # The KL term's reference is the initial policy, frozen (only loaded when β > 0).
         self.reference = None
         if config.kl_beta > 0:
             self.reference = load_causal_lm(model_name, "float32")[0].to(self.device).eval().requires_grad_(False)
         if past_versions and config.zero_stage == 3:
-            raise ValueError("recomputing behaviour log-probs keeps whole weights per rank, which ZeRO-3 does not "
-                             "hold: use learner.zero_stage <= 2 or learner.behaviour_logprobs=sampler")
+            raise ValueError(
+                "recomputing behaviour log-probs keeps whole weights per rank, which ZeRO-3 does not "
+                "hold: use learner.zero_stage <= 2 or learner.behaviour_logprobs=sampler"
+            )
         self.past_versions = past_versions
-        self.past_weights: deque[list[torch.Tensor]] = deque()   # the weights before each recent step, newest first
+        self.past_weights: deque[list[torch.Tensor]] = deque()  # the weights before each recent step, newest first
 
     def train_step(self, batch: RolloutBatch) -> StepStats:
         """One optimizer step on the whole batch (every rank calls it with the same batch)."""
@@ -191,7 +197,7 @@ class PolicyLearner:
         self._keep_weights()
         totals = {"loss": 0.0, "clip": 0.0, "ratio": 0.0, "kl": 0.0, "tokens": 0, "weight": 0.0, "stale_tokens": 0}
         for m in range(n_micro):
-            chunk = rows[m * c.micro_batch_size:(m + 1) * c.micro_batch_size]
+            chunk = rows[m * c.micro_batch_size : (m + 1) * c.micro_batch_size]
             self.engine.set_gradient_accumulation_boundary(m == n_micro - 1)
             loss, stats, tokens, (weight_sum, stale_tokens) = self._micro_loss(batch, chunk, normalizer, behaviour)
             self.engine.backward(loss, scale_wrt_gas=False)
@@ -205,9 +211,13 @@ class PolicyLearner:
         grad_norm = self.engine.get_global_grad_norm()
         denominator = max(totals["tokens"], 1)
         return StepStats(
-            loss=totals["loss"], grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
-            clip_fraction=totals["clip"] / denominator, ratio_mean=totals["ratio"] / denominator,
-            kl=totals["kl"] / denominator, lr=self.scheduler.get_last_lr()[0], tokens=totals["tokens"],
+            loss=totals["loss"],
+            grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
+            clip_fraction=totals["clip"] / denominator,
+            ratio_mean=totals["ratio"] / denominator,
+            kl=totals["kl"] / denominator,
+            lr=self.scheduler.get_last_lr()[0],
+            tokens=int(totals["tokens"]),
             seconds=time.perf_counter() - started,
             behaviour_weight_mean=totals["weight"] / totals["stale_tokens"] if totals["stale_tokens"] else 1.0,
         )
@@ -220,7 +230,7 @@ class PolicyLearner:
         if not self.past_versions:
             return
         tensors = self._weight_tensors()
-        if len(self.past_weights) == self.past_versions:   # reuse the oldest copy's memory
+        if len(self.past_weights) == self.past_versions:  # reuse the oldest copy's memory
             kept = self.past_weights.pop()
             for copy, t in zip(kept, tensors):
                 copy.copy_(t.detach())
@@ -252,21 +262,25 @@ class PolicyLearner:
                 by_age.setdefault(age, []).append(i)
         size = self.config.micro_batch_size
         for age, members in sorted(by_age.items()):
-            with self._weights_from(age), torch.no_grad(), \
-                    torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
+            with (
+                self._weights_from(age),
+                torch.no_grad(),
+                torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast),
+            ):
                 for start in range(0, len(members), size):
-                    chunk = members[start:start + size]
+                    chunk = members[start : start + size]
                     width = max(1, max(len(batch.completion_ids[i]) for i in chunk))
                     needed = torch.zeros((len(chunk), width), dtype=torch.bool)
                     for r, i in enumerate(chunk):
-                        needed[r, :len(batch.completion_ids[i])] = torch.tensor(batch.loss_mask(i)) > 0
+                        needed[r, : len(batch.completion_ids[i])] = torch.tensor(batch.loss_mask(i)) > 0
                     logprobs = self._completion_logprobs(self.engine, batch, chunk, width, needed.to(self.device))
                     for r, i in enumerate(chunk):
-                        out[i] = logprobs[r, :len(batch.completion_ids[i])].float()
+                        out[i] = logprobs[r, : len(batch.completion_ids[i])].float()
         return out
 
-    def _micro_loss(self, batch: RolloutBatch, chunk: list[int], normalizer: float,
-                    behaviour: dict[int, torch.Tensor] | None = None) -> tuple[torch.Tensor, Any, int, tuple[float, int]]:
+    def _micro_loss(
+        self, batch: RolloutBatch, chunk: list[int], normalizer: float, behaviour: dict[int, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, Any, int, tuple[float, int]]:
         c = self.config
         if not chunk:  # this rank has fewer rows: a zero loss keeps the collectives in step
             chunk, weight = [0], 0.0
@@ -292,12 +306,14 @@ class PolicyLearner:
         sampler_ratio = float((torch.exp(logprobs.detach() - old) * mask).sum() / mask.sum().clamp_min(1.0))
         weights, weighed = None, (0.0, 0)
         # Stale rows whose behaviour log-probs are known: the sampler's, or those recomputed from kept weights.
-        stale = torch.tensor([bool(batch.staleness and batch.staleness[i] > 0)
-                              and (behaviour is None or i in behaviour) for i in chunk], device=self.device)
+        stale = torch.tensor(
+            [bool(batch.staleness and batch.staleness[i] > 0) and (behaviour is None or i in behaviour) for i in chunk],
+            device=self.device,
+        )
         if behaviour:
             for r, i in enumerate(chunk):
                 if i in behaviour:
-                    old[r, :len(behaviour[i])] = behaviour[i].to(self.device)
+                    old[r, : len(behaviour[i])] = behaviour[i].to(self.device)
         if c.old_logprobs == "learner":
             # Decoupled PPO (grpo.py): the learner's weights are the proximal policy; rows an older
             # policy drew are corrected towards them by the truncated behaviour weight.
@@ -306,13 +322,24 @@ class PolicyLearner:
                 stale_mask = mask * stale.unsqueeze(1)
                 weighed = (float((weights * stale_mask).sum()), int(stale_mask.sum()))
             old = logprobs.detach()
-        loss, stats = grpo_loss(logprobs, old, advantages, mask, clip_low=c.clip_low, clip_high=c.clip_high,
-                                kl_beta=c.kl_beta, ref_logprobs=ref, aggregation=c.aggregation,
-                                normalizer=normalizer, behaviour_weights=weights)
+        loss, stats = grpo_loss(
+            logprobs,
+            old,
+            advantages,
+            mask,
+            clip_low=c.clip_low,
+            clip_high=c.clip_high,
+            kl_beta=c.kl_beta,
+            ref_logprobs=ref,
+            aggregation=c.aggregation,
+            normalizer=normalizer,
+            behaviour_weights=weights,
+        )
         return loss, replace(stats, ratio_mean=sampler_ratio), int(mask.sum()), weighed
 
-    def _completion_logprobs(self, model: Any, batch: RolloutBatch, chunk: list[int], width: int,
-                             needed: torch.Tensor) -> torch.Tensor:
+    def _completion_logprobs(
+        self, model: Any, batch: RolloutBatch, chunk: list[int], width: int, needed: torch.Tensor
+    ) -> torch.Tensor:
         """[len(chunk), width] log-probs of each row's completion tokens where `needed`
         (a [len(chunk), width] bool mask), 0 elsewhere.
 
@@ -330,7 +357,7 @@ class PolicyLearner:
         for r, i in enumerate(chunk):
             by_prompt.setdefault(tuple(batch.prompt_ids[i]), []).append(r)
         pad = self.tokenizer.pad_token_id or 0
-        hf_model = getattr(model, "module", model)   # the DeepSpeed engine wraps the model
+        hf_model = getattr(model, "module", model)  # the DeepSpeed engine wraps the model
         project = hf_model.get_output_embeddings()
         packed = not self.config.gradient_checkpointing and hf_model.config._attn_implementation == "sdpa"
         for prompt, members in by_prompt.items():
@@ -346,13 +373,17 @@ class PolicyLearner:
                 attention = torch.zeros((len(members), len(prompt) + width), dtype=torch.long)
                 attention[:, : len(prompt)] = 1
                 for k, comp in enumerate(comps):
-                    attention[k, len(prompt): len(prompt) + len(comp)] = 1
+                    attention[k, len(prompt) : len(prompt) + len(comp)] = 1
                 full = torch.cat([torch.tensor([prompt], device=self.device).expand(len(members), -1), ids], dim=1)
-                states = model(input_ids=full, attention_mask=attention.to(self.device), logits_to_keep=1,
-                               output_hidden_states=True)
-                hidden = states.hidden_states[-1][:, len(prompt) - 1: -1]
+                states = model(
+                    input_ids=full,
+                    attention_mask=attention.to(self.device),
+                    logits_to_keep=1,
+                    output_hidden_states=True,
+                )
+                hidden = states.hidden_states[-1][:, len(prompt) - 1 : -1]
             rows, cols = needed[members].nonzero(as_tuple=True)
-            if not len(rows):   # one position anyway: a rank's padding chunk still needs a graph for backward
+            if not len(rows):  # one position anyway: a rank's padding chunk still needs a graph for backward
                 rows = cols = torch.zeros(1, dtype=torch.long, device=needed.device)
             logits = project(hidden[rows, cols])
             logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[rows, cols].unsqueeze(-1)).squeeze(-1)
@@ -371,20 +402,24 @@ class PolicyLearner:
         positions = list(range(p))
         allowed = torch.zeros((total, total), dtype=torch.bool)
         allowed[:p, :p] = True
-        index = torch.full((len(comps), width), p - 1, dtype=torch.long)   # token 0 is predicted by the prompt's end
+        index = torch.full((len(comps), width), p - 1, dtype=torch.long)  # token 0 is predicted by the prompt's end
         start = p
         for k, comp in enumerate(comps):
             n = max(len(comp) - 1, 0)
             tokens += comp[:n]
             positions += range(p, p + n)
-            allowed[start:start + n, :p] = True
-            allowed[start:start + n, start:start + n] = True
-            index[k, 1:n + 1] = torch.arange(start, start + n)
+            allowed[start : start + n, :p] = True
+            allowed[start : start + n, start : start + n] = True
+            index[k, 1 : n + 1] = torch.arange(start, start + n)
             start += n
-        allowed &= torch.ones_like(allowed).tril()   # causal within each block
-        states = model(input_ids=torch.tensor([tokens], device=self.device),
-                       position_ids=torch.tensor([positions], device=self.device),
-                       attention_mask=allowed[None, None].to(self.device), logits_to_keep=1, output_hidden_states=True)
+        allowed &= torch.ones_like(allowed).tril()  # causal within each block
+        states = model(
+            input_ids=torch.tensor([tokens], device=self.device),
+            position_ids=torch.tensor([positions], device=self.device),
+            attention_mask=allowed[None, None].to(self.device),
+            logits_to_keep=1,
+            output_hidden_states=True,
+        )
         return states.hidden_states[-1][0][index.to(self.device)]
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:

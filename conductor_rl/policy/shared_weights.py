@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import torch
 
@@ -37,9 +37,9 @@ class SharedMemoryTooSmall(RuntimeError):
 @dataclass(frozen=True)
 class TensorSlot:
     name: str
-    dtype: str            # "float32", ...
+    dtype: str  # "float32", ...
     shape: tuple[int, ...]
-    offset: int           # bytes from the start of the file
+    offset: int  # bytes from the start of the file
 
     @property
     def nbytes(self) -> int:
@@ -62,7 +62,9 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def layout_for(tensors: Iterable[tuple[str, torch.dtype, tuple[int, ...]]], folder: str = SHARED_MEMORY_DIR) -> WeightsLayout:
+def layout_for(
+    tensors: Iterable[tuple[str, torch.dtype, tuple[int, ...]]], folder: str = SHARED_MEMORY_DIR
+) -> WeightsLayout:
     """A layout for (name, dtype, shape) in order, in a new file under `folder`."""
     slots, offset = [], 0
     for name, dtype, shape in tensors:
@@ -73,8 +75,10 @@ def layout_for(tensors: Iterable[tuple[str, torch.dtype, tuple[int, ...]]], fold
 
 
 def _views(buffer: torch.Tensor, layout: WeightsLayout) -> list[tuple[str, torch.Tensor]]:
-    return [(s.name, buffer[s.offset:s.offset + s.nbytes].view(getattr(torch, s.dtype)).view(s.shape))
-            for s in layout.slots]
+    return [
+        (s.name, buffer[s.offset : s.offset + s.nbytes].view(getattr(torch, s.dtype)).view(s.shape))
+        for s in layout.slots
+    ]
 
 
 def _map(path: str, nbytes: int) -> torch.Tensor:
@@ -90,7 +94,8 @@ class SharedWeightsWriter:
         if free < layout.nbytes:
             raise SharedMemoryTooSmall(
                 f"{folder} has {free / 1e9:.2f} GB free, the weights need {layout.nbytes / 1e9:.2f} GB: enlarge it "
-                f"(docker run --shm-size=...), or set generator.weight_sync=object_store")
+                f"(docker run --shm-size=...), or set generator.weight_sync=object_store"
+            )
         descriptor = os.open(layout.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.ftruncate(descriptor, layout.nbytes)
@@ -98,7 +103,7 @@ class SharedWeightsWriter:
             os.close(descriptor)
         self.layout = layout
         self.buffer = _map(layout.path, layout.nbytes)
-        self.buffer[::PAGE].fill_(0)   # fault every page in now, not during the first sync
+        self.buffer[::PAGE].fill_(0)  # fault every page in now, not during the first sync
         self.views = dict(_views(self.buffer, layout))
 
     def write(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -107,8 +112,10 @@ class SharedWeightsWriter:
         for name, tensor in tensors:
             slot = self.views.get(name)
             if slot is None or slot.shape != tensor.shape:
-                raise ValueError(f"weight {name} {tuple(tensor.shape)} is not in the shared layout "
-                                 f"({None if slot is None else tuple(slot.shape)})")
+                raise ValueError(
+                    f"weight {name} {tuple(tensor.shape)} is not in the shared layout "
+                    f"({None if slot is None else tuple(slot.shape)})"
+                )
             slot.copy_(tensor.detach())
             written += 1
         if written != len(self.views):
@@ -127,11 +134,13 @@ class SharedWeightsReader:
 
     def __init__(self, layout: WeightsLayout) -> None:
         if not os.path.exists(layout.path):
-            raise FileNotFoundError(f"no shared weights at {layout.path}: the engine must run on the learner's node "
-                                    f"(generator.weight_sync=shared_memory), or use object_store")
+            raise FileNotFoundError(
+                f"no shared weights at {layout.path}: the engine must run on the learner's node "
+                f"(generator.weight_sync=shared_memory), or use object_store"
+            )
         self.layout = layout
         self.buffer = _map(layout.path, layout.nbytes)
-        int(self.buffer[::PAGE].sum())   # fault every page in now, not during the first sync
+        int(self.buffer[::PAGE].sum())  # fault every page in now, not during the first sync
 
     def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         return iter(_views(self.buffer, self.layout))

@@ -21,7 +21,8 @@ sampled it (its plan's, or for a recursive call's row, that call's).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from conductor_rl.rollout.rollouts import Rollout
 
@@ -37,11 +38,13 @@ def rollout_versions(rollout: Rollout) -> list[int]:
     return [rollout.weights_version] + [c.weights_version for c in rollout.inner_calls if c.completion_ids]
 
 
-def within_bound(rollouts: Sequence[Rollout], learner_version: int,
-                 max_staleness: int) -> tuple[list[Rollout], list[Rollout]]:
+def within_bound(
+    rollouts: Sequence[Rollout], learner_version: int, max_staleness: int
+) -> tuple[list[Rollout], list[Rollout]]:
     """(kept, too old): a rollout any of whose completions was sampled more than `max_staleness`
     versions before `learner_version` is too old to learn from."""
-    kept, too_old = [], []
+    kept: list[Rollout] = []
+    too_old: list[Rollout] = []
     for r in rollouts:
         oldest = min(rollout_versions(r))
         (too_old if learner_version - oldest > max_staleness else kept).append(r)
@@ -65,7 +68,7 @@ def behaviour_source(setting: str, backend: str, constrained: bool, zero_stage: 
     the learner recomputes them with the weights it kept, or, under ZeRO-3 (which keeps no whole
     weights on a rank), none: stale rows are learned as if on-policy."""
     if setting != "auto":
-        return setting   # type: ignore[return-value]
+        return setting  # type: ignore[return-value]
     if not (constrained and backend == "vllm"):
         return "sampler"
     return "learner" if zero_stage <= 2 else "none"

@@ -17,9 +17,10 @@ store into `collective_rpc("reload_weights")`), needs none of this.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import torch
 from vllm.distributed.weight_transfer.base import (
@@ -35,7 +36,7 @@ from vllm.distributed.weight_transfer.base import (
 from conductor_rl.policy.learner import full_parameters
 
 TRANSPORTS = ("nccl", "ipc", "gloo")
-TIMEOUT = datetime.timedelta(minutes=10)   # a peer that never arrives fails the sync instead of hanging it
+TIMEOUT = datetime.timedelta(minutes=10)  # a peer that never arrives fails the sync instead of hanging it
 
 
 @dataclass(kw_only=True)
@@ -44,7 +45,7 @@ class GlooInitInfo(WeightTransferInitInfo):
 
     master_address: str
     master_port: int
-    rank_offset: int      # this engine's first rank; its tensor-parallel workers follow
+    rank_offset: int  # this engine's first rank; its tensor-parallel workers follow
     world_size: int
 
 
@@ -63,7 +64,7 @@ class GlooTrainerInitInfo(TrainerInitInfo):
 
     master_address: str
     master_port: int
-    world_size: int       # the trainer's rank 0 plus every vLLM worker
+    world_size: int  # the trainer's rank 0 plus every vLLM worker
 
 
 def gloo_group(address: str, port: int, rank: int, world_size: int) -> Any:
@@ -125,15 +126,20 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
     init_info_cls = GlooTrainerInitInfo
 
     @classmethod
-    def trainer_init(cls, init_info: GlooTrainerInitInfo, *, client: Any,
-                     source: WeightSource | None = None) -> "GlooTrainerWeightTransferEngine":
+    def trainer_init(
+        cls, init_info: GlooTrainerInitInfo, *, client: Any, source: WeightSource | None = None
+    ) -> GlooTrainerWeightTransferEngine:
         if source is None:
             raise ValueError("the gloo weight transfer needs a WeightSource")
         engine = cls(client=client, source=source, is_sender=init_info.is_sender)
         engine.group = None
         if engine.is_sender:
-            worker_info = GlooInitInfo(master_address=init_info.master_address, master_port=init_info.master_port,
-                                       rank_offset=1, world_size=init_info.world_size)
+            worker_info = GlooInitInfo(
+                master_address=init_info.master_address,
+                master_port=init_info.master_port,
+                rank_offset=1,
+                world_size=init_info.world_size,
+            )
             # The engines block in the rendezvous until the trainer joins it too.
             with ThreadPoolExecutor(max_workers=1) as pool:
                 joined = pool.submit(client.init_weight_transfer_engine, asdict(worker_info))
@@ -148,8 +154,9 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
             for _ in self.source:
                 pass
             return
-        info = GlooUpdateInfo([m.name for m in meta], [str(m.dtype).removeprefix("torch.") for m in meta],
-                              [list(m.shape) for m in meta])
+        info = GlooUpdateInfo(
+            [m.name for m in meta], [str(m.dtype).removeprefix("torch.") for m in meta], [list(m.shape) for m in meta]
+        )
         self.client.start_weight_update()
         pool = ThreadPoolExecutor(max_workers=1)
         try:
@@ -177,8 +184,10 @@ class ModelWeights(WeightSource):
         self.module = module
 
     def metadata(self) -> list[ParamMeta]:
-        return [ParamMeta(name, p.dtype, tuple(getattr(p, "ds_shape", p.shape)))
-                for name, p in self.module.named_parameters(remove_duplicate=False)]
+        return [
+            ParamMeta(name, p.dtype, tuple(getattr(p, "ds_shape", p.shape)))
+            for name, p in self.module.named_parameters(remove_duplicate=False)
+        ]
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         return full_parameters(self.module)
@@ -190,16 +199,19 @@ def register_gloo_backend() -> None:
     the trainer's before `trainer_init`."""
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory, WeightTransferTrainerFactory
 
-    for factory, engine in ((WeightTransferEngineFactory, GlooWeightTransferEngine),
-                            (WeightTransferTrainerFactory, GlooTrainerWeightTransferEngine)):
+    for factory, engine in (
+        (WeightTransferEngineFactory, GlooWeightTransferEngine),
+        (WeightTransferTrainerFactory, GlooTrainerWeightTransferEngine),
+    ):
         try:
             factory.register_engine("gloo", engine)
-        except ValueError:   # already registered in this process
+        except ValueError:  # already registered in this process
             pass
 
 
-def trainer_engine(transport: str, address: str, port: int, world_size: int, rank: int, client: Any,
-                   module: torch.nn.Module) -> TrainerWeightTransferEngine:
+def trainer_engine(
+    transport: str, address: str, port: int, world_size: int, rank: int, client: Any, module: torch.nn.Module
+) -> TrainerWeightTransferEngine:
     """Join the engines' transfer group (rank 0 drives the handshake through
     `client`) and return the engine whose `send_weights()` pushes `module`.
     Every learner rank calls it, and later `send_weights`, in step."""
@@ -219,7 +231,7 @@ def trainer_init_info(transport: str, address: str, port: int, world_size: int, 
     if transport == "ipc":
         from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
 
-        return IPCTrainerInitInfo(rank=rank)   # no rendezvous: the engines open the learner's CUDA memory
+        return IPCTrainerInitInfo(rank=rank)  # no rendezvous: the engines open the learner's CUDA memory
     if transport == "gloo":
         return GlooTrainerInitInfo(master_address=address, master_port=port, world_size=world_size, rank=rank)
     raise ValueError(f"weight transfer must be one of {TRANSPORTS}, got {transport!r}")

@@ -1,3 +1,3 @@
-"""Stage 2, rollouts: the workflow engine that runs a plan's steps on the
+"""Rollouts: the workflow engine that runs a plan's steps on the
 workers (`workflow`), and a rollout's life from completion to reward
 (`rollouts`: parse, execute, grade)."""

@@ -38,22 +38,42 @@ import asyncio
 import contextlib
 import hashlib
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from conductor_rl.plan import PlanError, parse_plan
-from conductor_rl.rollout.workflow import InnerCall, StepLimits, Task, run_plan
+from conductor_rl.rollout.workflow import InnerCall, StepLimits, Task, keep_answer, run_plan
 from conductor_rl.workers.providers.base import Provider
 
 if TYPE_CHECKING:
     from conductor_rl.plan.prompts import ConductorPrompt
-    from conductor_rl.policy.sampling import PlanShape, Sample
+    from conductor_rl.plan.shape import PlanShape
+
+
+class SampledPlan(Protocol):
+    """A sampled plan, as a recursive call records it: the policy's `Sample`
+    (conductor_rl/policy/sampling.py), which comes later in the stage order."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def logprobs(self) -> Sequence[float]: ...
+
+    @property
+    def finish_reason(self) -> str:
+        """ "stop" or "length" (cut off by the token limit)."""
+        ...
 
 
 class PlanWriter(Protocol):
     """What samples a recursive call's plan: the generator (training, evaluation) or the in-process model."""
 
-    async def write(self, prompt_ids: Sequence[int], shape: "PlanShape | None", seed: int) -> "Sample": ...
+    async def write(self, prompt_ids: Sequence[int], shape: PlanShape | None, seed: int) -> SampledPlan: ...
 
 
 @dataclass(frozen=True)
@@ -61,51 +81,67 @@ class Recursion:
     """How a plan calls the Conductor again, as seen from a plan at `depth` written by `parent`."""
 
     writer: PlanWriter
-    prompts: "ConductorPrompt"
+    prompts: ConductorPrompt
     max_depth: int
     max_steps: int
-    forced_below: int = 0     # a plan at a depth below this ends with a forced call (unless it made one)
+    forced_below: int = 0  # a plan at a depth below this ends with a forced call (unless it made one)
     seed: int = 0
     depth: int = 0
-    parent: str = ""          # the completion whose plan is running
+    parent: str = ""  # the completion whose plan is running
 
     @property
     def forces_call(self) -> bool:
         return self.depth < min(self.forced_below, self.max_depth)
 
-    def for_plan(self, completion: str, forced_below: int | None = None) -> "Recursion":
+    def for_plan(self, completion: str, forced_below: int | None = None) -> Recursion:
         """The recursion of a root plan written as `completion`."""
-        return replace(self, depth=0, parent=completion,
-                       forced_below=self.forced_below if forced_below is None else forced_below)
+        return replace(
+            self, depth=0, parent=completion, forced_below=self.forced_below if forced_below is None else forced_below
+        )
 
-    async def call(self, task: Task, current: str, workers: Sequence[Provider], limits: Sequence[StepLimits],
-                   key: str, forced: bool = False) -> InnerCall:
+    async def call(
+        self,
+        task: Task,
+        current: str,
+        workers: Sequence[Provider],
+        limits: Sequence[StepLimits],
+        key: str,
+        forced: bool = False,
+    ) -> InnerCall:
         """One recursive call at `self.depth + 1`, on the workers (the roster) of the calling plan."""
         depth = self.depth + 1
         if depth > self.max_depth:
             return keep_answer(depth, current, forced, at_limit=True)
         prompt_ids = self.prompts.recursive_ids(task.question, len(workers), self.parent, current)
-        sample = await self.writer.write(prompt_ids, self.prompts.shape_for(len(workers), allow_empty=True),
-                                         call_seed(self.seed, f"{task.id}|{key}"))
-        call = InnerCall(depth, current, forced, tuple(prompt_ids), self.prompts.response_prefix + sample.text,
-                         tuple(sample.token_ids), tuple(sample.logprobs),
-                         weights_version=getattr(sample, "weights_version", 0))
+        sample = await self.writer.write(
+            prompt_ids, self.prompts.shape_for(len(workers), allow_empty=True), call_seed(self.seed, f"{task.id}|{key}")
+        )
+        call = InnerCall(
+            depth,
+            current,
+            forced,
+            tuple(prompt_ids),
+            self.prompts.response_prefix + sample.text,
+            tuple(sample.token_ids),
+            tuple(sample.logprobs),
+            weights_version=getattr(sample, "weights_version", 0),
+        )
         try:
-            call.plan = parse_plan(call.completion, n_workers=len(workers), max_steps=self.max_steps,
-                                   allow_empty=True)
+            call.plan = parse_plan(call.completion, n_workers=len(workers), max_steps=self.max_steps, allow_empty=True)
         except PlanError as err:
             call.plan_error = err.reason
             return call
         if call.plan.steps:
-            call.workflow = await run_plan(call.plan, task, workers, limits, sample_key=f"{key}/r",
-                                           recursion=replace(self, depth=depth, parent=call.completion),
-                                           answer_so_far=current)
+            call.workflow = await run_plan(
+                call.plan,
+                task,
+                workers,
+                limits,
+                sample_key=f"{key}/r",
+                recursion=replace(self, depth=depth, parent=call.completion),
+                answer_so_far=current,
+            )
         return call
-
-
-def keep_answer(depth: int, current: str, forced: bool = False, at_limit: bool = False) -> InnerCall:
-    """A call that keeps the answer so far without asking the Conductor."""
-    return InnerCall(depth, current, forced, at_limit=at_limit)
 
 
 def call_seed(seed: int, key: str) -> int:
@@ -140,10 +176,15 @@ class BatchedPlanWriter:
     A burst keeps the batch open while calls keep arriving, a window at a time, for up to
     `max_wait_s`: a burst spread wider than one window would otherwise be split into a small
     first batch and a large second one that waits for it.
-    `sample_batch(prompt_ids, shapes, seeds)` returns one Sample per prompt; it runs in a thread."""
+    `sample_batch(prompt_ids, shapes, seeds)` returns one sample per prompt; it runs in a thread."""
 
-    def __init__(self, sample_batch: Callable[[list[list[int]], list[Any], list[int]], list["Sample"]],
-                 window_s: float = 0.05, lock: asyncio.Lock | None = None, max_wait_s: float | None = None) -> None:
+    def __init__(
+        self,
+        sample_batch: Callable[[list[list[int]], list[Any], list[int]], Sequence[SampledPlan]],
+        window_s: float = 0.05,
+        lock: asyncio.Lock | None = None,
+        max_wait_s: float | None = None,
+    ) -> None:
         """`lock`: held while sampling, when the model has other users on the same event loop;
         `max_wait_s`: how long a burst may hold a batch open (default 10 windows)."""
         self.sample_batch = sample_batch
@@ -154,9 +195,9 @@ class BatchedPlanWriter:
         self._flush: asyncio.Future | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def write(self, prompt_ids: Sequence[int], shape: "PlanShape | None", seed: int) -> "Sample":
+    async def write(self, prompt_ids: Sequence[int], shape: PlanShape | None, seed: int) -> SampledPlan:
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:   # a new event loop (one per execution round): nothing of the last one is live
+        if loop is not self._loop:  # a new event loop (one per execution round): nothing of the last one is live
             self._loop, self._pending, self._flush = loop, [], None
         future = loop.create_future()
         self._pending.append((list(prompt_ids), shape, seed, future))
@@ -171,12 +212,13 @@ class BatchedPlanWriter:
             seen = 0
             while len(self._pending) > seen and time.monotonic() - opened < self.max_wait_s:
                 seen = len(self._pending)
-                await asyncio.sleep(self.window_s)   # one more window while calls keep arriving
+                await asyncio.sleep(self.window_s)  # one more window while calls keep arriving
             batch, self._pending = self._pending, []
             try:
                 async with self.lock or contextlib.nullcontext():
-                    samples = await asyncio.to_thread(self.sample_batch, [b[0] for b in batch],
-                                                      [b[1] for b in batch], [b[2] for b in batch])
+                    samples = await asyncio.to_thread(
+                        self.sample_batch, [b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch]
+                    )
             except Exception as err:
                 for *_, future in batch:
                     if not future.done():
@@ -189,7 +231,9 @@ class BatchedPlanWriter:
 
 def generator_writer(generators: Any, temperature: float, max_tokens: int, top_p: float = 1.0) -> BatchedPlanWriter:
     """Recursive calls sampled by a GeneratorPool (or anything with its `sample`), one completion each."""
-    def sample_batch(prompt_ids: list[list[int]], shapes: list[Any], seeds: list[int]) -> list["Sample"]:
+
+    def sample_batch(prompt_ids: list[list[int]], shapes: list[Any], seeds: list[int]) -> list[SampledPlan]:
         groups = generators.sample(prompt_ids, 1, temperature, max_tokens, top_p, seed=seeds, shape=shapes)
         return [group[0] for group in groups]
+
     return BatchedPlanWriter(sample_batch)

@@ -8,8 +8,9 @@ so the trainer retries or drops it instead of scoring it).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from conductor_rl import grading
 from conductor_rl.grading import GradeResult, MathGrader, Verdict
@@ -17,9 +18,16 @@ from conductor_rl.grading.service import GradeRequest
 from conductor_rl.plan import Plan, PlanError, parse_plan
 from conductor_rl.plan.roster import Roster
 from conductor_rl.rollout.recursion import discounted_reward
+from conductor_rl.rollout.workflow import (
+    InnerCall,
+    StepLimits,
+    StepTrace,
+    Task,
+    WorkflowResult,
+    limits_per_worker,
+    run_plan,
+)
 from conductor_rl.workers.providers.base import Provider
-from conductor_rl.rollout.workflow import (InnerCall, StepLimits, StepTrace, Task, WorkflowResult, limits_per_worker,
-                                           run_plan)
 
 if TYPE_CHECKING:
     from conductor_rl.rollout.recursion import Recursion
@@ -40,11 +48,11 @@ class Rollout:
     completion_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()
     advantage: float | None = None
-    attempts: int = 0   # executions of its plan (more than one after infrastructure errors)
-    roster: Roster | None = None   # the workers its prompt listed (None: the whole pool); plan ids index it
-    forced: bool = False           # its group was forced to recurse (recursive training)
-    discount: float = 0.0          # of the reward when, forced, it did not recurse (rollout/recursion.py)
-    weights_version: int = 0       # of the weights that sampled the completion (asynchronous training)
+    attempts: int = 0  # executions of its plan (more than one after infrastructure errors)
+    roster: Roster | None = None  # the workers its prompt listed (None: the whole pool); plan ids index it
+    forced: bool = False  # its group was forced to recurse (recursive training)
+    discount: float = 0.0  # of the reward when, forced, it did not recurse (rollout/recursion.py)
+    weights_version: int = 0  # of the weights that sampled the completion (asynchronous training)
 
     @property
     def inner_calls(self) -> list[InnerCall]:
@@ -69,16 +77,18 @@ class Rollout:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready record (no secrets: requests carry no keys)."""
-        wf = self.workflow
+        wf, plan, pool_plan = self.workflow, self.plan, self.pool_plan
         return {
             "question_id": self.task.id,
             "question": self.task.question,
             "domain": self.task.domain,
             "reference": self.task.reference,
             "completion": self.completion,
-            "plan": None if self.plan is None else [
+            "plan": None
+            if plan is None or pool_plan is None
+            else [
                 {"model_id": s.model_id, "pool_model_id": p.model_id, "subtask": s.subtask, "access": s.access}
-                for s, p in zip(self.plan.steps, self.pool_plan.steps)
+                for s, p in zip(plan.steps, pool_plan.steps)
             ],
             "roster": None if self.roster is None else list(self.roster.workers),
             "plan_error": self.plan_error,
@@ -114,12 +124,20 @@ def step_record(step: StepTrace) -> dict[str, Any]:
 
 def inner_record(call: InnerCall) -> dict[str, Any]:
     wf = call.workflow
-    return {"depth": call.depth, "forced": call.forced, "at_limit": call.at_limit, "kept": call.kept,
-            "completion": call.completion, "completion_tokens": len(call.completion_ids),
-            "plan": None if call.plan is None else [
-                {"model_id": s.model_id, "subtask": s.subtask, "access": s.access} for s in call.plan.steps],
-            "plan_error": call.plan_error, "answer": call.answer,
-            "steps": [] if wf is None else [step_record(s) for s in wf.steps]}
+    return {
+        "depth": call.depth,
+        "forced": call.forced,
+        "at_limit": call.at_limit,
+        "kept": call.kept,
+        "completion": call.completion,
+        "completion_tokens": len(call.completion_ids),
+        "plan": None
+        if call.plan is None
+        else [{"model_id": s.model_id, "subtask": s.subtask, "access": s.access} for s in call.plan.steps],
+        "plan_error": call.plan_error,
+        "answer": call.answer,
+        "steps": [] if wf is None else [step_record(s) for s in wf.steps],
+    }
 
 
 async def run_rollout(
@@ -130,7 +148,7 @@ async def run_rollout(
     max_steps: int = 5,
     math_grader: MathGrader | None = None,
     sample_key: str = "",
-    recursion: "Recursion | None" = None,
+    recursion: Recursion | None = None,
     on_step: Callable[[StepTrace], None] | None = None,
 ) -> Rollout:
     """Parse `completion`, run its plan (`on_step`: see `run_plan`) and grade the final answer."""
@@ -141,9 +159,15 @@ async def run_rollout(
         rollout.plan_error = err.reason
         rollout.reward = grading.reward(False, None)
         return rollout
-    rollout.workflow = await run_plan(rollout.plan, task, workers, limits, sample_key=sample_key,
-                                      recursion=None if recursion is None else recursion.for_plan(completion),
-                                      on_step=on_step)
+    rollout.workflow = await run_plan(
+        rollout.plan,
+        task,
+        workers,
+        limits,
+        sample_key=sample_key,
+        recursion=None if recursion is None else recursion.for_plan(completion),
+        on_step=on_step,
+    )
     if rollout.workflow.error:
         return rollout  # reward stays None: not the policy's fault
     if rollout.workflow.plan_error:
@@ -162,12 +186,15 @@ def grade_answer(task: Task, answer: str, math_grader: MathGrader | None = None)
     if not task.reference and task.answer_kind not in grading.REFERENCE_FREE_KINDS:
         return GradeResult(Verdict.ERROR, None, "no reference answer to grade against")
     if task.answer_kind not in grading.KINDS:
-        return GradeResult(Verdict.ERROR, None, f"no grader for answer kind {task.answer_kind!r} (have {sorted(grading.KINDS)})")
+        return GradeResult(
+            Verdict.ERROR, None, f"no grader for answer kind {task.answer_kind!r} (have {sorted(grading.KINDS)})"
+        )
     return grading.grade(task.answer_kind, answer, task.reference, math=math_grader, meta=task.meta)
 
 
 # The training loop's steps over a whole batch (jobs/train.py): parse every
 # completion, run every parsed plan at once, grade through any grading service.
+
 
 def parse_rollout(rollout: Rollout, n_workers: int, max_steps: int) -> Rollout:
     """Parse the completion against its roster (else `n_workers`); an unparsable plan, or one
@@ -191,10 +218,14 @@ def needs_execution(rollouts: Sequence[Rollout]) -> list[Rollout]:
     return [r for r in rollouts if r.plan is not None and (r.workflow is None or r.workflow.error)]
 
 
-async def execute_rollouts(rollouts: Sequence[Rollout], workers: Sequence[Provider],
-                           limits: StepLimits | Sequence[StepLimits], key: str = "",
-                           recursion: "Recursion | None" = None,
-                           on_done: Callable[[Rollout], None] | None = None) -> None:
+async def execute_rollouts(
+    rollouts: Sequence[Rollout],
+    workers: Sequence[Provider],
+    limits: StepLimits | Sequence[StepLimits],
+    key: str = "",
+    recursion: Recursion | None = None,
+    on_done: Callable[[Rollout], None] | None = None,
+) -> None:
     """Run every rollout's plan concurrently (a re-run replaces the failed
     attempt's workflow). `key` seeds simulated workers per run. A rollout with a roster runs on
     its roster's workers only: `workers` and `limits` are the whole pool's. `recursion`: how
@@ -202,35 +233,51 @@ async def execute_rollouts(rollouts: Sequence[Rollout], workers: Sequence[Provid
     hears each rollout as its plan finishes (training starts grading it then)."""
     per_worker = limits_per_worker(limits, len(workers))
 
-    async def run(rollout: Rollout) -> None:
+    async def run(rollout: Rollout, plan: Plan) -> None:
         rollout.attempts += 1
         rollout.grade = None
         roster = rollout.roster
-        inner = None if recursion is None else recursion.for_plan(
-            rollout.completion, forced_below=max(recursion.forced_below, 1) if rollout.forced else None)
-        rollout.workflow = await run_plan(rollout.plan, rollout.task,
-                                          workers if roster is None else roster.select(workers),
-                                          per_worker if roster is None else roster.select(per_worker),
-                                          sample_key=f"{key}/{rollout.group}/{rollout.sample}/{rollout.attempts}",
-                                          recursion=inner)
+        inner = (
+            None
+            if recursion is None
+            else recursion.for_plan(
+                rollout.completion, forced_below=max(recursion.forced_below, 1) if rollout.forced else None
+            )
+        )
+        rollout.workflow = await run_plan(
+            plan,
+            rollout.task,
+            workers if roster is None else roster.select(workers),
+            per_worker if roster is None else roster.select(per_worker),
+            sample_key=f"{key}/{rollout.group}/{rollout.sample}/{rollout.attempts}",
+            recursion=inner,
+        )
         if not rollout.workflow.error and rollout.workflow.plan_error:
-            rollout.plan_error = rollout.workflow.plan_error   # the policy's failure, at some depth: reward 0
+            rollout.plan_error = rollout.workflow.plan_error  # the policy's failure, at some depth: reward 0
             rollout.reward = grading.reward(False, None)
         if on_done is not None:
             on_done(rollout)
-    await asyncio.gather(*(run(r) for r in rollouts if r.plan is not None))
+
+    await asyncio.gather(*(run(r, r.plan) for r in rollouts if r.plan is not None))
 
 
 def ready_to_grade(rollouts: Sequence[Rollout]) -> list[Rollout]:
     """Finished workflows not graded yet, or whose grading failed (graded again)."""
-    return [r for r in rollouts if r.workflow is not None and not r.workflow.error and not r.workflow.plan_error
-            and (r.grade is None or r.grade.verdict is Verdict.ERROR)]
+    return [
+        r
+        for r in rollouts
+        if r.workflow is not None
+        and not r.workflow.error
+        and not r.workflow.plan_error
+        and (r.grade is None or r.grade.verdict is Verdict.ERROR)
+    ]
 
 
 def grade_request(rollout: Rollout) -> GradeRequest:
     """What a grading service needs to grade a rollout's final answer."""
-    return GradeRequest(rollout.task.answer_kind, rollout.workflow.final_answer or "", rollout.task.reference,
-                        meta=rollout.task.meta)
+    wf = rollout.workflow
+    assert wf is not None, "only a finished workflow is graded (see ready_to_grade)"
+    return GradeRequest(rollout.task.answer_kind, wf.final_answer or "", rollout.task.reference, meta=rollout.task.meta)
 
 
 def apply_grade(rollout: Rollout, result: GradeResult) -> None:
@@ -238,12 +285,16 @@ def apply_grade(rollout: Rollout, result: GradeResult) -> None:
     An empty final answer after a length stop is TRUNCATED, whatever the grader said of ''."""
     if result.verdict is not Verdict.ERROR and rollout.workflow is not None and rollout.workflow.empty_after_length:
         last = rollout.workflow.steps[-1]
-        result = GradeResult(Verdict.TRUNCATED, None,
-                             f"worker {last.worker!r} used its whole output budget ({last.usage.output_tokens} "
-                             f"tokens, {last.usage.reasoning_tokens} reasoning) and wrote no answer")
+        result = GradeResult(
+            Verdict.TRUNCATED,
+            None,
+            f"worker {last.worker!r} used its whole output budget ({last.usage.output_tokens} "
+            f"tokens, {last.usage.reasoning_tokens} reasoning) and wrote no answer",
+        )
     rollout.grade = result
     if result.verdict is Verdict.ERROR:
         rollout.reward = None
         return
-    rollout.reward = discounted_reward(grading.reward(True, result.verdict), rollout.forced, rollout.inner_calls,
-                                       rollout.discount)
+    reward = grading.reward(True, result.verdict)
+    assert reward is not None  # only ERROR has none, and it returned above
+    rollout.reward = discounted_reward(reward, rollout.forced, rollout.inner_calls, rollout.discount)

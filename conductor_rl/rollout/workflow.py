@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from conductor_rl.plan import Plan
 from conductor_rl.plan.prompts import worker_messages
@@ -28,7 +29,7 @@ from conductor_rl.workers.providers.base import Provider, ProviderError, TaskHin
 
 if TYPE_CHECKING:
     from conductor_rl.config import Config, WorkerConfig
-    from conductor_rl.rollout.recursion import Recursion
+    from conductor_rl.data.question import Question
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,18 @@ class Task:
     # What a grader needs beyond the reference (a code question's tests); not hashed, so the task stays hashable.
     meta: dict = field(default_factory=dict, hash=False)
 
+    @classmethod
+    def of(cls, question: Question) -> Task:
+        """A benchmark question (conductor_rl/data/question.py) as the workflow engine and the graders need it."""
+        return cls(
+            id=question.id,
+            question=question.question,
+            domain=question.domain,
+            reference=question.reference,
+            answer_kind=question.answer_kind,
+            meta=dict(question.meta),
+        )
+
 
 @dataclass
 class StepTrace:
@@ -56,13 +69,13 @@ class StepTrace:
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
     latency_s: float = 0.0
-    started_s: float | None = None   # seconds since the workflow started
+    started_s: float | None = None  # seconds since the workflow started
     finished_s: float | None = None
-    error: str | None = None         # "kind: message" when the step failed or was skipped
+    error: str | None = None  # "kind: message" when the step failed or was skipped
     simulated: bool = False
-    reasoning: str = ""              # the worker's reasoning text, never its answer (WorkerResponse)
-    finish_reason: str = ""          # "stop", "length" or "" (not reported)
-    inner: "InnerCall | None" = None  # a step given to the Conductor: its recursive call
+    reasoning: str = ""  # the worker's reasoning text, never its answer (WorkerResponse)
+    finish_reason: str = ""  # "stop", "length" or "" (not reported)
+    inner: InnerCall | None = None  # a step given to the Conductor: its recursive call
 
     @property
     def empty_after_length(self) -> bool:
@@ -77,17 +90,17 @@ class InnerCall:
     `depth` (`workflow`), or three empty lists, which keep the answer so far."""
 
     depth: int
-    current_answer: str              # the answer so far, kept when the call writes no plan
-    forced: bool = False             # made by the engine after a plan, not by a plan's step
+    current_answer: str  # the answer so far, kept when the call writes no plan
+    forced: bool = False  # made by the engine after a plan, not by a plan's step
     prompt_ids: tuple[int, ...] = ()
-    completion: str = ""             # what the Conductor wrote (prefix included)
+    completion: str = ""  # what the Conductor wrote (prefix included)
     completion_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()
     plan: Plan | None = None
-    plan_error: str | None = None    # the completion did not parse: the rollout's reward is 0
-    workflow: "WorkflowResult | None" = None
-    at_limit: bool = False           # beyond the maximum depth: no call was made, the answer stands
-    weights_version: int = 0         # of the weights that sampled the completion
+    plan_error: str | None = None  # the completion did not parse: the rollout's reward is 0
+    workflow: WorkflowResult | None = None
+    at_limit: bool = False  # beyond the maximum depth: no call was made, the answer stands
+    weights_version: int = 0  # of the weights that sampled the completion
 
     @property
     def kept(self) -> bool:
@@ -105,7 +118,7 @@ class InnerCall:
 class WorkflowResult:
     steps: list[StepTrace]
     wall_s: float
-    error: str | None = None    # set when any step failed: an infrastructure error, not a wrong answer
+    error: str | None = None  # set when any step failed: an infrastructure error, not a wrong answer
 
     @property
     def final_answer(self) -> str | None:
@@ -147,8 +160,14 @@ class WorkflowResult:
     @property
     def plan_error(self) -> str | None:
         """Why a recursive call's plan did not parse, at any depth (None: every plan parsed)."""
-        return next((f"recursive call at depth {c.depth}: {c.plan_error}" for c in self.inner_calls()
-                     if c.plan_error is not None), None)
+        return next(
+            (
+                f"recursive call at depth {c.depth}: {c.plan_error}"
+                for c in self.inner_calls()
+                if c.plan_error is not None
+            ),
+            None,
+        )
 
     @property
     def simulated(self) -> bool:
@@ -169,22 +188,51 @@ class StepLimits:
     max_context_chars: int = 32_000
     show_question: bool = False
     reasoning: str = "default"
-    reasoning_in_context: bool = False    # later steps may read this worker's reasoning too
+    reasoning_in_context: bool = False  # later steps may read this worker's reasoning too
 
     @classmethod
-    def for_worker(cls, worker: "WorkerConfig", config: "Config") -> "StepLimits":
+    def for_worker(cls, worker: WorkerConfig, config: Config) -> StepLimits:
         """How one worker's steps are called: its own settings, within the workflow's."""
-        return cls(max_tokens=worker.max_tokens, temperature=worker.temperature,
-                   reasoning_budget=worker.reasoning_budget, reasoning=worker.reasoning,
-                   reasoning_in_context=worker.reasoning_in_context,
-                   timeout_s=min(worker.timeout_s, config.workflow.step_timeout_s),
-                   max_context_chars=config.workflow.max_context_chars,
-                   show_question=config.workflow.show_question)
+        return cls(
+            max_tokens=worker.max_tokens,
+            temperature=worker.temperature,
+            reasoning_budget=worker.reasoning_budget,
+            reasoning=worker.reasoning,
+            reasoning_in_context=worker.reasoning_in_context,
+            timeout_s=min(worker.timeout_s, config.workflow.step_timeout_s),
+            max_context_chars=config.workflow.max_context_chars,
+            show_question=config.workflow.show_question,
+        )
 
 
 def limits_per_worker(limits: StepLimits | Sequence[StepLimits], n_workers: int) -> list[StepLimits]:
     """One StepLimits per worker, from one for all or a list of them."""
     return [limits] * n_workers if isinstance(limits, StepLimits) else list(limits)
+
+
+def keep_answer(depth: int, current: str, forced: bool = False, at_limit: bool = False) -> InnerCall:
+    """A call that keeps the answer so far without asking the Conductor."""
+    return InnerCall(depth, current, forced, at_limit=at_limit)
+
+
+class RecursiveCaller(Protocol):
+    """How a step given to the Conductor calls it again: `Recursion` (conductor_rl/rollout/recursion.py),
+    which runs the inner plan with this engine."""
+
+    @property
+    def forces_call(self) -> bool:
+        """A plan that made no call of its own ends with one."""
+        ...
+
+    async def call(
+        self,
+        task: Task,
+        current: str,
+        workers: Sequence[Provider],
+        limits: Sequence[StepLimits],
+        key: str,
+        forced: bool = False,
+    ) -> InnerCall: ...
 
 
 async def run_plan(
@@ -193,7 +241,7 @@ async def run_plan(
     workers: Sequence[Provider],
     limits: StepLimits | Sequence[StepLimits] = StepLimits(),
     sample_key: str = "",
-    recursion: "Recursion | None" = None,
+    recursion: RecursiveCaller | None = None,
     answer_so_far: str | None = None,
     on_step: Callable[[StepTrace], None] | None = None,
 ) -> WorkflowResult:
@@ -206,8 +254,13 @@ async def run_plan(
     per_worker = limits_per_worker(limits, len(workers))
     start = time.perf_counter()
     traces = [
-        StepTrace(index=i, model_id=s.model_id, worker=_worker_name(workers, s.model_id),
-                  subtask=s.subtask, access=plan.visible(i))
+        StepTrace(
+            index=i,
+            model_id=s.model_id,
+            worker=_worker_name(workers, s.model_id),
+            subtask=s.subtask,
+            access=plan.visible(i),
+        )
         for i, s in enumerate(plan.steps)
     ]
     done: list[asyncio.Event] = [asyncio.Event() for _ in traces]
@@ -242,21 +295,32 @@ async def run_plan(
 
     await asyncio.gather(*(run_step(t) for t in traces))
     result = WorkflowResult(steps=traces, wall_s=time.perf_counter() - start, error=_first_error(traces))
-    if recursion is not None and recursion.forces_call and traces and not failed.is_set() \
-            and not any(t.inner is not None for t in traces):
+    if (
+        recursion is not None
+        and recursion.forces_call
+        and traces
+        and not failed.is_set()
+        and not any(t.inner is not None for t in traces)
+    ):
         # The recursive training mode and test-time review: the plan's answer goes back to the Conductor.
-        forced = StepTrace(index=len(traces), model_id=FORCED_CALL, worker=CONDUCTOR_NAME,
-                           subtask="(forced) improve the answer so far, or keep it", access=[len(traces) - 1])
+        forced = StepTrace(
+            index=len(traces),
+            model_id=FORCED_CALL,
+            worker=CONDUCTOR_NAME,
+            subtask="(forced) improve the answer so far, or keep it",
+            access=[len(traces) - 1],
+        )
         traces.append(forced)
-        await _call_conductor(forced, task, workers, per_worker, sample_key, start, recursion,
-                              traces[-2].response or "", forced=True)
+        await _call_conductor(
+            forced, task, workers, per_worker, sample_key, start, recursion, traces[-2].response or "", forced=True
+        )
         if on_step is not None:
             on_step(forced)
         result = WorkflowResult(steps=traces, wall_s=time.perf_counter() - start, error=_first_error(traces))
     return result
 
 
-FORCED_CALL = -1             # the model id of a forced call's step: no "Model i" of the plan made it
+FORCED_CALL = -1  # the model id of a forced call's step: no "Model i" of the plan made it
 CONDUCTOR_NAME = "conductor"
 
 
@@ -269,19 +333,25 @@ def _first_error(traces: Sequence[StepTrace]) -> str | None:
     return next((f"step {t.index}: {t.error}" for t in traces if t.error and not t.error.startswith("skipped")), None)
 
 
-async def _call_conductor(trace: StepTrace, task: Task, workers: Sequence[Provider], limits: Sequence[StepLimits],
-                          sample_key: str, start: float, recursion: "Recursion | None", current: str,
-                          forced: bool = False) -> None:
+async def _call_conductor(
+    trace: StepTrace,
+    task: Task,
+    workers: Sequence[Provider],
+    limits: Sequence[StepLimits],
+    sample_key: str,
+    start: float,
+    recursion: RecursiveCaller | None,
+    current: str,
+    forced: bool = False,
+) -> None:
     """A step given to the Conductor: a recursive call, whose inner plan's totals are the step's."""
-    from conductor_rl.rollout.recursion import keep_answer
-
     trace.started_s = time.perf_counter() - start
     try:
-        if recursion is None:   # a plan run without a Conductor to call (a baseline's, a check's)
+        if recursion is None:  # a plan run without a Conductor to call (a baseline's, a check's)
             inner = keep_answer(0, current, forced, at_limit=True)
         else:
             inner = await recursion.call(task, current, workers, limits, f"{sample_key}/{trace.index}", forced)
-    except Exception as err:   # the generator failed: infrastructure, retried like a worker's failure
+    except Exception as err:  # the generator failed: infrastructure, retried like a worker's failure
         trace.error = f"conductor: {type(err).__name__}: {err}"
     else:
         trace.inner = inner
@@ -312,21 +382,31 @@ async def _call_worker(
     worker, limit = workers[trace.model_id], limits[trace.model_id]
     context = [(j, traces[j].subtask, _readable_output(traces[j], limits)) for j in trace.access]
     trace.messages = worker_messages(
-        trace.subtask, context, question=task.question if limit.show_question else None,
-        max_context_chars=limit.max_context_chars, answer_so_far=answer_so_far,
+        trace.subtask,
+        context,
+        question=task.question if limit.show_question else None,
+        max_context_chars=limit.max_context_chars,
+        answer_so_far=answer_so_far,
     )
     hint = None
     if getattr(worker, "simulated", False):
         visible = ((answer_so_far,) if answer_so_far else ()) + tuple(a for _, _, a in context)
-        hint = TaskHint(task.id, task.domain, task.reference, task.answer_kind,
-                        visible_answers=visible, sample_key=f"{sample_key}/{trace.index}")
-    request = WorkerRequest(trace.messages, limit.max_tokens, limit.temperature, limit.reasoning_budget, hint,
-                            reasoning=limit.reasoning)
+        hint = TaskHint(
+            task.id,
+            task.domain,
+            task.reference,
+            task.answer_kind,
+            visible_answers=visible,
+            sample_key=f"{sample_key}/{trace.index}",
+        )
+    request = WorkerRequest(
+        trace.messages, limit.max_tokens, limit.temperature, limit.reasoning_budget, hint, reasoning=limit.reasoning
+    )
     trace.started_s = time.perf_counter() - start
     try:
         async with asyncio.timeout(limit.timeout_s):  # unlike wait_for, no extra task per call
             response = await worker.complete(request)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         trace.error = f"timeout: no answer within {limit.timeout_s:g}s"
     except ProviderError as err:
         trace.error = f"{err.kind}: {err}"

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from conductor_rl.run.atomic_files import fsync_dir, write_atomically
+from conductor_rl.atomic_files import fsync_dir, write_atomically
 
 PREFIX = "ckpt-"
 STATE_FILE = "state.json"
@@ -39,9 +40,14 @@ class Checkpoints:
         """Complete checkpoints, oldest first (a folder counts once its state file is in place)."""
         if not self.folder.is_dir():
             return []
-        found = {p.name: p for p in self.folder.iterdir()
-                 if p.is_dir() and p.name.startswith(PREFIX) and not p.name.endswith(".partial")
-                 and (p / STATE_FILE).is_file()}
+        found = {
+            p.name: p
+            for p in self.folder.iterdir()
+            if p.is_dir()
+            and p.name.startswith(PREFIX)
+            and not p.name.endswith(".partial")
+            and (p / STATE_FILE).is_file()
+        }
         # "<name>.old" is a complete checkpoint only while its replacement is being renamed in.
         kept = [p for name, p in found.items() if not (name.endswith(".old") and name[:-4] in found)]
         return sorted(kept, key=lambda p: p.name)
@@ -74,20 +80,25 @@ class Checkpoints:
             raise CheckpointError(
                 f"could not write checkpoint {final}: {err.strerror or err}. "
                 f"The previous checkpoint is intact ({previous or 'none yet'}); free disk space or make "
-                f"{self.folder} writable, then resume with --resume") from err
-        for old in self.complete()[:-self.keep]:
+                f"{self.folder} writable, then resume with --resume"
+            ) from err
+        for old in self.complete()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
         return final
 
     def load_state(self, path: Path | None = None) -> dict[str, Any]:
         path = path or self.latest()
         if path is None:
-            raise CheckpointError(f"no complete checkpoint in {self.folder}: start without --resume, "
-                                  f"or point train.output_dir at the run to resume")
+            raise CheckpointError(
+                f"no complete checkpoint in {self.folder}: start without --resume, "
+                f"or point train.output_dir at the run to resume"
+            )
         try:
             return json.loads((path / STATE_FILE).read_text())
         except (OSError, ValueError) as err:
-            raise CheckpointError(f"checkpoint {path} is unreadable ({err}); remove it to resume from the one before") from err
+            raise CheckpointError(
+                f"checkpoint {path} is unreadable ({err}); remove it to resume from the one before"
+            ) from err
 
 
 def check_writable(folder: str | Path) -> Path:
@@ -99,6 +110,8 @@ def check_writable(folder: str | Path) -> Path:
         probe.write_text("ok")
         probe.unlink()
     except OSError as err:
-        raise CheckpointError(f"output folder {folder} is not writable ({err.strerror or err}): "
-                              f"set train.output_dir to a folder you can write") from err
+        raise CheckpointError(
+            f"output folder {folder} is not writable ({err.strerror or err}): "
+            f"set train.output_dir to a folder you can write"
+        ) from err
     return folder

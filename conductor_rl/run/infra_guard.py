@@ -19,8 +19,8 @@ its rate and its last errors; the loop stops with a checkpoint. Skipped steps
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from conductor_rl.rollout.workflow import WorkflowResult
 
@@ -40,7 +40,7 @@ class InfraCounts:
     failed: dict[str, int] = field(default_factory=dict)
     rollouts: int = 0
     dropped: int = 0
-    errors: dict[str, list[str]] = field(default_factory=dict)   # each worker's last errors
+    errors: dict[str, list[str]] = field(default_factory=dict)  # each worker's last errors
 
     def observe(self, workflows: Iterable[WorkflowResult | None]) -> None:
         """Count the steps of one round of executions (call it before a re-run replaces them)."""
@@ -49,7 +49,7 @@ class InfraCounts:
                 if step.error is not None and step.error.startswith("skipped"):
                     continue
                 if step.error is None and step.response is None:
-                    continue   # never started
+                    continue  # never started
                 self.steps[step.worker] = self.steps.get(step.worker, 0) + 1
                 if step.error is not None:
                     self.failed[step.worker] = self.failed.get(step.worker, 0) + 1
@@ -99,8 +99,10 @@ class InfraErrorGuard:
             return
         per_worker, overall, rollouts = self.rates()
         iterations = len(self._windows)
-        over = sorted(((rate, name, n) for name, (rate, n) in per_worker.items()
-                       if n >= self.min_steps and rate > self.max_rate), reverse=True)
+        over = sorted(
+            ((rate, name, n) for name, (rate, n) in per_worker.items() if n >= self.min_steps and rate > self.max_rate),
+            reverse=True,
+        )
         if over:
             rate, name, n = over[0]
             errors = "\n".join(f"    {e[:300]}" for e in self._last_errors.get(name, ()))
@@ -108,20 +110,26 @@ class InfraErrorGuard:
                 f"worker {name!r} failed {rate:.0%} of its {n} calls over the last {iterations} iteration(s) "
                 f"(train.max_infra_error_rate={self.max_rate:g}); its last errors:\n{errors}\n"
                 f"Check it with `conductor-rl check --config ...`; fix its settings (workers.<i>) and continue "
-                f"with --resume, or raise train.max_infra_error_rate.")
+                f"with --resume, or raise train.max_infra_error_rate."
+            )
         if rollouts >= self.min_steps and overall > self.max_rate:
             worst = max(per_worker.items(), key=lambda item: item[1][0], default=None)
             hint = f"; the worst worker is {worst[0]!r} ({worst[1][0]:.0%} of {worst[1][1]} calls)" if worst else ""
             raise InfraErrorRateExceeded(
                 f"{overall:.0%} of {rollouts} rollouts over the last {iterations} iteration(s) had no reward "
                 f"because of infrastructure errors (train.max_infra_error_rate={self.max_rate:g}){hint}. "
-                f"See the traces' infrastructure_error column, fix the cause and continue with --resume.")
+                f"See the traces' infrastructure_error column, fix the cause and continue with --resume."
+            )
 
     def state(self) -> dict:
         """What a checkpoint keeps, so a resumed run judges the same window."""
-        return {"windows": [{"steps": w.steps, "failed": w.failed, "rollouts": w.rollouts, "dropped": w.dropped}
-                            for w in self._windows],
-                "last_errors": {name: list(errors) for name, errors in self._last_errors.items()}}
+        return {
+            "windows": [
+                {"steps": w.steps, "failed": w.failed, "rollouts": w.rollouts, "dropped": w.dropped}
+                for w in self._windows
+            ],
+            "last_errors": {name: list(errors) for name, errors in self._last_errors.items()},
+        }
 
     def restore(self, state: dict | None) -> None:
         for w in (state or {}).get("windows", []):

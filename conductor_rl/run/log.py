@@ -16,10 +16,11 @@ import json
 import math
 import numbers
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import IO, Any, SupportsFloat, TypeGuard
 
-from conductor_rl.run.atomic_files import fsync_dir, write_atomically
+from conductor_rl.atomic_files import write_atomically
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -35,7 +36,7 @@ class MetricsRecordError(ValueError):
     """A metrics record cannot be logged (no iteration, or an iteration already logged)."""
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[SupportsFloat]:
     """A real number worth plotting: ints and floats (NaN included), numpy scalars; not bools."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
@@ -80,7 +81,9 @@ def _read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 f"repair or delete that line"
             ) from None
         if not isinstance(record, dict) or not isinstance(record.get("iteration"), int):
-            raise RunDirError(f"{path} line {number} is not a metrics record with an integer 'iteration'; repair or delete that line")
+            raise RunDirError(
+                f"{path} line {number} is not a metrics record with an integer 'iteration'; repair or delete that line"
+            )
         yield number, record
 
 
@@ -123,7 +126,9 @@ class RunLog:
             if self.path.exists():
                 _truncate_after(self.path, resume_after)
         self._last_iteration = resume_after
-        self._file = None  # opened on the first record, so a run that logs nothing leaves no metrics.jsonl
+        self._file: IO[str] | None = (
+            None  # opened on the first record, so a run that logs nothing leaves no metrics.jsonl
+        )
         self._writer = None
         self._closed = False
         if tensorboard:
@@ -142,10 +147,14 @@ class RunLog:
     def log(self, record: Mapping[str, Any]) -> None:
         """Append one iteration's record; durable (fsynced) when this returns."""
         if self._closed:
-            raise ValueError(f"this RunLog of {self.run_dir} is closed; open a new one with resume_after=<last iteration>")
+            raise ValueError(
+                f"this RunLog of {self.run_dir} is closed; open a new one with resume_after=<last iteration>"
+            )
         iteration = record.get("iteration")
         if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral):
-            raise MetricsRecordError(f"a metrics record needs an integer 'iteration', got {iteration!r}; set record['iteration']")
+            raise MetricsRecordError(
+                f"a metrics record needs an integer 'iteration', got {iteration!r}; set record['iteration']"
+            )
         iteration = int(iteration)
         if self._last_iteration is not None and iteration <= self._last_iteration:
             raise MetricsRecordError(
@@ -153,7 +162,7 @@ class RunLog:
                 f"a resumed run must open the log with RunLog(run_dir, resume_after=<checkpoint iteration>)"
             )
         if self._file is None:
-            self._file = open(self.path, "a", encoding="utf-8")
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open until close())
         line = json.dumps({**record, "iteration": iteration}, default=_json_default)
         self._file.write(line + "\n")
         self._file.flush()

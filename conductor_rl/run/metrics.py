@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 from conductor_rl.config import WorkerConfig
 from conductor_rl.grading import Verdict
@@ -17,12 +17,13 @@ from conductor_rl.rollout.rollouts import Rollout
 def best_workers(workers: Sequence[WorkerConfig]) -> dict[str, str]:
     """The best worker of each domain, where that is known: when every worker
     is simulated, the one with the highest declared accuracy (ties: none)."""
-    if not workers or any(w.sim is None for w in workers):
+    sims = [(w.name, w.sim) for w in workers if w.sim is not None]
+    if not workers or len(sims) < len(workers):
         return {}
-    domains = {d for w in workers for d in w.sim.accuracy if d != "default"}
+    domains = {d for _, sim in sims for d in sim.accuracy if d != "default"}
     best = {}
     for domain in sorted(domains):
-        scores = [(w.sim.accuracy.get(domain, w.sim.accuracy.get("default", 0.0)), w.name) for w in workers]
+        scores = [(sim.accuracy.get(domain, sim.accuracy.get("default", 0.0)), name) for name, sim in sims]
         top = max(s for s, _ in scores)
         leaders = [name for s, name in scores if s == top]
         if len(leaders) == 1:
@@ -32,9 +33,10 @@ def best_workers(workers: Sequence[WorkerConfig]) -> dict[str, str]:
 
 def final_worker(rollout: Rollout, worker_names: Sequence[str]) -> str | None:
     """The worker of the plan's last step: the one whose answer is graded."""
-    if rollout.plan is None or not rollout.plan.steps:
+    plan = rollout.pool_plan  # None exactly when rollout.plan is
+    if plan is None or not plan.steps:
         return None
-    return worker_names[rollout.pool_plan.steps[-1].model_id]
+    return worker_names[plan.steps[-1].model_id]
 
 
 def listed(rollout: Rollout, worker_names: Sequence[str]) -> list[str]:
@@ -42,15 +44,17 @@ def listed(rollout: Rollout, worker_names: Sequence[str]) -> list[str]:
     return list(worker_names) if rollout.roster is None else rollout.roster.select(worker_names)
 
 
-def iteration_metrics(rollouts: Sequence[Rollout], worker_names: Sequence[str],
-                      best: dict[str, str] | None = None) -> dict:
+def iteration_metrics(
+    rollouts: Sequence[Rollout], worker_names: Sequence[str], best: dict[str, str] | None = None
+) -> dict:
     rewarded = [r.reward for r in rollouts if r.reward is not None]
-    graded = [r for r in rollouts if r.grade is not None and r.grade.verdict is not Verdict.ERROR]
+    verdicts = [r.grade.verdict for r in rollouts if r.grade is not None and r.grade.verdict is not Verdict.ERROR]
     parsed = [r for r in rollouts if r.plan is not None]
+    pool_plans = [plan for r in parsed if (plan := r.pool_plan) is not None]  # one for each parsed rollout
     dropped = [r for r in parsed if r.reward is None]
     n = max(len(rollouts), 1)
 
-    steps = Counter(worker_names[s.model_id] for r in parsed for s in r.pool_plan.steps)
+    steps = Counter(worker_names[s.model_id] for plan in pool_plans for s in plan.steps)
     total_steps = max(sum(steps.values()), 1)
     by_domain: dict[str, Counter] = defaultdict(Counter)
     for r in parsed:
@@ -65,16 +69,17 @@ def iteration_metrics(rollouts: Sequence[Rollout], worker_names: Sequence[str],
         "rollouts": len(rollouts),
         "reward_mean": statistics.fmean(rewarded) if rewarded else 0.0,
         "reward_std": statistics.pstdev(rewarded) if len(rewarded) > 1 else 0.0,
-        "accuracy": sum(r.grade.verdict is Verdict.CORRECT for r in graded) / max(len(graded), 1),
+        "accuracy": sum(v is Verdict.CORRECT for v in verdicts) / max(len(verdicts), 1),
         "format_failure_rate": sum(r.plan_error is not None for r in rollouts) / n,
         "infra_error_rate": len(dropped) / n,
         # Final answers lost to a worker's output limit (reward 0.5, but a sign the pool is misconfigured).
-        "truncated_rate": sum(r.grade.verdict is Verdict.TRUNCATED for r in graded) / max(len(graded), 1),
+        "truncated_rate": sum(v is Verdict.TRUNCATED for v in verdicts) / max(len(verdicts), 1),
         "empty_after_length_steps": sum(s.empty_after_length for r in parsed if r.workflow for s in r.workflow.steps),
         "retried_rollouts": sum(r.attempts > 1 for r in rollouts),
-        "steps_per_plan": statistics.fmean(len(r.plan.steps) for r in parsed) if parsed else 0.0,
-        "conductor_tokens": sum(len(r.completion_ids) + sum(len(c.completion_ids) for c in r.inner_calls)
-                                for r in rollouts),
+        "steps_per_plan": statistics.fmean(len(plan.steps) for plan in pool_plans) if pool_plans else 0.0,
+        "conductor_tokens": sum(
+            len(r.completion_ids) + sum(len(c.completion_ids) for c in r.inner_calls) for r in rollouts
+        ),
         "worker_input_tokens": usage_in,
         "worker_output_tokens": usage_out,
         "cost_usd": sum(r.workflow.cost_usd for r in rollouts if r.workflow is not None),
@@ -100,6 +105,7 @@ def iteration_metrics(rollouts: Sequence[Rollout], worker_names: Sequence[str],
         # Judged where the best worker was listed: a prompt without it cannot choose it.
         judged = [r for r in parsed if r.task.domain in best and best[r.task.domain] in listed(r, worker_names)]
         if judged:
-            record["best_worker_share"] = sum(final_worker(r, worker_names) == best[r.task.domain]
-                                              for r in judged) / len(judged)
+            record["best_worker_share"] = sum(
+                final_worker(r, worker_names) == best[r.task.domain] for r in judged
+            ) / len(judged)
     return record

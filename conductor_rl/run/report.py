@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from conductor_rl.run.log import METRICS_FILE, is_number, records as read_records
+from conductor_rl.run.log import METRICS_FILE, is_number
+from conductor_rl.run.log import records as read_records
 
 REPORT_FILE = "report.md"
 PLOTS_DIR = "report"
@@ -78,7 +80,9 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     # cost_total_usd is the loop's running total (it may include spending on iterations a
     # resume redid); without it the kept iterations' costs are added up.
     totals = [r["cost_total_usd"] for r in records if is_number(r.get("cost_total_usd"))]
-    total_cost = float(totals[-1]) if totals else sum(_num(r, "cost_usd") for r in records if is_number(r.get("cost_usd")))
+    total_cost = (
+        float(totals[-1]) if totals else sum(_num(r, "cost_usd") for r in records if is_number(r.get("cost_usd")))
+    )
     return {
         "iterations": len(records),
         "first_iteration": records[0]["iteration"],
@@ -90,13 +94,16 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "last_accuracy": last_accuracy,
         "accuracy_gain": _diff(last_accuracy, first_accuracy),
         "total_cost_usd": total_cost,
-        "total_conductor_tokens": int(sum(r["conductor_tokens"] for r in records if is_number(r.get("conductor_tokens")))),
+        "total_conductor_tokens": int(
+            sum(r["conductor_tokens"] for r in records if is_number(r.get("conductor_tokens")))
+        ),
         "mean_iteration_s": _mean([_num(r, "time_iteration_s") for r in records]),
         "phase_means": {name: _mean([_num(r, f"time_{name}_s") for r in records]) for name in phases(records)},
         # Asynchronous training (None when synchronous): the share of phase time hidden by overlap, the waits.
         "mean_overlap": _mean([_num(r, "overlap") for r in records]),
-        "wait_means": {name: mean for name in WAITS
-                       if (mean := _mean([_num(r, f"time_{name}_s") for r in records])) is not None},
+        "wait_means": {
+            name: mean for name in WAITS if (mean := _mean([_num(r, f"time_{name}_s") for r in records])) is not None
+        },
     }
 
 
@@ -125,7 +132,9 @@ def _plot_reward(figure: Figure, records: Sequence[Mapping[str, Any]], its: list
     ax = figure.add_subplot()
     mean = [_num(r, "reward_mean") for r in records]
     std = [0.0 if math.isnan(s) else s for s in (_num(r, "reward_std") for r in records)]
-    ax.fill_between(its, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.2, label="± std")
+    ax.fill_between(
+        its, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.2, label="± std"
+    )
     ax.plot(its, mean, marker="o", label="reward mean")
     ax.plot(its, _rolling_mean(mean), linestyle="--", label=f"rolling mean ({WINDOW})")
     ax.set(xlabel="iteration", ylabel="reward", title="Reward")
@@ -134,7 +143,11 @@ def _plot_reward(figure: Figure, records: Sequence[Mapping[str, Any]], its: list
 
 def _plot_accuracy(figure: Figure, records: Sequence[Mapping[str, Any]], its: list[int]) -> None:
     ax = figure.add_subplot()
-    for key, label in (("accuracy", "accuracy"), ("format_failure_rate", "format failures"), ("infra_error_rate", "infrastructure errors")):
+    for key, label in (
+        ("accuracy", "accuracy"),
+        ("format_failure_rate", "format failures"),
+        ("infra_error_rate", "infrastructure errors"),
+    ):
         if _has(records, key):
             ax.plot(its, [_num(r, key) for r in records], marker="o", label=label)
     ax.set(xlabel="iteration", ylabel="share of rollouts", ylim=(-0.02, 1.02), title="Accuracy and failures")
@@ -169,7 +182,7 @@ def _plot_cost(figure: Figure, records: Sequence[Mapping[str, Any]], its: list[i
     twin.plot(its, cumulative, color="tab:red", marker="o", label="cumulative")
     twin.set_ylabel("cumulative cost (USD)")
     handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    ax.legend(handles, [h.get_label() for h in handles], loc="upper left")
+    ax.legend(handles, [str(h.get_label()) for h in handles], loc="upper left")
 
 
 def _plot_final_worker(figure: Figure, records: Sequence[Mapping[str, Any]], its: list[int]) -> None:
@@ -200,9 +213,16 @@ def _plot_phases(figure: Figure, records: Sequence[Mapping[str, Any]], its: list
         ax.bar(its, seconds, bottom=bottom, label=name)
         bottom = [b + s for b, s in zip(bottom, seconds)]
     if _has(records, "time_iteration_s"):
-        ax.plot(its, [_num(r, "time_iteration_s") for r in records], color="black", marker="_", linestyle="none",
-                markersize=14, label="whole iteration")
-    for name, label in WAITS.items():   # asynchronous training: the phases overlap, the waits show where
+        ax.plot(
+            its,
+            [_num(r, "time_iteration_s") for r in records],
+            color="black",
+            marker="_",
+            linestyle="none",
+            markersize=14,
+            label="whole iteration",
+        )
+    for name, label in WAITS.items():  # asynchronous training: the phases overlap, the waits show where
         if _has(records, f"time_{name}_s"):
             ax.plot(its, [_num(r, f"time_{name}_s") for r in records], marker=".", linestyle="--", label=label)
     ax.set(xlabel="iteration", ylabel="seconds", title="Time per phase")
@@ -215,8 +235,12 @@ _PLOTS: tuple[tuple[str, str, Callable[..., None], Callable[[Sequence[Mapping[st
     ("accuracy", "accuracy", _plot_accuracy, lambda rs: _has(rs, "accuracy") or _has(rs, "format_failure_rate")),
     ("worker_usage", "worker usage", _plot_worker_usage, lambda rs: any(r.get("worker_usage") for r in rs)),
     ("cost", "cost", _plot_cost, lambda rs: _has(rs, "cost_usd") or _has(rs, "cost_total_usd")),
-    ("best_worker", "final worker by domain", _plot_final_worker,
-     lambda rs: any(r.get("final_worker_by_domain") for r in rs) or _has(rs, "best_worker_share")),
+    (
+        "best_worker",
+        "final worker by domain",
+        _plot_final_worker,
+        lambda rs: any(r.get("final_worker_by_domain") for r in rs) or _has(rs, "best_worker_share"),
+    ),
     ("phases", "time per phase", _plot_phases, lambda rs: bool(phases(rs)) or _has(rs, "time_iteration_s")),
 )
 
@@ -277,7 +301,9 @@ def _summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows += [(f"mean time: {name} (s)", _fmt(mean, ".2f")) for name, mean in summary["phase_means"].items()]
     if summary.get("mean_overlap") is not None:
         rows.append(("mean overlap of phases (asynchronous)", _fmt(summary["mean_overlap"], ".2f")))
-    rows += [(f"mean time: {WAITS[name]} (s)", _fmt(mean, ".2f")) for name, mean in summary.get("wait_means", {}).items()]
+    rows += [
+        (f"mean time: {WAITS[name]} (s)", _fmt(mean, ".2f")) for name, mean in summary.get("wait_means", {}).items()
+    ]
     return rows
 
 
@@ -296,8 +322,13 @@ def _final_worker_lines(last: Mapping[str, Any]) -> list[str]:
     return [title, "", note, ""] + table_lines(["domain", "most chosen"] + workers, rows)
 
 
-def render_markdown(title: str, records: Sequence[Mapping[str, Any]], plots: Sequence[tuple[str, Path]],
-                    base: Path, extra: Mapping[str, Any] | None = None) -> str:
+def render_markdown(
+    title: str,
+    records: Sequence[Mapping[str, Any]],
+    plots: Sequence[tuple[str, Path]],
+    base: Path,
+    extra: Mapping[str, Any] | None = None,
+) -> str:
     """The report's markdown; plot links are relative to `base` (the folder of report.md)."""
     summary = summarize(records)
     lines = [f"# {title}", "", "## Summary", ""]
@@ -316,10 +347,16 @@ def write_report(run_dir: str | Path, title: str = "Training report", extra: Map
     """Write `<run_dir>/report.md` and its plots in `<run_dir>/report/`; returns report.md's path."""
     run_dir = Path(run_dir)
     if not (run_dir / METRICS_FILE).exists():
-        raise ReportError(f"no {METRICS_FILE} in {run_dir}: pass the output folder of a training run that logged at least one iteration")
+        raise ReportError(
+            f"no {METRICS_FILE} in {run_dir}: "
+            "pass the output folder of a training run that logged at least one iteration"
+        )
     records = sorted(read_records(run_dir), key=lambda r: r["iteration"])
     if not records:
-        raise ReportError(f"{run_dir / METRICS_FILE} holds no complete record: the run logged no iteration, so there is nothing to report")
+        raise ReportError(
+            f"{run_dir / METRICS_FILE} holds no complete record: "
+            "the run logged no iteration, so there is nothing to report"
+        )
     plots = write_plots(records, run_dir / PLOTS_DIR)
     path = run_dir / REPORT_FILE
     path.write_text(render_markdown(title, records, plots, run_dir, extra), encoding="utf-8")

@@ -25,13 +25,14 @@ import json
 import math
 import numbers
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from conductor_rl.run.atomic_files import write_atomically
+from conductor_rl.atomic_files import write_atomically
 
 TRACES_DIR = "traces"
 SCHEMA_VERSION = "1"
@@ -96,11 +97,13 @@ def _cell(value: Any, kind: pa.DataType, key: str) -> Any:
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
         if isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer():
-            return int(value)
+            return math.trunc(value)
     elif kind == pa.float64():
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
-    raise TraceSchemaError(f"field {key!r} must be {kind} or None, got {type(value).__name__} {value!r}; fix the record")
+    raise TraceSchemaError(
+        f"field {key!r} must be {kind} or None, got {type(value).__name__} {value!r}; fix the record"
+    )
 
 
 def _scalar_kind(values: Sequence[Any]) -> pa.DataType | None:
@@ -127,10 +130,14 @@ def to_table(iteration: int, records: Sequence[Mapping[str, Any]]) -> pa.Table:
     rows = []
     for i, record in enumerate(records):
         if not isinstance(record, Mapping):
-            raise TraceSchemaError(f"trace record {i} is a {type(record).__name__}, not a dict; pass Rollout.to_dict() records")
+            raise TraceSchemaError(
+                f"trace record {i} is a {type(record).__name__}, not a dict; pass Rollout.to_dict() records"
+            )
         own = record.get("iteration", iteration)
         if own is not None and own != iteration:
-            raise TraceSchemaError(f"trace record {i} is from iteration {own}, not {iteration}; write each iteration's records separately")
+            raise TraceSchemaError(
+                f"trace record {i} is from iteration {own}, not {iteration}; write each iteration's records separately"
+            )
         rows.append(record)
 
     fields: list[pa.Field] = []
@@ -151,7 +158,9 @@ def to_table(iteration: int, records: Sequence[Mapping[str, Any]]) -> pa.Table:
     steps_of = [r.get("steps") or [] for r in rows]
     for i, steps in enumerate(steps_of):
         if not isinstance(steps, (list, tuple)):
-            raise TraceSchemaError(f"trace record {i}: 'steps' must be a list of step dicts, got {type(steps).__name__}")
+            raise TraceSchemaError(
+                f"trace record {i}: 'steps' must be a list of step dicts, got {type(steps).__name__}"
+            )
     add("n_steps", DERIVED["n_steps"], [len(s) for s in steps_of])
     add("workers", DERIVED["workers"], [[_worker_of(step) for step in s] for s in steps_of])
     add("final_worker", DERIVED["final_worker"], [_worker_of(s[-1]) if s else None for s in steps_of])

@@ -14,6 +14,7 @@ import hmac
 import math
 import os
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +38,14 @@ class BearerTokens:
         """`pairs`: client name -> token."""
         short = sorted(name for name, token in pairs.items() if len(token) < 16)
         if short:
-            raise TokensError(f"the token(s) of {short} are shorter than 16 characters: use long random ones "
-                              f"(python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+            raise TokensError(
+                f"the token(s) of {short} are shorter than 16 characters: use long random ones "
+                f"(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
         self._clients = [(_digest(token), name) for name, token in pairs.items()]
 
     @classmethod
-    def load(cls, tokens_file: str | None, environ: dict[str, str] | None = None) -> "BearerTokens":
+    def load(cls, tokens_file: str | None, environ: Mapping[str, str] | None = None) -> BearerTokens:
         """From `tokens_file` when given, else from the environment variable."""
         environ = os.environ if environ is None else environ
         if tokens_file:
@@ -55,7 +58,7 @@ class BearerTokens:
             bad = [i + 1 for i, e in enumerate(entries) if len(e) != 2]
             if bad:
                 raise TokensError(f"serve.tokens_file {path}: entries {bad} are not `client token`")
-            pairs = dict((name, token) for name, token in entries)
+            pairs = dict(entries)
         else:
             raw = environ.get(TOKENS_ENV, "")
             items = [item.strip() for item in raw.split(",") if item.strip()]
@@ -63,25 +66,36 @@ class BearerTokens:
                 raise TokensError(f"{TOKENS_ENV} holds comma-separated client:token pairs")
             pairs = dict(item.split(":", 1) for item in items)
         if not pairs:
-            raise TokensError(f"no tokens: set {TOKENS_ENV}=client:token (or serve.tokens_file), or "
-                              f"serve.require_token=false for an endpoint only this machine reaches")
+            raise TokensError(
+                f"no tokens: set {TOKENS_ENV}=client:token (or serve.tokens_file), or "
+                f"serve.require_token=false for an endpoint only this machine reaches"
+            )
         return cls(pairs)
 
     def client(self, authorization: str | None) -> str:
         """The client an `Authorization: Bearer <token>` header names; raises a 401 RequestError."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise RequestError(401, "no bearer token: send `Authorization: Bearer <token>` (the OpenAI client's "
-                                    "api_key)", code="invalid_api_key", kind="authentication_error",
-                               headers={"WWW-Authenticate": "Bearer"})
+            raise RequestError(
+                401,
+                "no bearer token: send `Authorization: Bearer <token>` (the OpenAI client's api_key)",
+                code="invalid_api_key",
+                kind="authentication_error",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         digest = _digest(token.strip())
         found = None
-        for known, name in self._clients:   # every comparison runs: the time says nothing about the token
+        for known, name in self._clients:  # every comparison runs: the time says nothing about the token
             if hmac.compare_digest(known, digest):
                 found = name
         if found is None:
-            raise RequestError(401, "the bearer token is not known here", code="invalid_api_key",
-                               kind="authentication_error", headers={"WWW-Authenticate": "Bearer"})
+            raise RequestError(
+                401,
+                "the bearer token is not known here",
+                code="invalid_api_key",
+                kind="authentication_error",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         return found
 
 
@@ -118,7 +132,7 @@ class ClientLimits:
             raise self._too_many(f"{q.requests} requests per {q.window_s:g} s", wait)
         if q.usd is not None and sum(usd for _, usd in spent) >= q.usd:
             total, wait = sum(usd for _, usd in spent), q.window_s
-            for at, usd in spent:   # wait until the window holds less than the cap
+            for at, usd in spent:  # wait until the window holds less than the cap
                 total -= usd
                 if total < q.usd:
                     wait = at + q.window_s - now
@@ -138,6 +152,10 @@ class ClientLimits:
     @staticmethod
     def _too_many(limit: str, wait_s: float) -> RequestError:
         seconds = max(1, math.ceil(wait_s))
-        return RequestError(429, f"this client is over its limit of {limit}; retry after {seconds} s",
-                            code="rate_limit_exceeded", kind="rate_limit_error",
-                            headers={"Retry-After": str(seconds)})
+        return RequestError(
+            429,
+            f"this client is over its limit of {limit}; retry after {seconds} s",
+            code="rate_limit_exceeded",
+            kind="rate_limit_error",
+            headers={"Retry-After": str(seconds)},
+        )

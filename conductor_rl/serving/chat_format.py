@@ -23,25 +23,55 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-IGNORED_FIELDS = frozenset({
-    "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "max_tokens",
-    "max_completion_tokens", "stop", "top_p", "user", "metadata", "store", "service_tier",
-    "parallel_tool_calls", "reasoning_effort", "modalities", "prediction", "audio", "web_search_options",
-})
+IGNORED_FIELDS = frozenset(
+    {
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "top_p",
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "parallel_tool_calls",
+        "reasoning_effort",
+        "modalities",
+        "prediction",
+        "audio",
+        "web_search_options",
+    }
+)
 EXTENSION_FIELDS = frozenset({"workers", "max_steps", "max_depth"})
-KNOWN_FIELDS = frozenset({"model", "messages", "stream", "stream_options", "temperature", "n", "seed"}) | IGNORED_FIELDS \
+KNOWN_FIELDS = (
+    frozenset({"model", "messages", "stream", "stream_options", "temperature", "n", "seed"})
+    | IGNORED_FIELDS
     | EXTENSION_FIELDS
+)
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
 class RequestError(Exception):
     """A request the server refuses, with the HTTP status and OpenAI's error fields."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error", headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
         self.headers = headers or {}
@@ -65,15 +95,15 @@ class RequestLimits:
 class ChatRequest:
     """A checked chat request."""
 
-    question: str                            # the last user message
-    context: tuple[tuple[str, str], ...]     # (role, text) of every message before it
+    question: str  # the last user message
+    context: tuple[tuple[str, str], ...]  # (role, text) of every message before it
     stream: bool = False
-    include_usage: bool = False              # stream_options.include_usage: a last chunk with the usage
-    temperature: float | None = None         # the Conductor's; None: the server's
-    workers: tuple[str, ...] | None = None   # the pool subset to offer; None: all
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
+    temperature: float | None = None  # the Conductor's; None: the server's
+    workers: tuple[str, ...] | None = None  # the pool subset to offer; None: all
     max_steps: int | None = None
     max_depth: int | None = None
-    seed: int | None = None                  # the Conductor's sampling seed; None: a fresh one
+    seed: int | None = None  # the Conductor's sampling seed; None: a fresh one
 
     def question_text(self) -> str:
         """What the Conductor is asked: the context lines, then the question."""
@@ -86,8 +116,11 @@ class ChatRequest:
 def parse_chat_request(raw: bytes, served_model: str, pool: Sequence[str], limits: RequestLimits) -> ChatRequest:
     """The request in `raw` (a JSON body), checked against the served model, the pool and `limits`."""
     if len(raw) > limits.max_request_bytes:
-        raise RequestError(413, f"the request is {len(raw)} bytes; this server takes at most "
-                                f"{limits.max_request_bytes}", code="request_too_large")
+        raise RequestError(
+            413,
+            f"the request is {len(raw)} bytes; this server takes at most {limits.max_request_bytes}",
+            code="request_too_large",
+        )
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -96,28 +129,42 @@ def parse_chat_request(raw: bytes, served_model: str, pool: Sequence[str], limit
         raise RequestError(400, "the body must be a JSON object with `model` and `messages`")
     unknown = sorted(set(body) - KNOWN_FIELDS)
     if unknown:
-        raise RequestError(400, f"unsupported field(s) {unknown}: a Conductor answers in text with one plan "
-                                f"(extensions: {sorted(EXTENSION_FIELDS)})", param=unknown[0])
+        raise RequestError(
+            400,
+            f"unsupported field(s) {unknown}: a Conductor answers in text with one plan "
+            f"(extensions: {sorted(EXTENSION_FIELDS)})",
+            param=unknown[0],
+        )
     model = body.get("model")
     if model != served_model:
-        raise RequestError(404, f"the model {model!r} is not served here; GET /v1/models lists {served_model!r}",
-                           param="model", code="model_not_found")
+        raise RequestError(
+            404,
+            f"the model {model!r} is not served here; GET /v1/models lists {served_model!r}",
+            param="model",
+            code="model_not_found",
+        )
     if body.get("n", 1) != 1:
         raise RequestError(400, "n must be 1: the Conductor returns one answer", param="n")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError(400, "`messages` must be a non-empty list of {role, content} objects", param="messages")
     if len(messages) > limits.max_messages:
-        raise RequestError(400, f"{len(messages)} messages; this server takes at most {limits.max_messages}",
-                           param="messages")
+        raise RequestError(
+            400, f"{len(messages)} messages; this server takes at most {limits.max_messages}", param="messages"
+        )
     turns = [_turn(m, i) for i, m in enumerate(messages)]
     last_user = max((i for i, (role, _) in enumerate(turns) if role == "user"), default=None)
     if last_user is None or not turns[last_user][1].strip():
-        raise RequestError(400, "no question: the last user message is the question, and there is none (or it is "
-                                "empty)", param="messages")
+        raise RequestError(
+            400,
+            "no question: the last user message is the question, and there is none (or it is empty)",
+            param="messages",
+        )
     return ChatRequest(
-        question=turns[last_user][1], context=tuple(turns[:last_user]),
-        stream=_bool(body, "stream"), include_usage=_include_usage(body),
+        question=turns[last_user][1],
+        context=tuple(turns[:last_user]),
+        stream=_bool(body, "stream"),
+        include_usage=_include_usage(body),
         temperature=_number(body, "temperature", 0.0, 2.0),
         workers=_workers(body, pool),
         max_steps=_int(body, "max_steps", 1, limits.max_steps),
@@ -131,7 +178,7 @@ def _turn(message: Any, index: int) -> tuple[str, str]:
     if not isinstance(message, dict) or message.get("role") not in ROLES:
         raise RequestError(400, f"{param} must be an object with a role among {sorted(ROLES)}", param=param)
     content = message.get("content")
-    if isinstance(content, list):   # content parts: only text ones
+    if isinstance(content, list):  # content parts: only text ones
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
             raise RequestError(400, f"{param}.content: only text parts are supported", param=f"{param}.content")
         content = "\n".join(p["text"] for p in content)
@@ -156,8 +203,9 @@ def _include_usage(body: dict) -> bool:
     if options is None:
         return False
     if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
-        raise RequestError(400, "`stream_options` must be an object like {\"include_usage\": true}",
-                           param="stream_options")
+        raise RequestError(
+            400, '`stream_options` must be an object like {"include_usage": true}', param="stream_options"
+        )
     return bool(options.get("include_usage", False))
 
 
@@ -175,8 +223,9 @@ def _int(body: dict, key: str, low: int, high: int) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise RequestError(400, f"`{key}` must be a whole number from {low} to {high} (this server's limit), "
-                                f"got {value!r}", param=key)
+        raise RequestError(
+            400, f"`{key}` must be a whole number from {low} to {high} (this server's limit), got {value!r}", param=key
+        )
     return value
 
 
@@ -185,8 +234,9 @@ def _workers(body: dict, pool: Sequence[str]) -> tuple[str, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not value or not all(isinstance(w, str) for w in value):
-        raise RequestError(400, f"`workers` must be a non-empty list of worker names from {list(pool)}",
-                           param="workers")
+        raise RequestError(
+            400, f"`workers` must be a non-empty list of worker names from {list(pool)}", param="workers"
+        )
     unknown = [w for w in value if w not in pool]
     if unknown:
         raise RequestError(400, f"unknown worker(s) {unknown}; this pool has {list(pool)}", param="workers")
@@ -197,27 +247,55 @@ def _workers(body: dict, pool: Sequence[str]) -> tuple[str, ...] | None:
 
 # ---------------------------------------------------------------- replies
 
+
 def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
 
 
 def usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
-def completion(request_id: str, model: str, content: str, usage: dict[str, int], conductor: dict[str, Any],
-               created: int | None = None) -> dict[str, Any]:
+def completion(
+    request_id: str,
+    model: str,
+    content: str,
+    usage: dict[str, int],
+    conductor: dict[str, Any],
+    created: int | None = None,
+) -> dict[str, Any]:
     """A chat.completion object, with the `conductor` extension field."""
-    return {"id": request_id, "object": "chat.completion", "created": created or int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "stop", "logprobs": None}],
-            "usage": usage, "conductor": conductor}
+    return {
+        "id": request_id,
+        "object": "chat.completion",
+        "created": created or int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": usage,
+        "conductor": conductor,
+    }
 
 
-def chunk(request_id: str, model: str, created: int, delta: dict[str, Any] | None = None,
-          finish_reason: str | None = None, conductor: dict[str, Any] | None = None,
-          usage: dict[str, int] | None = None) -> dict[str, Any]:
+def chunk(
+    request_id: str,
+    model: str,
+    created: int,
+    delta: dict[str, Any] | None = None,
+    finish_reason: str | None = None,
+    conductor: dict[str, Any] | None = None,
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
     """A chat.completion.chunk: a delta, or (usage given) the usage chunk, whose choices are empty.
     `conductor`: a progress event (the plan, a step that finished) in the extension field."""
     body: dict[str, Any] = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model}

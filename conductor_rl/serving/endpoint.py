@@ -23,24 +23,41 @@ import asyncio
 import contextlib
 import secrets
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from conductor_rl.config import Config
-from conductor_rl.orchestrator import Answer, inference_temperature
-from conductor_rl.plan.prompts import ConductorPrompt
+from conductor_rl.orchestrator import Answer
 from conductor_rl.policy.conductor import Completion
-from conductor_rl.rollout.recursion import BatchedPlanWriter, Recursion
+from conductor_rl.rollout.recursion import BatchedPlanWriter
 from conductor_rl.rollout.rollouts import run_rollout, step_record
-from conductor_rl.rollout.workflow import StepLimits, StepTrace, Task
+from conductor_rl.rollout.workflow import StepTrace, Task
 from conductor_rl.serving.access import BearerTokens, ClientLimits
-from conductor_rl.serving.chat_format import (ChatRequest, RequestError, RequestLimits, chunk, completion,
-                                              completion_id, parse_chat_request, sse, usage_of)
+from conductor_rl.serving.chat_format import (
+    ChatRequest,
+    RequestError,
+    RequestLimits,
+    chunk,
+    completion,
+    completion_id,
+    parse_chat_request,
+    sse,
+    usage_of,
+)
+from conductor_rl.system import System
 from conductor_rl.workers.providers import Provider
 
-SampleBatch = Callable[[list[list[int]], list[Any], list[int], float], list[Any]]
-ANONYMOUS = "anonymous"   # the client of an endpoint that takes no token
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from conductor_rl.plan.shape import PlanShape
+    from conductor_rl.policy.sampling import Sample
+
+# sample_batch(prompt_ids, shapes, seeds, temperature): one completion per prompt
+SampleBatch = Callable[[list[list[int]], list["PlanShape | None"], list[int], float], list["Sample"]]
+ANONYMOUS = "anonymous"  # the client of an endpoint that takes no token
 
 
 class Admission(Protocol):
@@ -87,9 +104,20 @@ class RequestFailed(Exception):
 class ChatEndpoint:
     """Answers chat-completion requests with a Conductor and the configured worker pool."""
 
-    def __init__(self, config: Config, model_name: str, sample_batch: SampleBatch, tokenizer: Any,
-                 workers: Sequence[Provider], *, tokens: BearerTokens | None, admission: Admission,
-                 limits: RequestLimits, timeout_s: float, batch_window_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        config: Config,
+        model_name: str,
+        sample_batch: SampleBatch,
+        tokenizer: PreTrainedTokenizerBase,
+        workers: Sequence[Provider],
+        *,
+        tokens: BearerTokens | None,
+        admission: Admission,
+        limits: RequestLimits,
+        timeout_s: float,
+        batch_window_s: float = 0.02,
+    ) -> None:
         """`workers`: one provider per configured worker, in order; `tokens` None: no authentication."""
         if len(workers) != len(config.workers):
             raise ValueError(f"{len(workers)} worker(s) given for the {len(config.workers)} configured")
@@ -98,9 +126,9 @@ class ChatEndpoint:
         self.tokens, self.admission, self.limits, self.timeout_s = tokens, admission, limits, timeout_s
         self.batch_window_s = batch_window_s
         self.pool = [w.name for w in config.workers]
-        self.step_limits = [StepLimits.for_worker(w, config) for w in config.workers]
+        self.system = System(config, tokenizer)
+        self.step_limits = self.system.step_limits
         self._writers: dict[float, BatchedPlanWriter] = {}
-        self._prompts: dict[int, ConductorPrompt] = {}
 
     # ------------------------------------------------------------ routes
 
@@ -110,8 +138,13 @@ class ChatEndpoint:
             self._client(authorization)
         except RequestError as err:
             return error_reply(err)
-        return Reply(200, {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
-                                                       "owned_by": "conductor-rl"}]})
+        return Reply(
+            200,
+            {
+                "object": "list",
+                "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "conductor-rl"}],
+            },
+        )
 
     async def chat(self, raw: bytes, authorization: str | None) -> Reply:
         """POST /v1/chat/completions."""
@@ -125,19 +158,25 @@ class ChatEndpoint:
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         run = asyncio.ensure_future(self._run(request, request_id, client, events))
         if request.stream:
-            return Reply(200, stream=self._stream(run, events, request, request_id, created),
-                         headers={"Cache-Control": "no-cache"})
+            return Reply(
+                200,
+                stream=self._stream(run, events, request, request_id, created),
+                headers={"Cache-Control": "no-cache"},
+            )
         try:
             answer, usage = await run
         except RequestFailed as failed:
             return Reply(failed.error.status, failed.body(), headers=failed.error.headers)
-        return Reply(200, completion(request_id, self.model_name, answer.final_answer or "", usage,
-                                     conductor_field(answer), created))
+        return Reply(
+            200,
+            completion(request_id, self.model_name, answer.final_answer or "", usage, conductor_field(answer), created),
+        )
 
     # ------------------------------------------------------------ one request
 
-    async def _run(self, request: ChatRequest, request_id: str, client: str,
-                   events: asyncio.Queue[dict[str, Any]]) -> tuple[Answer, dict[str, int]]:
+    async def _run(
+        self, request: ChatRequest, request_id: str, client: str, events: asyncio.Queue[dict[str, Any]]
+    ) -> tuple[Answer, dict[str, int]]:
         """The answer and its usage; raises RequestFailed. Charges the client what was spent."""
         finished: list[StepTrace] = []
 
@@ -145,7 +184,7 @@ class ChatEndpoint:
             finished.append(trace)
             events.put_nowait(step_event(trace))
 
-        spent: float | None = None   # None: what the finished steps cost (a timeout, a client gone)
+        spent: float | None = None  # None: what the finished steps cost (a timeout, a client gone)
         try:
             async with asyncio.timeout(self.timeout_s):
                 answer, usage = await self._answer(request, request_id, events, on_step)
@@ -154,22 +193,32 @@ class ChatEndpoint:
                 raise RequestFailed(failure_of(answer), conductor_field(answer))
             return answer, usage
         except TimeoutError:
-            raise RequestFailed(RequestError(504, f"no answer within serve.timeout_s = {self.timeout_s:g} s",
-                                             code="timeout", kind="server_error"),
-                                {"steps": [step_event(t) for t in finished],
-                                 "cost_usd": sum(t.cost_usd for t in finished)}) from None
+            raise RequestFailed(
+                RequestError(
+                    504, f"no answer within serve.timeout_s = {self.timeout_s:g} s", code="timeout", kind="server_error"
+                ),
+                {"steps": [step_event(t) for t in finished], "cost_usd": sum(t.cost_usd for t in finished)},
+            ) from None
         finally:
             await self.admission.charge(client, sum(t.cost_usd for t in finished) if spent is None else spent)
 
-    async def _answer(self, request: ChatRequest, request_id: str, events: asyncio.Queue[dict[str, Any]],
-                      on_step: Callable[[StepTrace], None]) -> tuple[Answer, dict[str, int]]:
+    async def _answer(
+        self,
+        request: ChatRequest,
+        request_id: str,
+        events: asyncio.Queue[dict[str, Any]],
+        on_step: Callable[[StepTrace], None],
+    ) -> tuple[Answer, dict[str, int]]:
         c = self.config.conductor
-        roster = list(range(len(self.pool))) if request.workers is None else \
-            sorted(self.pool.index(name) for name in request.workers)
+        roster = (
+            list(range(len(self.pool)))
+            if request.workers is None
+            else sorted(self.pool.index(name) for name in request.workers)
+        )
         workers = [self.workers[i] for i in roster]
         limits = [self.step_limits[i] for i in roster]
         max_steps = request.max_steps or c.max_steps
-        prompts = self._prompt(max_steps)
+        prompts = self.system.prompt(max_steps)
         question = request.question_text()
         prompt_ids = self.tokenizer(prompts.text(question, len(roster)), add_special_tokens=False)["input_ids"]
         temperature = self._temperature(request)
@@ -179,21 +228,43 @@ class ChatEndpoint:
         sample = await writer.write(prompt_ids, prompts.shape_for(len(roster)), seed)
         conductor_s = time.perf_counter() - started
         plan = Completion.of(sample, c.response_prefix, len(prompt_ids))
-        events.put_nowait({"event": "plan", "completion": plan.text, "workers": [self.pool[i] for i in roster],
-                           "conductor_s": conductor_s})
-        depth = c.max_depth if request.max_depth is None else request.max_depth
-        recursion = None if depth < 1 else Recursion(writer, prompts, depth, max_steps, forced_below=depth, seed=seed)
-        rollout = await run_rollout(plan.text, Task(id=request_id, question=question), workers, limits, max_steps,
-                                    None, sample_key=request_id, recursion=recursion, on_step=on_step)
+        events.put_nowait(
+            {
+                "event": "plan",
+                "completion": plan.text,
+                "workers": [self.pool[i] for i in roster],
+                "conductor_s": conductor_s,
+            }
+        )
+        recursion = self.system.recursion(writer, "answer", seed, depth=request.max_depth, max_steps=max_steps)
+        rollout = await run_rollout(
+            plan.text,
+            Task(id=request_id, question=question),
+            workers,
+            limits,
+            max_steps,
+            None,
+            sample_key=request_id,
+            recursion=recursion,
+            on_step=on_step,
+        )
         answer = Answer.of([rollout], [plan], conductor_s)
-        usage = usage_of(plan.prompt_tokens + answer.usage.input_tokens,
-                         plan.completion_tokens + answer.usage.output_tokens)
+        usage = usage_of(
+            plan.prompt_tokens + answer.usage.input_tokens, plan.completion_tokens + answer.usage.output_tokens
+        )
         return answer, usage
 
-    async def _stream(self, run: asyncio.Future, events: asyncio.Queue[dict[str, Any]], request: ChatRequest,
-                      request_id: str, created: int) -> AsyncIterator[bytes]:
+    async def _stream(
+        self,
+        run: asyncio.Future,
+        events: asyncio.Queue[dict[str, Any]],
+        request: ChatRequest,
+        request_id: str,
+        created: int,
+    ) -> AsyncIterator[bytes]:
         """Server-sent events: the role, the plan and each step as they happen (`conductor` field),
         then the answer's text, the finish, the usage when asked for, and [DONE]."""
+
         def event(**fields: Any) -> bytes:
             return sse(chunk(request_id, self.model_name, created, **fields))
 
@@ -222,7 +293,7 @@ class ChatEndpoint:
                 yield event(usage=usage)
             yield sse("[DONE]")
         finally:
-            if not run.done():   # the client went away: stop its workflow
+            if not run.done():  # the client went away: stop its workflow
                 run.cancel()
                 with contextlib.suppress(BaseException):
                     await run
@@ -233,22 +304,17 @@ class ChatEndpoint:
         return ANONYMOUS if self.tokens is None else self.tokens.client(authorization)
 
     def _temperature(self, request: ChatRequest) -> float:
-        return inference_temperature(self.config) if request.temperature is None else request.temperature
+        return self.system.generation("answer").temperature if request.temperature is None else request.temperature
 
     def _writer(self, temperature: float) -> BatchedPlanWriter:
         """One batching writer per temperature: a generator batch samples at one temperature."""
         if temperature not in self._writers:
-            def sample(prompt_ids: list[list[int]], shapes: list[Any], seeds: list[int]) -> list[Any]:
+
+            def sample(prompt_ids: list[list[int]], shapes: list[PlanShape | None], seeds: list[int]) -> list[Sample]:
                 return self.sample_batch(prompt_ids, shapes, seeds, temperature)
+
             self._writers[temperature] = BatchedPlanWriter(sample, window_s=self.batch_window_s)
         return self._writers[temperature]
-
-    def _prompt(self, max_steps: int) -> ConductorPrompt:
-        if max_steps not in self._prompts:
-            conductor = self.config.conductor.model_copy(update={"max_steps": max_steps})
-            self._prompts[max_steps] = ConductorPrompt.from_config(
-                self.config.model_copy(update={"conductor": conductor}), tokenizer=self.tokenizer)
-        return self._prompts[max_steps]
 
 
 def watch_page() -> str:
@@ -263,21 +329,49 @@ def error_reply(err: RequestError) -> Reply:
 def step_event(trace: StepTrace) -> dict[str, Any]:
     """A finished step as the `conductor` field streams it."""
     record = step_record(trace)
-    return {"event": "step", **{k: record[k] for k in ("index", "worker", "subtask", "access", "response", "usage",
-                                                       "cost_usd", "latency_s", "error", "simulated", "inner")}}
+    return {
+        "event": "step",
+        **{
+            k: record[k]
+            for k in (
+                "index",
+                "worker",
+                "subtask",
+                "access",
+                "response",
+                "usage",
+                "cost_usd",
+                "latency_s",
+                "error",
+                "simulated",
+                "inner",
+            )
+        },
+    }
 
 
 def conductor_field(answer: Answer) -> dict[str, Any]:
     """The reply's extension field: the plan, each step, the totals."""
     return {
-        "plan": None if answer.plan is None else [
-            {"model_id": s.model_id, "subtask": s.subtask, "access": list(s.access)} for s in answer.plan.steps],
+        "plan": None
+        if answer.plan is None
+        else [{"model_id": s.model_id, "subtask": s.subtask, "access": list(s.access)} for s in answer.plan.steps],
         "completion": answer.completion,
         "plan_error": answer.plan_error,
-        "steps": [{"index": s.index, "worker": s.worker, "subtask": s.subtask, "access": list(s.access),
-                   "latency_s": s.latency_s, "usage": {"input_tokens": s.usage.input_tokens,
-                                                        "output_tokens": s.usage.output_tokens},
-                   "cost_usd": s.cost_usd, "error": s.error, "inner": s.inner} for s in answer.steps],
+        "steps": [
+            {
+                "index": s.index,
+                "worker": s.worker,
+                "subtask": s.subtask,
+                "access": list(s.access),
+                "latency_s": s.latency_s,
+                "usage": {"input_tokens": s.usage.input_tokens, "output_tokens": s.usage.output_tokens},
+                "cost_usd": s.cost_usd,
+                "error": s.error,
+                "inner": s.inner,
+            }
+            for s in answer.steps
+        ],
         "cost_usd": answer.cost_usd,
         "conductor_tokens": {"completion": answer.completion_tokens},
         "conductor_s": answer.conductor_s,
@@ -289,8 +383,11 @@ def conductor_field(answer: Answer) -> dict[str, Any]:
 def failure_of(answer: Answer) -> RequestError:
     """Why a run ended without an answer."""
     if answer.plan_error:
-        return RequestError(500, f"the Conductor's plan did not parse ({answer.plan_error}); ask again, perhaps "
-                                 f"at a lower temperature", code="plan_error", kind="server_error")
+        return RequestError(
+            500,
+            f"the Conductor's plan did not parse ({answer.plan_error}); ask again, perhaps at a lower temperature",
+            code="plan_error",
+            kind="server_error",
+        )
     reason = answer.infrastructure_error or "the workflow ended without an answer"
     return RequestError(502, f"a worker failed mid-plan: {reason}", code="worker_error", kind="server_error")
-

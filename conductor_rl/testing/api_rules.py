@@ -27,10 +27,43 @@ class Refusal:
 
 # Chat Completions arguments OpenAI knows (anything else: "Unrecognized request argument").
 _OPENAI_CHAT_ARGS = frozenset(
-    "messages model audio frequency_penalty function_call functions logit_bias logprobs max_completion_tokens "
-    "max_tokens metadata modalities n parallel_tool_calls prediction presence_penalty prompt_cache_key "
-    "reasoning_effort response_format safety_identifier seed service_tier stop store stream stream_options "
-    "temperature tool_choice tools top_logprobs top_p user verbosity web_search_options".split())
+    [
+        "messages",
+        "model",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "metadata",
+        "modalities",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    ]
+)
 
 
 def _openai_efforts(model: str) -> frozenset[str] | None:
@@ -67,7 +100,7 @@ def _number(value: Any) -> str:
 def _openai_refusal(wire: str, request: dict[str, Any]) -> Refusal | None:
     model = str(request.get("model", "")).lower()
     if not is_openai_name(model):
-        return None   # an open model on vLLM & co., or the tests' fake-model: taken as it comes
+        return None  # an open model on vLLM & co., or the tests' fake-model: taken as it comes
     if wire == "chat":
         unknown = sorted(set(request) - _OPENAI_CHAT_ARGS)
         if unknown:
@@ -75,46 +108,72 @@ def _openai_refusal(wire: str, request: dict[str, Any]) -> Refusal | None:
         effort, effort_param = request.get("reasoning_effort"), "reasoning_effort"
     else:
         if "reasoning_effort" in request:
-            return Refusal("Unsupported parameter: 'reasoning_effort'. In the Responses API, this parameter has "
-                           "moved to 'reasoning.effort'. Try again with the new parameter.", None,
-                           "unsupported_parameter")
+            return Refusal(
+                "Unsupported parameter: 'reasoning_effort'. In the Responses API, this parameter has "
+                "moved to 'reasoning.effort'. Try again with the new parameter.",
+                None,
+                "unsupported_parameter",
+            )
         effort, effort_param = (request.get("reasoning") or {}).get("effort"), "reasoning.effort"
     efforts = _openai_efforts(model)
     if efforts is None:
         if effort is not None:
             if wire == "chat":
                 return Refusal("Unrecognized request argument supplied: reasoning_effort")
-            return Refusal("Unsupported parameter: 'reasoning.effort' is not supported with this model.",
-                           effort_param, "unsupported_parameter")
+            return Refusal(
+                "Unsupported parameter: 'reasoning.effort' is not supported with this model.",
+                effort_param,
+                "unsupported_parameter",
+            )
         return None
     if effort is not None and not efforts:
-        return Refusal(f"Unsupported parameter: '{effort_param}' is not supported with this model.", effort_param,
-                       "unsupported_parameter")
+        return Refusal(
+            f"Unsupported parameter: '{effort_param}' is not supported with this model.",
+            effort_param,
+            "unsupported_parameter",
+        )
     if effort is not None and effort not in efforts:
-        return Refusal(f"Unsupported value: '{effort}' is not supported with the '{model}' model. Supported values "
-                       f"are: {_listing(efforts)}.", effort_param, "unsupported_value")
+        return Refusal(
+            f"Unsupported value: '{effort}' is not supported with the '{model}' model. Supported values "
+            f"are: {_listing(efforts)}.",
+            effort_param,
+            "unsupported_value",
+        )
     if wire == "chat" and "max_tokens" in request:
-        return Refusal("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
-                       "'max_completion_tokens' instead.", "max_tokens", "unsupported_parameter")
+        return Refusal(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+            "'max_completion_tokens' instead.",
+            "max_tokens",
+            "unsupported_parameter",
+        )
     temperature = request.get("temperature")
     takes_temperature = re.match(r"gpt-5\.1(\D|$)", model) and effort == "none"
     if temperature is not None and temperature != 1 and not takes_temperature:
-        return Refusal(f"Unsupported value: 'temperature' does not support {_number(temperature)} with this model. "
-                       f"Only the default (1) value is supported.", "temperature", "unsupported_value")
+        return Refusal(
+            f"Unsupported value: 'temperature' does not support {_number(temperature)} with this model. "
+            f"Only the default (1) value is supported.",
+            "temperature",
+            "unsupported_value",
+        )
     return None
 
 
 def thinking_config(request: dict[str, Any]) -> dict[str, Any]:
     generation = request.get("generationConfig") or request.get("generation_config") or {}
     thinking = generation.get("thinkingConfig") or generation.get("thinking_config") or {}
-    return {"thinkingBudget": thinking.get("thinkingBudget", thinking.get("thinking_budget")),
-            "thinkingLevel": thinking.get("thinkingLevel", thinking.get("thinking_level")),
-            "includeThoughts": thinking.get("includeThoughts", thinking.get("include_thoughts"))}
+    return {
+        "thinkingBudget": thinking.get("thinkingBudget", thinking.get("thinking_budget")),
+        "thinkingLevel": thinking.get("thinkingLevel", thinking.get("thinking_level")),
+        "includeThoughts": thinking.get("includeThoughts", thinking.get("include_thoughts")),
+    }
 
 
 # Gemini 2.5: (lowest non-zero budget, highest, 0 allowed); -1 (dynamic) is always allowed.
-_GEMINI_BUDGETS = (("gemini-2.5-pro", (128, 32768, False)), ("gemini-2.5-flash-lite", (512, 24576, True)),
-                   ("gemini-2.5-flash", (1, 24576, True)))
+_GEMINI_BUDGETS = (
+    ("gemini-2.5-pro", (128, 32768, False)),
+    ("gemini-2.5-flash-lite", (512, 24576, True)),
+    ("gemini-2.5-flash", (1, 24576, True)),
+)
 _GEMINI_3_LEVELS = (("pro", {"LOW", "HIGH"}), ("flash", {"MINIMAL", "LOW", "MEDIUM", "HIGH"}))
 
 
@@ -136,8 +195,9 @@ def _gemini_refusal(model: str, request: dict[str, Any]) -> Refusal | None:
             if budget == 0 and not zero_ok:
                 return Refusal("Budget 0 is invalid. This model only works in thinking mode.")
             if budget != 0 and not low <= budget <= high:
-                return Refusal(f"The thinking budget {budget} is invalid. Please choose a value between {low} and "
-                               f"{high}.")
+                return Refusal(
+                    f"The thinking budget {budget} is invalid. Please choose a value between {low} and {high}."
+                )
             return None
     return None
 
@@ -154,8 +214,10 @@ def _anthropic_refusal(request: dict[str, Any]) -> Refusal | None:
     if kind not in ("enabled", "adaptive"):
         return None
     if kind == "enabled" and re.match(r"claude-(opus|sonnet|haiku)-(4-[7-9]|[5-9])(\D|$)", model):
-        return Refusal('"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and '
-                       '"output_config.effort" to control thinking behavior.')
+        return Refusal(
+            '"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and '
+            '"output_config.effort" to control thinking behavior.'
+        )
     if re.match(r"claude-3-(?!7)", model):
         return Refusal(f"'{request.get('model')}' does not support thinking.")
     if kind == "enabled":
@@ -163,12 +225,16 @@ def _anthropic_refusal(request: dict[str, Any]) -> Refusal | None:
         if not isinstance(budget, int) or budget < 1024:
             return Refusal("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
         if budget >= int(request.get("max_tokens") or 0):
-            return Refusal(f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
-                           f"documentation at {_CLAUDE_DOCS}#max-tokens-and-context-window-size")
+            return Refusal(
+                f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
+                f"documentation at {_CLAUDE_DOCS}#max-tokens-and-context-window-size"
+            )
     temperature = request.get("temperature")
     if temperature is not None and temperature != 1:
-        return Refusal(f"`temperature` may only be set to 1 when thinking is enabled. Please consult our "
-                       f"documentation at {_CLAUDE_DOCS}#feature-compatibility")
+        return Refusal(
+            f"`temperature` may only be set to 1 when thinking is enabled. Please consult our "
+            f"documentation at {_CLAUDE_DOCS}#feature-compatibility"
+        )
     return None
 
 

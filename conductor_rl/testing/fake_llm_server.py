@@ -71,7 +71,7 @@ CACHED_TOKENS = 2
 REASONING_TOKENS = 3
 ANSWER_TOKENS = 5
 REASONING_TEXT = "Let me think step by step: the question asks for a sum."
-OUTPUTS = ("think", "length", "length_empty")   # script entries that shape an answer; not faults
+OUTPUTS = ("think", "length", "length_empty")  # script entries that shape an answer; not faults
 
 _GEMINI_PATH = re.compile(r"^/v1(?:beta|alpha)?/models/([^:/]+):generateContent$")
 
@@ -80,14 +80,14 @@ _GEMINI_PATH = re.compile(r"^/v1(?:beta|alpha)?/models/([^:/]+):generateContent$
 class ServerStats:
     requests: int = 0
     ok: int = 0
-    limit_429s: int = 0                 # 429s the server's own limit had to return
+    limit_429s: int = 0  # 429s the server's own limit had to return
     limit_429_times: list[float] = field(default_factory=list)  # seconds since the first request
     scripted_faults: int = 0
     usages: list[dict[str, int]] = field(default_factory=list)  # one per 200 answer: input/output/reasoning/cached
     auth_headers: list[str] = field(default_factory=list)
     first_request_at: float | None = None
-    bodies: list[Any] = field(default_factory=list)    # every request's JSON body, as received
-    paths: list[str] = field(default_factory=list)     # and its path (Gemini names the model there)
+    bodies: list[Any] = field(default_factory=list)  # every request's JSON body, as received
+    paths: list[str] = field(default_factory=list)  # and its path (Gemini names the model there)
     refusals: list[str] = field(default_factory=list)  # the messages of strict-model 400s
 
 
@@ -106,7 +106,7 @@ class FakeLLMServer:
         self.port = 0
 
     # -- life cycle ---------------------------------------------------------------
-    def start(self) -> "FakeLLMServer":
+    def start(self) -> FakeLLMServer:
         ready = threading.Event()
 
         def serve() -> None:
@@ -124,18 +124,22 @@ class FakeLLMServer:
     def stop(self) -> None:
         if self._loop is None:
             return
+        server, thread = self._server, self._thread
+        assert server is not None and thread is not None, "a started server has both"
+
         async def close() -> None:
-            self._server.close()
+            server.close()
             handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in handlers:  # open keep-alive connections
                 task.cancel()
             await asyncio.gather(*handlers, return_exceptions=True)
+
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
+        thread.join(5)
         self._loop = None
 
-    def __enter__(self) -> "FakeLLMServer":
+    def __enter__(self) -> FakeLLMServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -175,7 +179,8 @@ class FakeLLMServer:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, _, v in (l.partition(":") for l in lines[1:] if l)}
+                fields = (line.partition(":") for line in lines[1:] if line)
+                headers = {k.strip().lower(): v.strip() for k, _, v in fields}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 reply = await self._respond(method, path.split("?")[0], headers, body)
                 if reply is None:  # "drop": close without an answer
@@ -197,8 +202,9 @@ class FakeLLMServer:
             stats.requests += 1
             if stats.first_request_at is None:
                 stats.first_request_at = now
-            stats.auth_headers.append(headers.get("authorization", "") or headers.get("x-api-key", "")
-                                      or headers.get("x-goog-api-key", ""))
+            stats.auth_headers.append(
+                headers.get("authorization", "") or headers.get("x-api-key", "") or headers.get("x-goog-api-key", "")
+            )
             fault = self._faults.popleft() if self._faults else "ok"
             answers = fault == "ok" or fault.split(":")[0] in OUTPUTS
             if not answers:
@@ -230,7 +236,7 @@ class FakeLLMServer:
             return _http(200, None, raw=b'{"id": "x", "choices": [{"message": ')
         if not isinstance(request, dict):
             return _error(wire, 400, "We could not parse the JSON body of your request.")
-        model = _GEMINI_PATH.match(path).group(1) if wire == "gemini" else str(request.get("model", ""))
+        model = _gemini_model(path) if wire == "gemini" else str(request.get("model", ""))
         refused = refusal(wire, model, request)
         if refused is not None:
             with self._lock:
@@ -268,6 +274,13 @@ def _wire_of(path: str) -> str | None:
     return None
 
 
+def _gemini_model(path: str) -> str:
+    """The model a Gemini path names (`_wire_of` called it Gemini by this same pattern)."""
+    match = _GEMINI_PATH.match(path)
+    assert match is not None, path
+    return match.group(1)
+
+
 def _prompt_text(request: dict[str, Any]) -> str:
     parts: list[str] = [str(request.get("instructions") or ""), json.dumps(request.get("system") or "")]
     for m in request.get("messages") or request.get("input") or []:
@@ -282,12 +295,12 @@ class _Output:
     """What a scripted answer holds: reasoning or not (and in which form), cut short or not, an answer or not."""
 
     think: bool = False
-    variant: str = ""       # reasoning_content | inline | open | redacted
+    variant: str = ""  # reasoning_content | inline | open | redacted
     length: bool = False
     empty: bool = False
 
     @classmethod
-    def of(cls, entry: str) -> "_Output":
+    def of(cls, entry: str) -> _Output:
         kind, _, variant = entry.partition(":")
         if kind == "think":
             return cls(think=True, variant=variant)
@@ -301,98 +314,174 @@ class _Output:
 def _usage_for(request: dict[str, Any], output: _Output = _Output()) -> dict[str, int]:
     """Deterministic usage: about 4 characters per prompt token; no answer tokens when there is no answer."""
     answer = 0 if output.empty else ANSWER_TOKENS
-    return {"input": 10 + len(_prompt_text(request)) // 4, "output": answer + REASONING_TOKENS,
-            "reasoning": REASONING_TOKENS, "cached": CACHED_TOKENS}
+    return {
+        "input": 10 + len(_prompt_text(request)) // 4,
+        "output": answer + REASONING_TOKENS,
+        "reasoning": REASONING_TOKENS,
+        "cached": CACHED_TOKENS,
+    }
 
 
-def _answer(wire: str, path: str, request: dict[str, Any], usage: dict[str, int],
-            output: _Output = _Output()) -> dict[str, Any]:
+def _answer(
+    wire: str, path: str, request: dict[str, Any], usage: dict[str, int], output: _Output = _Output()
+) -> dict[str, Any]:
     text = "" if output.empty else "echo: " + _prompt_text(request).strip()[-60:]
-    model = request.get("model") or (_GEMINI_PATH.match(path).group(1) if wire == "gemini" else "fake")
+    model = request.get("model") or (_gemini_model(path) if wire == "gemini" else "fake")
     if wire == "chat":
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if output.think and output.variant == "inline":
             message["content"] = f"<think>{REASONING_TEXT}" + ("" if output.empty else f"</think>\n\n{text}")
         elif output.think and output.variant == "open":
             message["content"] = REASONING_TEXT + ("" if output.empty else f"\n</think>\n\n{text}")
-        elif output.think and not is_openai_name(str(model).lower()):   # OpenAI's Chat shows no reasoning
+        elif output.think and not is_openai_name(str(model).lower()):  # OpenAI's Chat shows no reasoning
             message["reasoning_content" if output.variant == "reasoning_content" else "reasoning"] = REASONING_TEXT
-        return {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": model,
-                "choices": [{"index": 0, "finish_reason": "length" if output.length else "stop", "message": message}],
-                "usage": {"prompt_tokens": usage["input"], "completion_tokens": usage["output"],
-                          "total_tokens": usage["input"] + usage["output"],
-                          "prompt_tokens_details": {"cached_tokens": usage["cached"]},
-                          "completion_tokens_details": {"reasoning_tokens": usage["reasoning"]}}}
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "finish_reason": "length" if output.length else "stop", "message": message}],
+            "usage": {
+                "prompt_tokens": usage["input"],
+                "completion_tokens": usage["output"],
+                "total_tokens": usage["input"] + usage["output"],
+                "prompt_tokens_details": {"cached_tokens": usage["cached"]},
+                "completion_tokens_details": {"reasoning_tokens": usage["reasoning"]},
+            },
+        }
     if wire == "responses":
         items: list[dict[str, Any]] = []
         if output.think:
             # Summaries only when asked for (reasoning.summary), as OpenAI does.
             asked = bool((request.get("reasoning") or {}).get("summary"))
-            items.append({"type": "reasoning", "id": "rs_1",
-                          "summary": [{"type": "summary_text", "text": REASONING_TEXT}] if asked else []})
+            items.append(
+                {
+                    "type": "reasoning",
+                    "id": "rs_1",
+                    "summary": [{"type": "summary_text", "text": REASONING_TEXT}] if asked else [],
+                }
+            )
         if text:
-            items.append({"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
-                          "content": [{"type": "output_text", "text": text, "annotations": []}]})
-        return {"id": "resp_1", "object": "response", "created_at": int(time.time()), "model": model,
-                "status": "incomplete" if output.length else "completed",
-                "incomplete_details": {"reason": "max_output_tokens"} if output.length else None,
-                "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "output": items,
-                "usage": {"input_tokens": usage["input"], "output_tokens": usage["output"],
-                          "total_tokens": usage["input"] + usage["output"],
-                          "input_tokens_details": {"cached_tokens": usage["cached"]},
-                          "output_tokens_details": {"reasoning_tokens": usage["reasoning"]}}}
+            items.append(
+                {
+                    "type": "message",
+                    "id": "msg_1",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            )
+        return {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": model,
+            "status": "incomplete" if output.length else "completed",
+            "incomplete_details": {"reason": "max_output_tokens"} if output.length else None,
+            "parallel_tool_calls": False,
+            "tool_choice": "auto",
+            "tools": [],
+            "output": items,
+            "usage": {
+                "input_tokens": usage["input"],
+                "output_tokens": usage["output"],
+                "total_tokens": usage["input"] + usage["output"],
+                "input_tokens_details": {"cached_tokens": usage["cached"]},
+                "output_tokens_details": {"reasoning_tokens": usage["reasoning"]},
+            },
+        }
     if wire == "anthropic":
         blocks: list[dict[str, Any]] = []
         thinking_on = (request.get("thinking") or {}).get("type") in ("enabled", "adaptive")
-        if output.think and thinking_on:   # thinking blocks come only with thinking on
+        if output.think and thinking_on:  # thinking blocks come only with thinking on
             blocks.append({"type": "thinking", "thinking": REASONING_TEXT, "signature": "c2lnbmF0dXJl"})
             if output.variant == "redacted":
                 blocks.append({"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"})
         if text:
             blocks.append({"type": "text", "text": text})
         # Anthropic's input_tokens leaves out cache reads.
-        return {"id": "msg_1", "type": "message", "role": "assistant", "model": model,
-                "stop_reason": "max_tokens" if output.length else "end_turn", "content": blocks,
-                "usage": {"input_tokens": usage["input"] - usage["cached"], "output_tokens": usage["output"],
-                          "cache_read_input_tokens": usage["cached"], "cache_creation_input_tokens": 0,
-                          "output_tokens_details": {"thinking_tokens": usage["reasoning"]}}}
+        return {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "stop_reason": "max_tokens" if output.length else "end_turn",
+            "content": blocks,
+            "usage": {
+                "input_tokens": usage["input"] - usage["cached"],
+                "output_tokens": usage["output"],
+                "cache_read_input_tokens": usage["cached"],
+                "cache_creation_input_tokens": 0,
+                "output_tokens_details": {"thinking_tokens": usage["reasoning"]},
+            },
+        }
     parts: list[dict[str, Any]] = []
-    if output.think and thinking_config(request).get("includeThoughts"):   # thought summaries only when asked
+    if output.think and thinking_config(request).get("includeThoughts"):  # thought summaries only when asked
         parts.append({"text": REASONING_TEXT, "thought": True})
     if text:
         parts.append({"text": text})
     content: dict[str, Any] = {"role": "model", **({"parts": parts} if parts else {})}
     # Gemini's candidatesTokenCount leaves out the thoughts.
-    return {"candidates": [{"content": content, "finishReason": "MAX_TOKENS" if output.length else "STOP"}],
-            "modelVersion": model,
-            "usageMetadata": {"promptTokenCount": usage["input"], "candidatesTokenCount": usage["output"] - usage["reasoning"],
-                              "thoughtsTokenCount": usage["reasoning"], "cachedContentTokenCount": usage["cached"],
-                              "totalTokenCount": usage["input"] + usage["output"]}}
+    return {
+        "candidates": [{"content": content, "finishReason": "MAX_TOKENS" if output.length else "STOP"}],
+        "modelVersion": model,
+        "usageMetadata": {
+            "promptTokenCount": usage["input"],
+            "candidatesTokenCount": usage["output"] - usage["reasoning"],
+            "thoughtsTokenCount": usage["reasoning"],
+            "cachedContentTokenCount": usage["cached"],
+            "totalTokenCount": usage["input"] + usage["output"],
+        },
+    }
 
 
-_STATUS_TEXT = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-                429: "Too Many Requests", 500: "Internal Server Error"}
+_STATUS_TEXT = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+}
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error"}
 _GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL"}
 
 
-def _error(wire: str, status: int, message: str, retry_after: float | None = None, param: str | None = None,
-           code: str | None = None) -> bytes:
+def _error(
+    wire: str,
+    status: int,
+    message: str,
+    retry_after: float | None = None,
+    param: str | None = None,
+    code: str | None = None,
+) -> bytes:
     if wire == "anthropic":
-        body: dict[str, Any] = {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"),
-                                                           "message": message}}
+        body: dict[str, Any] = {
+            "type": "error",
+            "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message},
+        }
     elif wire == "gemini":
         body = {"error": {"code": status, "message": message, "status": _GOOGLE_STATUS.get(status, "UNKNOWN")}}
     else:
-        body = {"error": {"message": message, "type": "requests" if status == 429 else "invalid_request_error",
-                          "param": param, "code": code}}
+        body = {
+            "error": {
+                "message": message,
+                "type": "requests" if status == 429 else "invalid_request_error",
+                "param": param,
+                "code": code,
+            }
+        }
     extra = {"retry-after": f"{retry_after:.3f}"} if retry_after is not None else {}
     return _http(status, body, headers=extra)
 
 
 def _http(status: int, body: Any, raw: bytes | None = None, headers: dict[str, str] | None = None) -> bytes:
     payload = raw if raw is not None else json.dumps(body).encode()
-    lines = [f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Error')}", "content-type: application/json",
-             f"content-length: {len(payload)}", "connection: keep-alive"]
+    lines = [
+        f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Error')}",
+        "content-type: application/json",
+        f"content-length: {len(payload)}",
+        "connection: keep-alive",
+    ]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload

@@ -11,7 +11,5 @@ def cost_of(usage: Usage, price: Price) -> float:
     part of the output tokens (every provider we support counts them there)."""
     fresh_input = max(usage.input_tokens - usage.cached_tokens, 0)
     return (
-        fresh_input * price.input
-        + usage.cached_tokens * price.cached_input
-        + usage.output_tokens * price.output
+        fresh_input * price.input + usage.cached_tokens * price.cached_input + usage.output_tokens * price.output
     ) / 1_000_000

@@ -43,9 +43,19 @@ async def _maybe_await(value: Any) -> Any:
 
 
 class GuardedProvider:
-    def __init__(self, provider: Any, *, provider_kind: str, limiter: Any = None, ledger: Any = None,
-                 policy: RetryPolicy = RetryPolicy(), observer: CallObserver | None = None,
-                 rng: random.Random | None = None, check_budget: bool = True, price: Price | None = None) -> None:
+    def __init__(
+        self,
+        provider: Any,
+        *,
+        provider_kind: str,
+        limiter: Any = None,
+        ledger: Any = None,
+        policy: RetryPolicy = RetryPolicy(),
+        observer: CallObserver | None = None,
+        rng: random.Random | None = None,
+        check_budget: bool = True,
+        price: Price | None = None,
+    ) -> None:
         """`price`: the worker's, for the worst-case cost of a call in flight (none: 0)."""
         self.provider = provider
         self.name = provider.name
@@ -63,8 +73,9 @@ class GuardedProvider:
 
     async def complete(self, request: WorkerRequest) -> WorkerResponse:
         try:
-            return await call_with_retries(lambda: self._attempt(request), self.policy,
-                                           on_retry=self._on_retry, rng=self.rng)
+            return await call_with_retries(
+                lambda: self._attempt(request), self.policy, on_retry=self._on_retry, rng=self.rng
+            )
         except ProviderError as err:
             self.observer.call_failed(self.name, err)
             raise
@@ -72,14 +83,17 @@ class GuardedProvider:
     async def _attempt(self, request: WorkerRequest) -> WorkerResponse:
         call_id = uuid.uuid4().hex if self.ledger is not None else None
         if self.ledger is not None:
-            opened = self.ledger.open_call(call_id, self.name, self.provider_kind, self.worst_case_cost(request),
-                                           self.check_budget)
-            if self.check_budget:   # admission: no call starts once the budget is spent
+            opened = self.ledger.open_call(
+                call_id, self.name, self.provider_kind, self.worst_case_cost(request), self.check_budget
+            )
+            if self.check_budget:  # admission: no call starts once the budget is spent
                 await _maybe_await(opened)
             # else not awaited (a round trip saved): the ledger pairs it with `record` in either order
         grant = None
         if self.limiter is not None:
-            grant, waited = await _maybe_await(self.limiter.acquire(estimate_tokens(request.messages, request.max_tokens)))
+            grant, waited = await _maybe_await(
+                self.limiter.acquire(estimate_tokens(request.messages, request.max_tokens))
+            )
             if waited > 0:
                 self.observer.waited(self.name, waited)
         sent = time.perf_counter()
@@ -97,12 +111,17 @@ class GuardedProvider:
         # (both at once: on a cluster each is an actor round trip).
         bookkeeping = []
         if self.ledger is not None:
-            bookkeeping.append(_maybe_await(
-                self.ledger.record(self.name, self.provider_kind, response.usage, response.cost_usd,
-                                   call_id=call_id)))
+            bookkeeping.append(
+                _maybe_await(
+                    self.ledger.record(
+                        self.name, self.provider_kind, response.usage, response.cost_usd, call_id=call_id
+                    )
+                )
+            )
         if grant is not None:
-            bookkeeping.append(_maybe_await(
-                self.limiter.settle(grant, response.usage.total, time.perf_counter() - sent)))
+            bookkeeping.append(
+                _maybe_await(self.limiter.settle(grant, response.usage.total, time.perf_counter() - sent))
+            )
         await asyncio.gather(*bookkeeping)
         self.observer.call_finished(self.name, response)
         return response
@@ -110,8 +129,9 @@ class GuardedProvider:
     def worst_case_cost(self, request: WorkerRequest) -> float:
         if self.price is None:
             return 0.0
-        return cost_of(Usage(input_tokens=estimate_tokens(request.messages, 0), output_tokens=request.max_tokens),
-                       self.price)
+        return cost_of(
+            Usage(input_tokens=estimate_tokens(request.messages, 0), output_tokens=request.max_tokens), self.price
+        )
 
     async def _on_retry(self, error: ProviderError, delay: float) -> None:
         self.observer.retried(self.name, error)

@@ -88,25 +88,34 @@ class CostLedger:
         self.iteration = 0
         self.entries: list[LedgerEntry] = []
         self._total = Totals()
-        self._by: dict[str, dict[object, Totals]] = {k: defaultdict(Totals) for k in ("worker", "provider", "iteration")}
+        self._by: dict[str, dict[object, Totals]] = {
+            k: defaultdict(Totals) for k in ("worker", "provider", "iteration")
+        }
         self._unsettled = Totals()
         self._open: dict[str, OpenCall] = {}
-        self._closed_early: set[str] = set()   # closed before their open_call arrived (Ray may reorder them)
+        self._closed_early: set[str] = set()  # closed before their open_call arrived (Ray may reorder them)
 
     def start_iteration(self, iteration: int) -> None:
         self.iteration = iteration
 
     def admit(self) -> None:
         """Raise BudgetExceededError if no new call may start."""
-        if self.exhausted:
+        if self.budget_usd is not None and self.exhausted:
             raise BudgetExceededError(self._total.cost_usd, self.budget_usd)
 
     @property
     def exhausted(self) -> bool:
         return self.budget_usd is not None and self._total.cost_usd >= self.budget_usd
 
-    def record(self, worker: str, provider: str, usage: Usage, cost_usd: float, iteration: int | None = None,
-               call_id: str | None = None) -> bool:
+    def record(
+        self,
+        worker: str,
+        provider: str,
+        usage: Usage,
+        cost_usd: float,
+        iteration: int | None = None,
+        call_id: str | None = None,
+    ) -> bool:
         """Add one finished call (always accepted), closing `call_id` if it was
         opened. Returns whether the budget is now exhausted."""
         opened = self._close(call_id)
@@ -181,5 +190,9 @@ class CostLedger:
             self._by[key] = restored
 
     def summary(self) -> dict:
-        return {"total": asdict(self._total), "unsettled": asdict(self._unsettled), "budget_usd": self.budget_usd,
-                **{f"by_{k}": {str(n): asdict(t) for n, t in v.items()} for k, v in self._by.items()}}
+        return {
+            "total": asdict(self._total),
+            "unsettled": asdict(self._unsettled),
+            "budget_usd": self.budget_usd,
+            **{f"by_{k}": {str(n): asdict(t) for n, t in v.items()} for k, v in self._by.items()},
+        }

@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 CHARS_PER_TOKEN = 4
 
@@ -45,7 +45,7 @@ def estimate_tokens(messages: list[dict[str, str]], max_tokens: int) -> int:
 @dataclass
 class Grant:
     id: int
-    at: float          # when it was granted; when settled, when it was settled
+    at: float  # when it was granted; when settled, when it was settled
     tokens: int
     settled: bool = False
 
@@ -63,8 +63,16 @@ class WindowLimits:
     costs a latency per window in throughput. A call in flight counts until it
     settles; one never settled (its process died) is dropped after `max_call_s`."""
 
-    def __init__(self, rpm: int | None, tpm: int | None, window_s: float = 60.0, headroom_s: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic, pace: bool = True, max_call_s: float = 900.0) -> None:
+    def __init__(
+        self,
+        rpm: int | None,
+        tpm: int | None,
+        window_s: float = 60.0,
+        headroom_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        pace: bool = True,
+        max_call_s: float = 900.0,
+    ) -> None:
         if window_s <= 0:
             raise ValueError(f"window_s must be positive, got {window_s}")
         self.rpm, self.tpm, self.window_s, self.headroom_s = rpm, tpm, window_s, headroom_s

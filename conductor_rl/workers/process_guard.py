@@ -29,8 +29,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 POLL_S = 0.5
 PR_SET_PDEATHSIG = 1
@@ -42,7 +42,7 @@ def start_time(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[-1].split()   # after "pid (comm)": state is field 3, starttime field 22
+    fields = stat.rsplit(")", 1)[-1].split()  # after "pid (comm)": state is field 3, starttime field 22
     if not fields or fields[0] == "Z":
         return None
     return int(fields[19])
@@ -58,7 +58,7 @@ def members(pgid: int, exclude: int = -1) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[-1].split()   # state, ppid, pgrp, ...
+        fields = stat.rsplit(")", 1)[-1].split()  # state, ppid, pgrp, ...
         if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != "Z":
             found.append(int(entry))
     return found
@@ -71,7 +71,7 @@ def stop_group(pgid: int, grace_s: float, child: subprocess.Popen | None = None)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if child is not None:
-            child.poll()   # reap it once it exits
+            child.poll()  # reap it once it exits
         if not members(pgid, me):
             return
         time.sleep(0.1)
@@ -95,7 +95,7 @@ def _die_with_guard() -> None:
     """In COMMAND's process, before exec: SIGTERM when the guard dies."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):   # not Linux: the guard's watch still holds
+    except (OSError, AttributeError):  # not Linux: the guard's watch still holds
         pass
 
 
@@ -119,9 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("no COMMAND after --")
     parent_started = start_time(args.parent)
     if os.getpgrp() != os.getpid():
-        os.setpgid(0, 0)   # started without a group of its own: stopping ours must spare the caller
+        os.setpgid(0, 0)  # started without a group of its own: stopping ours must spare the caller
     if args.detach and os.fork() > 0:
-        os._exit(0)        # the caller's direct child ends here; the guard lives on in the same group
+        os._exit(0)  # the caller's direct child ends here; the guard lives on in the same group
     pgid = os.getpgrp()
     stopping = False
 
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        child = subprocess.Popen(command, preexec_fn=_die_with_guard)   # noqa: PLW1509 (the guard has one thread)
+        child = subprocess.Popen(command, preexec_fn=_die_with_guard)  # noqa: PLW1509 (the guard has one thread)
     except OSError as err:
         print(f"process_guard: cannot start {command[0]!r}: {err}", file=sys.stderr, flush=True)
         _write_status(args.status, 127)
@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = child.poll()
     stop_group(pgid, args.grace, child)
     code = child.returncode if code is None else code
-    code = 1 if code is None else (code if code >= 0 else 128 - code)   # killed by signal N: 128 + N
+    code = 1 if code is None else (code if code >= 0 else 128 - code)  # killed by signal N: 128 + N
     _write_status(args.status, code)
     return code
 

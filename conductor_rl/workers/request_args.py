@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from conductor_rl.config import WorkerConfig
 from conductor_rl.workers.request_shape import shape_for
 
-if TYPE_CHECKING:   # the request type only; providers import this module
+if TYPE_CHECKING:  # the request type only; providers import this module
     from conductor_rl.workers.providers.base import WorkerRequest
 
 
@@ -44,14 +44,14 @@ def with_extra_body(args: dict[str, Any], extra: dict[str, Any]) -> dict[str, An
     return out
 
 
-def openai_chat_args(config: WorkerConfig, request: "WorkerRequest") -> dict[str, Any]:
+def openai_chat_args(config: WorkerConfig, request: WorkerRequest) -> dict[str, Any]:
     """Keyword arguments of `chat.completions.create` (OpenAI itself, or an OpenAI-compatible server)."""
     shape = shape_for(config, request)
     args: dict[str, Any] = {"model": config.model, "messages": request.messages}
     if config.provider == "openai":
-        args["max_completion_tokens"] = request.max_tokens   # reasoning models refuse max_tokens
+        args["max_completion_tokens"] = request.max_tokens  # reasoning models refuse max_tokens
     else:
-        args["max_tokens"] = request.max_tokens              # what every open-model server understands
+        args["max_tokens"] = request.max_tokens  # what every open-model server understands
     if shape.temperature is not None:
         args["temperature"] = shape.temperature
     if shape.effort is not None:
@@ -61,7 +61,7 @@ def openai_chat_args(config: WorkerConfig, request: "WorkerRequest") -> dict[str
     return with_extra_body(args, config.extra_body)
 
 
-def openai_responses_args(config: WorkerConfig, request: "WorkerRequest") -> dict[str, Any]:
+def openai_responses_args(config: WorkerConfig, request: WorkerRequest) -> dict[str, Any]:
     """Keyword arguments of `responses.create`. Reasoning summaries are not asked for (OpenAI refuses
     them to unverified organisations); `extra_body: {reasoning: {summary: auto}}` asks."""
     shape = shape_for(config, request)
@@ -81,7 +81,7 @@ def openai_responses_args(config: WorkerConfig, request: "WorkerRequest") -> dic
     return with_extra_body(args, config.extra_body)
 
 
-def anthropic_args(config: WorkerConfig, request: "WorkerRequest") -> dict[str, Any]:
+def anthropic_args(config: WorkerConfig, request: WorkerRequest) -> dict[str, Any]:
     """Keyword arguments of `messages.create`."""
     shape = shape_for(config, request)
     system, messages = split_system(request.messages)
@@ -100,14 +100,15 @@ def anthropic_args(config: WorkerConfig, request: "WorkerRequest") -> dict[str, 
     return with_extra_body(args, config.extra_body)
 
 
-def gemini_args(config: WorkerConfig, request: "WorkerRequest") -> dict[str, Any]:
+def gemini_args(config: WorkerConfig, request: WorkerRequest) -> dict[str, Any]:
     """Keyword arguments of `aio.models.generate_content` (plain dicts the SDK validates).
     Thought summaries are asked for (`include_thoughts`) whenever a model in the table thinks:
     thoughts are billed either way, and the summaries show in traces, never to later steps."""
     shape = shape_for(config, request)
     system, messages = split_system(request.messages)
-    contents = [{"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["content"]}]}
-                for m in messages]
+    contents = [
+        {"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["content"]}]} for m in messages
+    ]
     generation: dict[str, Any] = {"max_output_tokens": request.max_tokens}
     if system is not None:
         generation["system_instruction"] = system

@@ -6,45 +6,11 @@ Providers disagree on both: GPT-5 refuses any temperature but its default and ta
 `reasoning_effort`; Gemini 2.5 takes a `thinking_budget` whose range depends on the
 model (2.5 Pro cannot turn thinking off); Claude's extended thinking needs a budget of
 at least 1024 tokens below `max_tokens` and no temperature; Qwen3 switches thinking
-in its chat template. `TRAITS` is the table; `shape_request` turns a configuration into
+in its chat template. `TRAITS` (model_traits.py) is the table; `shape_request` turns a configuration into
 one `RequestShape`; conductor_rl/workers/request_args.py turns that into the exact
 keyword arguments each SDK call takes (so tests compare them with what went over the wire).
 
-The table (provider, first matching model-name pattern wins):
-
-| provider          | model pattern                  | reasoning control                                  | temperature |
-|-------------------|--------------------------------|----------------------------------------------------|-------------|
-| openai(_responses)| gpt-5-chat                     | none                                               | sent        |
-|                   | gpt-5-pro                      | reasoning_effort high only                         | never       |
-|                   | gpt-5.1                        | reasoning_effort none/low/medium/high (none = off) | only with effort none |
-|                   | gpt-5.2 and later              | reasoning_effort none/low/medium/high/xhigh        | never       |
-|                   | gpt-5, -mini, -nano            | reasoning_effort minimal/low/medium/high           | never       |
-|                   | o1-mini, o1-preview            | always reasons, no control                         | never       |
-|                   | o1, o3, o4 (-mini)             | reasoning_effort low/medium/high                   | never       |
-|                   | gpt-4*, gpt-3.5, chatgpt-4o    | none                                               | sent        |
-| google            | gemini-2.5-pro                 | thinking_budget 128..32768, cannot be 0            | sent        |
-|                   | gemini-2.5-flash-lite          | thinking_budget 512..24576 or 0 (off, its default) | sent        |
-|                   | gemini-2.5-flash               | thinking_budget 1..24576 or 0 (off)                | sent        |
-|                   | gemini-3 pro                   | thinking_level low/high, cannot be off             | sent        |
-|                   | gemini-3 flash                 | thinking_level minimal/low/medium/high             | sent        |
-|                   | gemini-1.x, gemini-2.0         | none                                               | sent        |
-| anthropic         | claude-*-4-7 and later, *-5+   | adaptive thinking + output_config.effort low/medium/high | never |
-|                   | claude-3-7-sonnet, claude-*-4* | extended thinking: off, or budget_tokens >= 1024 and < max_tokens | not with thinking |
-|                   | claude-3*                      | none                                               | sent        |
-| openai_compatible | qwen3 *-thinking-2507          | always thinks                                      | sent        |
-|                   | qwen3 *-instruct-2507, -coder  | none                                               | sent        |
-|                   | qwen3                          | chat_template_kwargs.enable_thinking on/off        | sent        |
-|                   | deepseek-r1 (and distills), qwq| always thinks (inline <think>), cannot be off      | sent        |
-|                   | gpt-oss                        | reasoning_effort low/medium/high                   | sent        |
-|                   | gemma-3                        | none                                               | sent        |
-
-Sources: OpenAI's reasoning guide and its 400s ("Only the default (1) value is
-supported", gpt-5.1's "Supported values are: 'none', 'low', 'medium', and 'high'");
-Gemini's thinking guide (budget ranges; "Budget 0 is invalid. This model only works in
-thinking mode."; thinking_level is for Gemini 3 only); Anthropic's extended-thinking
-guide (budget >= 1024, below max_tokens, temperature only 1) and its Opus 4.7 refusal
-of `thinking.type.enabled`; Qwen3's model card (enable_thinking); vLLM, which drops
-chat_template_kwargs a template does not use (so enable_thinking is harmless elsewhere).
+The table of what each model accepts is conductor_rl/workers/model_traits.py.
 
 Levels:
 - `default` sends nothing: the model's own behaviour (GPT-5: medium; Gemini 2.5 Pro and
@@ -72,22 +38,19 @@ thinking; open models `enable_thinking`) without range checks; `shape_notes` say
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from conductor_rl.config import REASONING_LEVELS, WorkerConfig
+from conductor_rl.workers.model_traits import EFFORT_ORDER, UNKNOWN, ModelTraits, traits_for
 
-if TYPE_CHECKING:   # the request type only; providers import this module
+if TYPE_CHECKING:  # the request type only; providers import this module
     from conductor_rl.workers.providers.base import WorkerRequest
 
 log = logging.getLogger(__name__)
 
 # Thinking tokens of each level on budget-taking APIs (before the cap at half of max_tokens).
 LEVEL_BUDGETS: dict[str, int] = {"low": 1024, "medium": 4096, "high": 16384}
-# Order of effort words from least to most reasoning (OpenAI's, Gemini 3's, Anthropic's).
-EFFORT_ORDER: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-ANTHROPIC_MIN_BUDGET = 1024
 
 
 class ShapeError(ValueError):
@@ -95,120 +58,16 @@ class ShapeError(ValueError):
 
 
 @dataclass(frozen=True)
-class ModelTraits:
-    """What one model (family) accepts.
-
-    `control` is how its reasoning is set:
-      none    - it does not reason; levels have no effect
-      effort  - a named effort from `levels` (OpenAI reasoning_effort, gpt-oss on vLLM)
-      budget  - a token budget in `budget_range`, 0 = off where `can_turn_off` (Gemini 2.5, Claude)
-      level   - a named thinking level from `levels` (Gemini 3 thinking_level)
-      adaptive- Claude's adaptive thinking with output_config.effort from `levels`
-      switch  - on or off only (Qwen3's chat-template enable_thinking)
-      always  - it always reasons and takes no setting (DeepSeek-R1 distills)
-    """
-
-    name: str
-    control: str
-    levels: tuple[str, ...] = ()          # least reasoning first
-    off: str | None = None                # the effort word that turns reasoning off ("none"), if any
-    budget_range: tuple[int, int | None] | None = None   # non-zero budgets allowed; None max: below max_tokens
-    can_turn_off: bool = False
-    thinks_by_default: bool = False
-    fixed_temperature: bool = False       # refuses any temperature but its default
-    temperature_when_off: bool = False    # takes a temperature only with reasoning off (gpt-5.1 effort "none")
-    budget_below_max_tokens: bool = False  # the budget counts inside max_tokens and must stay below it (Claude)
-    template_opens_think: bool = False     # the chat template ends the prompt with <think>: content is "...</think>answer"
-    known: bool = True
-
-
-_OPENAI = ("openai", "openai_responses")
-
-#: (providers, lower-case model-name pattern, traits); the first row that matches wins.
-TRAITS: tuple[tuple[tuple[str, ...], str, ModelTraits], ...] = (
-    (_OPENAI, r"^gpt-5(\.\d+)?-chat", ModelTraits("gpt-5-chat", "none")),
-    (_OPENAI, r"^gpt-5(\.\d+)?-pro", ModelTraits("gpt-5-pro", "effort", ("high",), fixed_temperature=True)),
-    (_OPENAI, r"^gpt-5\.1(\D|$)", ModelTraits("gpt-5.1", "effort", ("none", "low", "medium", "high"), off="none",
-                                             can_turn_off=True, fixed_temperature=True, temperature_when_off=True)),
-    (_OPENAI, r"^gpt-5\.\d", ModelTraits("gpt-5.2+", "effort", ("none", "low", "medium", "high", "xhigh"),
-                                         off="none", can_turn_off=True, fixed_temperature=True)),
-    (_OPENAI, r"^gpt-5", ModelTraits("gpt-5", "effort", ("minimal", "low", "medium", "high"), fixed_temperature=True,
-                                     thinks_by_default=True)),
-    (_OPENAI, r"^o1-(mini|preview)", ModelTraits("o1-mini", "always", fixed_temperature=True, thinks_by_default=True)),
-    (_OPENAI, r"^o[134](\D|$)", ModelTraits("o-series", "effort", ("low", "medium", "high"), fixed_temperature=True,
-                                            thinks_by_default=True)),
-    (_OPENAI, r"^(gpt-4|gpt-3\.5|chatgpt-4o)", ModelTraits("gpt-4", "none")),
-    (("google",), r"^gemini-2\.5-pro", ModelTraits("gemini-2.5-pro", "budget", budget_range=(128, 32768),
-                                                   thinks_by_default=True)),
-    (("google",), r"^gemini-2\.5-flash-lite", ModelTraits("gemini-2.5-flash-lite", "budget",
-                                                          budget_range=(512, 24576), can_turn_off=True)),
-    (("google",), r"^gemini-2\.5-flash", ModelTraits("gemini-2.5-flash", "budget", budget_range=(1, 24576),
-                                                     can_turn_off=True, thinks_by_default=True)),
-    (("google",), r"^gemini-3(\.\d+)?-pro", ModelTraits("gemini-3-pro", "level", ("low", "high"),
-                                                        thinks_by_default=True)),
-    (("google",), r"^gemini-3(\.\d+)?-flash", ModelTraits("gemini-3-flash", "level",
-                                                          ("minimal", "low", "medium", "high"), thinks_by_default=True)),
-    (("google",), r"^gemini-(1\.|2\.0)", ModelTraits("gemini-2.0", "none")),
-    (("anthropic",), r"^claude-(opus|sonnet|haiku)-(4-[7-9]|[5-9])(\D|$)", ModelTraits(
-        "claude-4.7+", "adaptive", ("low", "medium", "high"), can_turn_off=True, fixed_temperature=True)),
-    (("anthropic",), r"^claude-(3-7-sonnet|(opus|sonnet|haiku)-4)", ModelTraits(
-        "claude", "budget", budget_range=(ANTHROPIC_MIN_BUDGET, None), can_turn_off=True, budget_below_max_tokens=True)),
-    (("anthropic",), r"^claude-3", ModelTraits("claude-3", "none")),
-    (("openai_compatible",), r"qwen3.*thinking-2507", ModelTraits("qwen3-thinking", "always", thinks_by_default=True,
-                                                                                template_opens_think=True)),
-    (("openai_compatible",), r"qwen3.*(instruct-2507|coder)", ModelTraits("qwen3-instruct", "none")),
-    (("openai_compatible",), r"qwen3", ModelTraits("qwen3", "switch", can_turn_off=True, thinks_by_default=True)),
-    (("openai_compatible",), r"deepseek-r1|qwq", ModelTraits("deepseek-r1", "always", thinks_by_default=True,
-                                                                               template_opens_think=True)),
-    (("openai_compatible",), r"gpt-oss", ModelTraits("gpt-oss", "effort", ("low", "medium", "high"),
-                                                    thinks_by_default=True)),
-    (("openai_compatible",), r"gemma-?3", ModelTraits("gemma-3", "none")),
-)
-
-#: Models not in the table: each provider's generic parameter, no range checks, temperature sent.
-UNKNOWN: dict[str, ModelTraits] = {
-    "openai": ModelTraits("unknown", "effort", EFFORT_ORDER, off="none", can_turn_off=True, known=False),
-    "openai_responses": ModelTraits("unknown", "effort", EFFORT_ORDER, off="none", can_turn_off=True, known=False),
-    "google": ModelTraits("unknown", "budget", budget_range=(1, None), can_turn_off=True, known=False),
-    "anthropic": ModelTraits("unknown", "budget", budget_range=(ANTHROPIC_MIN_BUDGET, None), can_turn_off=True,
-                             budget_below_max_tokens=True, known=False),
-    "openai_compatible": ModelTraits("unknown", "switch", can_turn_off=True, known=False),
-}
-_OFFLINE = ModelTraits("offline", "none", known=False)
-
-
-def _model_key(model: str) -> str:
-    """The bare model name: no "models/" (Gemini), "ft:" (OpenAI fine-tunes) or organisation ("Qwen/")."""
-    name = model.strip().lower()
-    for prefix in ("models/", "ft:"):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    return name
-
-
-def traits_for(provider: str, model: str) -> ModelTraits:
-    """The table row for `model` on `provider`, or that provider's conservative default."""
-    name = _model_key(model)
-    for providers, pattern, traits in TRAITS:
-        if provider in providers:
-            # Open models are named with an organisation ("Qwen/Qwen3-32B"): search, not match.
-            found = re.search(pattern, name) if provider == "openai_compatible" else re.match(pattern, name)
-            if found:
-                return traits
-    return UNKNOWN.get(provider, _OFFLINE)
-
-
-@dataclass(frozen=True)
 class RequestShape:
     """What one request carries, whatever the provider calls it. None: not sent."""
 
     temperature: float | None
-    effort: str | None = None        # OpenAI reasoning_effort, Gemini 3 thinking_level, Claude output_config.effort
-    budget: int | None = None        # thinking tokens (Gemini thinking_budget, Claude budget_tokens); 0 = off
-    thinking: bool | None = None     # on/off switch (Qwen3 enable_thinking; Claude adaptive or disabled)
-    include_thoughts: bool = False   # Gemini: return thought summaries (thoughts are billed either way)
-    notes: tuple[str, ...] = ()      # how the request differs from what the configuration says
-    warnings: tuple[str, ...] = ()   # what the model cannot do as asked (logged once)
+    effort: str | None = None  # OpenAI reasoning_effort, Gemini 3 thinking_level, Claude output_config.effort
+    budget: int | None = None  # thinking tokens (Gemini thinking_budget, Claude budget_tokens); 0 = off
+    thinking: bool | None = None  # on/off switch (Qwen3 enable_thinking; Claude adaptive or disabled)
+    include_thoughts: bool = False  # Gemini: return thought summaries (thoughts are billed either way)
+    notes: tuple[str, ...] = ()  # how the request differs from what the configuration says
+    warnings: tuple[str, ...] = ()  # what the model cannot do as asked (logged once)
 
 
 def level_for_budget(budget: int) -> str:
@@ -247,14 +106,23 @@ def _budget_for_level(level: str, traits: ModelTraits, max_tokens: int) -> int:
 
 def _range_text(traits: ModelTraits, max_tokens: int) -> str:
     low, high = traits.budget_range or (1, None)
-    top = f"{high}" if high is not None else (f"{max_tokens - 1} (below max_tokens)" if traits.budget_below_max_tokens
-                                              else "")
+    top = (
+        f"{high}"
+        if high is not None
+        else (f"{max_tokens - 1} (below max_tokens)" if traits.budget_below_max_tokens else "")
+    )
     return f"{low}..{top}" + (" or 0 (off)" if traits.can_turn_off else "")
 
 
-def shape_request(config: WorkerConfig, *, reasoning: str | None = None, reasoning_budget: int | None = None,
-                  temperature: float | None = None, max_tokens: int | None = None,
-                  check_budget_against: int | None = None) -> RequestShape:
+def shape_request(
+    config: WorkerConfig,
+    *,
+    reasoning: str | None = None,
+    reasoning_budget: int | None = None,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    check_budget_against: int | None = None,
+) -> RequestShape:
     """How a request of worker `config` is shaped; arguments not given are the worker's own.
 
     `check_budget_against` is the max_tokens an explicit Claude budget must stay below to be
@@ -278,54 +146,71 @@ def shape_request(config: WorkerConfig, *, reasoning: str | None = None, reasoni
     thinks = traits.thinks_by_default
     control = traits.control
     if not traits.known and config.provider in UNKNOWN:
-        what = ("no reasoning parameter" if level == "default" and budget is None
-                else f"{key}.reasoning under the provider's generic parameter, unchecked")
-        notes.append(f"{model} is not in the model table (conductor_rl/workers/request_shape.py): sending the "
-                     f"temperature and {what}; set {key}.fixed_temperature or extra_body if the API refuses them")
+        what = (
+            "no reasoning parameter"
+            if level == "default" and budget is None
+            else f"{key}.reasoning under the provider's generic parameter, unchecked"
+        )
+        notes.append(
+            f"{model} is not in the model table (conductor_rl/workers/request_shape.py): sending the "
+            f"temperature and {what}; set {key}.fixed_temperature or extra_body if the API refuses them"
+        )
 
     if control == "effort":
         if budget is not None and level == "default":
             level = level_for_budget(budget)
-            notes.append(f"{key}.reasoning_budget={budget}: {model} takes an effort, not a budget; sending "
-                         f"reasoning={level}")
+            notes.append(
+                f"{key}.reasoning_budget={budget}: {model} takes an effort, not a budget; sending reasoning={level}"
+            )
         elif budget is not None:
-            notes.append(f"{key}.reasoning_budget={budget} is ignored: {model} takes an effort ({key}.reasoning={level})")
+            notes.append(
+                f"{key}.reasoning_budget={budget} is ignored: {model} takes an effort ({key}.reasoning={level})"
+            )
         if level != "default":
             effort = _pick_effort(level, traits)
             if level == "off" and effort != traits.off:
-                warnings.append(f"{key}.reasoning=off: {model} cannot turn reasoning off; sending its least, "
-                                f"reasoning_effort={effort!r}")
+                warnings.append(
+                    f"{key}.reasoning=off: {model} cannot turn reasoning off; sending its least, "
+                    f"reasoning_effort={effort!r}"
+                )
             elif effort != level and level != "off" and traits.known:
                 notes.append(f"{key}.reasoning={level}: {model} has no {level!r} effort; sending {effort!r}")
             thinks = effort != traits.off
     elif control == "budget":
-        low, high = traits.budget_range or (1, None)
+        low, _high = traits.budget_range or (1, None)
         if budget is not None:
             if level != "default":
                 notes.append(f"{key}.reasoning_budget={budget} overrides {key}.reasoning={level}")
-            if traits.known or traits.budget_below_max_tokens:   # Claude's rules hold for every Claude model
-                _check_budget(key, model, budget, traits,
-                              check_budget_against if check_budget_against is not None else out_tokens)
+            if traits.known or traits.budget_below_max_tokens:  # Claude's rules hold for every Claude model
+                _check_budget(
+                    key, model, budget, traits, check_budget_against if check_budget_against is not None else out_tokens
+                )
             thinking_budget = budget
             if traits.budget_below_max_tokens and budget and budget >= out_tokens:
                 # A smaller request than configured (the preflight probe): fit the budget under it.
                 fitted = max(min(budget, out_tokens // 2), low)
                 thinking_budget = fitted if fitted < out_tokens else 0
-                warnings.append(f"{key}.reasoning_budget={budget} does not fit a request of max_tokens={out_tokens}; "
-                                f"sending " + (f"budget {thinking_budget}" if thinking_budget else "no thinking"))
+                warnings.append(
+                    f"{key}.reasoning_budget={budget} does not fit a request of max_tokens={out_tokens}; "
+                    f"sending " + (f"budget {thinking_budget}" if thinking_budget else "no thinking")
+                )
         elif level in ("off", "minimal"):
             if traits.can_turn_off:
                 thinking_budget = 0
             else:
                 thinking_budget = low
                 if level == "off":
-                    warnings.append(f"{key}.reasoning=off: {model} cannot turn thinking off; sending its minimum "
-                                    f"budget, {low} tokens")
+                    warnings.append(
+                        f"{key}.reasoning=off: {model} cannot turn thinking off; sending its minimum "
+                        f"budget, {low} tokens"
+                    )
         elif level != "default":
             thinking_budget = _budget_for_level(level, traits, out_tokens)
             if traits.budget_below_max_tokens and thinking_budget >= out_tokens:
-                warnings.append(f"{key}.reasoning={level}: max_tokens={out_tokens} leaves no room for {model}'s "
-                                f"minimum thinking budget ({low}); sending no thinking (raise {key}.max_tokens)")
+                warnings.append(
+                    f"{key}.reasoning={level}: max_tokens={out_tokens} leaves no room for {model}'s "
+                    f"minimum thinking budget ({low}); sending no thinking (raise {key}.max_tokens)"
+                )
                 thinking_budget = 0
         if thinking_budget is not None:
             thinks = thinking_budget > 0
@@ -337,14 +222,18 @@ def shape_request(config: WorkerConfig, *, reasoning: str | None = None, reasoni
         elif level != "default":
             effort = _pick_effort(level, traits)
             if level == "off":
-                warnings.append(f"{key}.reasoning=off: {model} cannot turn thinking off; sending its least, "
-                                f"thinking_level={effort!r}")
+                warnings.append(
+                    f"{key}.reasoning=off: {model} cannot turn thinking off; sending its least, "
+                    f"thinking_level={effort!r}"
+                )
             elif effort != level:
                 notes.append(f"{key}.reasoning={level}: {model} has no {level!r} thinking level; sending {effort!r}")
     elif control == "adaptive":
         if budget:
-            raise ShapeError(f"{key}.reasoning_budget={budget}: {model} takes no thinking budget (adaptive thinking "
-                             f"only); remove it and set {key}.reasoning to low, medium or high")
+            raise ShapeError(
+                f"{key}.reasoning_budget={budget}: {model} takes no thinking budget (adaptive thinking "
+                f"only); remove it and set {key}.reasoning to low, medium or high"
+            )
         if level in ("low", "medium", "high"):
             thinking, effort, thinks = True, _pick_effort(level, traits), True
         elif level in ("off", "minimal") or budget == 0:
@@ -364,14 +253,16 @@ def shape_request(config: WorkerConfig, *, reasoning: str | None = None, reasoni
             thinks = thinking
     elif control == "always":
         if level in ("off", "minimal") or budget == 0:
-            warnings.append(f"{key}.reasoning={level if budget != 0 else 'off'}: {model} always reasons and cannot "
-                            f"be turned off; nothing sent (its reasoning is kept apart from the answer)")
+            warnings.append(
+                f"{key}.reasoning={level if budget != 0 else 'off'}: {model} always reasons and cannot "
+                f"be turned off; nothing sent (its reasoning is kept apart from the answer)"
+            )
         elif level != "default" or budget:
             notes.append(f"{key}: {model} takes no reasoning setting; reasoning={level} has no effect")
     else:  # none
         if level in ("low", "medium", "high") or budget:
             what = f"reasoning_budget={budget}" if budget else f"reasoning={level}"
-            if config.provider in UNKNOWN:   # offline providers have nothing to say
+            if config.provider in UNKNOWN:  # offline providers have nothing to say
                 warnings.append(f"{key}.{what}: {model} does not reason; nothing sent")
 
     send_temperature = _sends_temperature(config, traits, effort, thinking_budget, thinking)
@@ -386,12 +277,18 @@ def shape_request(config: WorkerConfig, *, reasoning: str | None = None, reasoni
             why = f"{key}.fixed_temperature is true"
         notes.append(f"{key}.temperature={temp:g} is not sent: {why}")
     elif send_temperature and traits.fixed_temperature and config.fixed_temperature is False:
-        notes.append(f"{key}.fixed_temperature=false: sending temperature {temp:g} though the model table says "
-                     f"{model} takes only its default")
+        notes.append(
+            f"{key}.fixed_temperature=false: sending temperature {temp:g} though the model table says "
+            f"{model} takes only its default"
+        )
     return RequestShape(
-        temperature=temp if send_temperature else None, effort=effort, budget=thinking_budget, thinking=thinking,
+        temperature=temp if send_temperature else None,
+        effort=effort,
+        budget=thinking_budget,
+        thinking=thinking,
         include_thoughts=config.provider == "google" and thinks and traits.known,
-        notes=tuple(notes), warnings=tuple(warnings),
+        notes=tuple(notes),
+        warnings=tuple(warnings),
     )
 
 
@@ -399,19 +296,26 @@ def _check_budget(key: str, model: str, budget: int, traits: ModelTraits, max_to
     low, high = traits.budget_range or (1, None)
     if budget == 0:
         if not traits.can_turn_off:
-            raise ShapeError(f"{key}.reasoning_budget=0: {model} cannot turn thinking off; its minimum budget is {low} "
-                             f"(set {key}.reasoning_budget to {low} or more, or remove it)")
+            raise ShapeError(
+                f"{key}.reasoning_budget=0: {model} cannot turn thinking off; its minimum budget is {low} "
+                f"(set {key}.reasoning_budget to {low} or more, or remove it)"
+            )
         return
     if budget < low or (high is not None and budget > high):
-        raise ShapeError(f"{key}.reasoning_budget={budget}: {model} takes a thinking budget of "
-                         f"{_range_text(traits, max_tokens)} tokens; set {key}.reasoning_budget inside that range")
+        raise ShapeError(
+            f"{key}.reasoning_budget={budget}: {model} takes a thinking budget of "
+            f"{_range_text(traits, max_tokens)} tokens; set {key}.reasoning_budget inside that range"
+        )
     if traits.budget_below_max_tokens and budget >= max_tokens:
-        raise ShapeError(f"{key}.reasoning_budget={budget}: Claude's thinking budget must be below max_tokens "
-                         f"({key}.max_tokens={max_tokens}); raise {key}.max_tokens or lower the budget")
+        raise ShapeError(
+            f"{key}.reasoning_budget={budget}: Claude's thinking budget must be below max_tokens "
+            f"({key}.max_tokens={max_tokens}); raise {key}.max_tokens or lower the budget"
+        )
 
 
-def _sends_temperature(config: WorkerConfig, traits: ModelTraits, effort: str | None, budget: int | None,
-                       thinking: bool | None) -> bool:
+def _sends_temperature(
+    config: WorkerConfig, traits: ModelTraits, effort: str | None, budget: int | None, thinking: bool | None
+) -> bool:
     if config.fixed_temperature is not None:
         if config.fixed_temperature:
             return False
@@ -448,7 +352,7 @@ def shape_notes(worker: WorkerConfig) -> list[str]:
     try:
         shape = shape_request(worker)
     except ShapeError:
-        return []   # shape_problems reports it
+        return []  # shape_problems reports it
     return [*shape.warnings, *shape.notes]
 
 
@@ -462,11 +366,16 @@ def warn_once(worker: str, message: str) -> None:
         log.warning("%s", message)
 
 
-def shape_for(config: WorkerConfig, request: "WorkerRequest") -> RequestShape:
+def shape_for(config: WorkerConfig, request: WorkerRequest) -> RequestShape:
     """The shape of one WorkerRequest of `config` (warnings logged once)."""
-    shape = shape_request(config, reasoning=request.reasoning, reasoning_budget=request.reasoning_budget,
-                          temperature=request.temperature, max_tokens=request.max_tokens,
-                          check_budget_against=max(config.max_tokens, request.max_tokens))
+    shape = shape_request(
+        config,
+        reasoning=request.reasoning,
+        reasoning_budget=request.reasoning_budget,
+        temperature=request.temperature,
+        max_tokens=request.max_tokens,
+        check_budget_against=max(config.max_tokens, request.max_tokens),
+    )
     for message in shape.warnings:
         warn_once(config.name, message)
     return shape

@@ -22,7 +22,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from conductor_rl.run.atomic_files import fsync_dir, write_atomically
+from conductor_rl.atomic_files import fsync_dir, write_atomically
 from conductor_rl.workers.providers.base import Provider, Usage, WorkerRequest, WorkerResponse
 
 
@@ -49,10 +49,15 @@ class ResponseCache:
     def get(self, key: str) -> WorkerResponse | None:
         try:
             data = json.loads(self._path(key).read_text(encoding="utf-8"))
-            response = WorkerResponse(text=data["text"], usage=Usage(**data["usage"]), latency_s=0.0,
-                                      cost_usd=0.0, simulated=bool(data["simulated"]),
-                                      reasoning=str(data.get("reasoning", "")),
-                                      finish_reason=str(data.get("finish_reason", "")))
+            response = WorkerResponse(
+                text=data["text"],
+                usage=Usage(**data["usage"]),
+                latency_s=0.0,
+                cost_usd=0.0,
+                simulated=bool(data["simulated"]),
+                reasoning=str(data.get("reasoning", "")),
+                finish_reason=str(data.get("finish_reason", "")),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             self.misses += 1
             return None
@@ -63,10 +68,15 @@ class ResponseCache:
         path = self._path(key)
         if not path.parent.is_dir():
             path.parent.mkdir(parents=True, exist_ok=True)
-            fsync_dir(self.folder)   # the new shard folder's own entry must survive too
-        record = {"text": response.text, "usage": dataclasses.asdict(response.usage), "simulated": response.simulated,
-                  "cost_usd_when_made": response.cost_usd, "reasoning": response.reasoning,
-                  "finish_reason": response.finish_reason}
+            fsync_dir(self.folder)  # the new shard folder's own entry must survive too
+        record = {
+            "text": response.text,
+            "usage": dataclasses.asdict(response.usage),
+            "simulated": response.simulated,
+            "cost_usd_when_made": response.cost_usd,
+            "reasoning": response.reasoning,
+            "finish_reason": response.finish_reason,
+        }
         write_atomically(path, lambda out: json.dump(record, out, ensure_ascii=False))
 
     def _path(self, key: str) -> Path:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable, TypeVar
+from typing import TypeVar
 
 from conductor_rl.workers.providers.base import ProviderError
 
@@ -33,7 +34,7 @@ class RetryPolicy:
         """Seconds to wait before retry number `attempt + 1` (attempt counts from 0)."""
         if error.retry_after_s is not None:
             return min(error.retry_after_s, self.max_retry_after_s)
-        return rng.uniform(0.0, min(self.max_delay_s, self.base_delay_s * 2 ** attempt))
+        return rng.uniform(0.0, min(self.max_delay_s, self.base_delay_s * 2**attempt))
 
 
 async def call_with_retries(
@@ -54,8 +55,12 @@ async def call_with_retries(
         except ProviderError as err:
             if not err.retryable or tries >= policy.max_retries:
                 if tries:
-                    raise type(err)(f"{err} (after {tries + 1} attempts)", kind=err.kind, retryable=err.retryable,
-                                    retry_after_s=err.retry_after_s) from None
+                    raise type(err)(
+                        f"{err} (after {tries + 1} attempts)",
+                        kind=err.kind,
+                        retryable=err.retryable,
+                        retry_after_s=err.retry_after_s,
+                    ) from None
                 raise
             delay = policy.delay(tries, err, rng)
             if on_retry is not None:

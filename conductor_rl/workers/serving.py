@@ -28,9 +28,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from conductor_rl.config import ServeSpec, WorkerConfig
 
@@ -58,10 +59,10 @@ class PortInUseError(ServedWorkerError):
 class Deployment:
     """One `serve` section and the workers that share it."""
 
-    name: str                       # the first worker's name: logs, actor names
+    name: str  # the first worker's name: logs, actor names
     spec: ServeSpec
-    served_names: tuple[str, ...]   # every worker's `model`, as requests name it (--served-model-name)
-    workers: tuple[int, ...]        # indices into config.workers
+    served_names: tuple[str, ...]  # every worker's `model`, as requests name it (--served-model-name)
+    workers: tuple[int, ...]  # indices into config.workers
 
     @property
     def replicas(self) -> int:
@@ -82,7 +83,7 @@ def group_deployments(workers: Sequence[WorkerConfig]) -> list[Deployment]:
     deployments = []
     for indices in groups.values():
         first = workers[indices[0]]
-        names = tuple(dict.fromkeys(workers[i].model for i in indices))   # unique, in order
+        names = tuple(dict.fromkeys(workers[i].model for i in indices))  # unique, in order
         deployments.append(Deployment(first.name, first.serve, names, tuple(indices)))  # type: ignore[arg-type]
     return deployments
 
@@ -97,9 +98,11 @@ def check_served_workers(workers: Sequence[WorkerConfig]) -> None:
         args = {k.strip("-").replace("-", "_"): v for k, v in w.serve.engine_args.items()}
         limit = args.get("max_model_len")
         if isinstance(limit, int) and not isinstance(limit, bool) and w.max_tokens >= limit:
-            problems.append(f"worker {w.name!r} asks for max_tokens={w.max_tokens} from a server with "
-                            f"max_model_len={limit} (prompt and output together): lower workers.{i}.max_tokens "
-                            f"or raise workers.{i}.serve.engine_args.max_model_len")
+            problems.append(
+                f"worker {w.name!r} asks for max_tokens={w.max_tokens} from a server with "
+                f"max_model_len={limit} (prompt and output together): lower workers.{i}.max_tokens "
+                f"or raise workers.{i}.serve.engine_args.max_model_len"
+            )
     if problems:
         raise ServedWorkerError("\n".join(problems))
 
@@ -128,7 +131,8 @@ def engine_flags(engine_args: Mapping[str, Any]) -> list[str]:
     if owned:
         raise ServedWorkerError(
             f"serve.engine_args must not set {owned}: the job sets them (the model from serve.model, the "
-            f"served names from the workers' `model`, host and port from the replica's node); remove them")
+            f"served names from the workers' `model`, host and port from the replica's node); remove them"
+        )
     flags: list[str] = []
     for key, value in engine_args.items():
         if value is None:
@@ -156,8 +160,15 @@ def engine_args_for(spec: ServeSpec) -> dict[str, Any]:
     return args
 
 
-def server_command(spec: ServeSpec, served_names: Sequence[str], host: str, port: int, *,
-                   python: str = sys.executable, model_path: str | None = None) -> list[str]:
+def server_command(
+    spec: ServeSpec,
+    served_names: Sequence[str],
+    host: str,
+    port: int,
+    *,
+    python: str = sys.executable,
+    model_path: str | None = None,
+) -> list[str]:
     """The vLLM server's command line. `model_path`: already resolved (default: resolve
     `spec.model` here, which converts an offline model into this node's cache once)."""
     if not served_names:
@@ -166,17 +177,46 @@ def server_command(spec: ServeSpec, served_names: Sequence[str], host: str, port
         from conductor_rl.models import resolve_model
 
         model_path = resolve_model(spec.model)
-    return [python, "-m", VLLM_SERVER_MODULE, "--model", model_path, "--served-model-name", *served_names,
-            "--host", host, "--port", str(port), *engine_flags(engine_args_for(spec))]
+    return [
+        python,
+        "-m",
+        VLLM_SERVER_MODULE,
+        "--model",
+        model_path,
+        "--served-model-name",
+        *served_names,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *engine_flags(engine_args_for(spec)),
+    ]
 
 
-def guarded_command(command: Sequence[str], status_file: Path | str, parent_pid: int | None = None,
-                    grace_s: float = STOP_GRACE_S, python: str = sys.executable) -> list[str]:
+def guarded_command(
+    command: Sequence[str],
+    status_file: Path | str,
+    parent_pid: int | None = None,
+    grace_s: float = STOP_GRACE_S,
+    python: str = sys.executable,
+) -> list[str]:
     """`command` under conductor_rl.workers.process_guard, detached: it dies with `parent_pid` (default:
     this process) and writes its return code to `status_file`."""
     parent = os.getpid() if parent_pid is None else parent_pid
-    return [python, "-m", "conductor_rl.workers.process_guard", "--parent", str(parent), "--status",
-            str(status_file), "--grace", str(grace_s), "--detach", "--", *command]
+    return [
+        python,
+        "-m",
+        "conductor_rl.workers.process_guard",
+        "--parent",
+        str(parent),
+        "--status",
+        str(status_file),
+        "--grace",
+        str(grace_s),
+        "--detach",
+        "--",
+        *command,
+    ]
 
 
 def server_env(spec: ServeSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -215,30 +255,45 @@ def probe(root_url: str, served_names: Sequence[str], timeout_s: float = 5.0) ->
         listing = _get_json(f"{root_url}/v1/models", timeout_s)
     except (urllib.error.URLError, OSError, ValueError) as err:
         return f"GET /v1/models: {getattr(err, 'reason', err)}"
-    ids = {m.get("id") for m in (listing or {}).get("data", []) if isinstance(m, dict)}
+    ids = {m["id"] for m in (listing or {}).get("data", []) if isinstance(m, dict) and isinstance(m.get("id"), str)}
     missing = [n for n in served_names if n not in ids]
     return f"GET /v1/models lists {sorted(ids)}, not {missing}" if missing else None
 
 
 # What a log line says went wrong -> what to change.
 _HINTS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"address already in use|errno 98", re.I),
-     "the port was taken between the pick and the bind; start again (the actor tries other ports by itself)"),
-    (re.compile(r"unrecognized arguments|invalid choice|error: argument", re.I),
-     "a key of serve.engine_args is not an argument of this vLLM version (see `vllm serve --help=all`); "
-     "keys are the flags without dashes, true/false for switches"),
-    (re.compile(r"out of memory|cannot allocate|memoryerror|oom", re.I),
-     "the model does not fit: lower engine_args.max_model_len or gpu_memory_utilization, give the replica more "
-     "GPUs (serve.gpus), or on a CPU lower env.VLLM_CPU_KVCACHE_SPACE (GiB of KV cache)"),
-    (re.compile(r"kv ?cache|VLLM_CPU_KVCACHE_SPACE|max_model_len.*(larger|greater)", re.I),
-     "the KV cache does not hold one sequence of max_model_len: lower engine_args.max_model_len or raise the "
-     "cache (env.VLLM_CPU_KVCACHE_SPACE on a CPU, engine_args.gpu_memory_utilization on a GPU)"),
-    (re.compile(r"repository not found|is not a local folder|does not appear to have a file|offline mode|"
-                r"cannot find the requested files|no such file or directory", re.I),
-     "serve.model is neither a folder on this node nor an offline model (smollm2-135m, gemma3-270m), and the hub "
-     "cannot be reached from here: copy the weights to the node and give their folder"),
-    (re.compile(r"no module named .?vllm", re.I),
-     "vLLM is not installed in this node's Python: run scripts/setup.sh on every node"),
+    (
+        re.compile(r"address already in use|errno 98", re.I),
+        "the port was taken between the pick and the bind; start again (the actor tries other ports by itself)",
+    ),
+    (
+        re.compile(r"unrecognized arguments|invalid choice|error: argument", re.I),
+        "a key of serve.engine_args is not an argument of this vLLM version (see `vllm serve --help=all`); "
+        "keys are the flags without dashes, true/false for switches",
+    ),
+    (
+        re.compile(r"out of memory|cannot allocate|memoryerror|oom", re.I),
+        "the model does not fit: lower engine_args.max_model_len or gpu_memory_utilization, give the replica more "
+        "GPUs (serve.gpus), or on a CPU lower env.VLLM_CPU_KVCACHE_SPACE (GiB of KV cache)",
+    ),
+    (
+        re.compile(r"kv ?cache|VLLM_CPU_KVCACHE_SPACE|max_model_len.*(larger|greater)", re.I),
+        "the KV cache does not hold one sequence of max_model_len: lower engine_args.max_model_len or raise the "
+        "cache (env.VLLM_CPU_KVCACHE_SPACE on a CPU, engine_args.gpu_memory_utilization on a GPU)",
+    ),
+    (
+        re.compile(
+            r"repository not found|is not a local folder|does not appear to have a file|offline mode|"
+            r"cannot find the requested files|no such file or directory",
+            re.I,
+        ),
+        "serve.model is neither a folder on this node nor an offline model (smollm2-135m, gemma3-270m), and the hub "
+        "cannot be reached from here: copy the weights to the node and give their folder",
+    ),
+    (
+        re.compile(r"no module named .?vllm", re.I),
+        "vLLM is not installed in this node's Python: run scripts/setup.sh on every node",
+    ),
 ]
 
 
@@ -246,8 +301,10 @@ def hint_for(log_text: str) -> str:
     for pattern, hint in _HINTS:
         if pattern.search(log_text):
             return hint
-    return ("read the log above; check serve.engine_args against `vllm serve --help=all` and that the model "
-            "fits the replica (serve.gpus, engine_args.max_model_len)")
+    return (
+        "read the log above; check serve.engine_args against `vllm serve --help=all` and that the model "
+        "fits the replica (serve.gpus, engine_args.max_model_len)"
+    )
 
 
 def tail_lines(path: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64_000) -> str:
@@ -270,8 +327,16 @@ class ServerProcess:
     process group of its own whose id is `pgid`. The guard is detached (nobody's direct child), so
     the server's end is read from the guard's status file, and its processes from the group."""
 
-    def __init__(self, name: str, command: Sequence[str], env: Mapping[str, str], log_path: Path, host: str,
-                 port: int, served_names: Sequence[str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        host: str,
+        port: int,
+        served_names: Sequence[str],
+    ) -> None:
         self.name = name
         self.command = list(command)
         self.env = dict(env)
@@ -305,15 +370,21 @@ class ServerProcess:
         # No status and nobody left in the group: the guard was killed with its server.
         return None if members(self.pgid) else -9
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.status_path.unlink(missing_ok=True)
         with open(self.log_path, "ab") as log:
             # A session of its own: its process group holds the guard, the server and all the server starts.
-            launcher = subprocess.Popen(guarded_command(self.command, self.status_path), env=self.env, stdout=log,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            launcher = subprocess.Popen(
+                guarded_command(self.command, self.status_path),
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.pgid = launcher.pid
-        launcher.wait(timeout=60)   # it forks the guard and exits at once
+        launcher.wait(timeout=60)  # it forks the guard and exits at once
         self.started_at = time.monotonic()
         return self
 
@@ -326,7 +397,7 @@ class ServerProcess:
         if self.pgid is None:
             raise RuntimeError("start() the server first")
         deadline = self.started_at + timeout_s
-        reason = "not probed yet"
+        reason: str | None = "not probed yet"
         while True:
             code = self.returncode
             if code is not None:
@@ -343,7 +414,8 @@ class ServerProcess:
             f"served worker {self.name!r}: the vLLM server at {self.root_url} was not healthy within "
             f"serve.start_timeout_s={timeout_s:g} s (last check: {reason}). Its last log lines "
             f"({self.log_path}):\n{log}\nFix: raise workers.<i>.serve.start_timeout_s if it was still loading (a "
-            f"large model's first download and load take many minutes); otherwise {hint_for(log)}")
+            f"large model's first download and load take many minutes); otherwise {hint_for(log)}"
+        )
 
     def _raise_exited(self, code: int) -> None:
         log = self.tail()
@@ -353,19 +425,27 @@ class ServerProcess:
         raise kind(
             f"served worker {self.name!r}: the vLLM server exited with code {code} after {seconds:.0f} s, before "
             f"it answered its health check on port {self.port}. Its last log lines ({self.log_path}):\n{log}\n"
-            f"Fix: {hint_for(log)}")
+            f"Fix: {hint_for(log)}"
+        )
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Stop the server and every process it started (its whole process group), and wait for them."""
         from conductor_rl.workers.process_guard import stop_group
 
-        if self.pgid is not None and self.pgid != os.getpgrp():   # never our own group
+        if self.pgid is not None and self.pgid != os.getpgrp():  # never our own group
             stop_group(self.pgid, grace_s)
 
 
-def start_server(name: str, spec: ServeSpec, served_names: Sequence[str], host: str, log_dir: Path, *,
-                 command_for: Callable[[int], Sequence[str]] | None = None,
-                 on_retry: Callable[[str], None] | None = None) -> tuple[ServerProcess, float]:
+def start_server(
+    name: str,
+    spec: ServeSpec,
+    served_names: Sequence[str],
+    host: str,
+    log_dir: Path,
+    *,
+    command_for: Callable[[int], Sequence[str]] | None = None,
+    on_retry: Callable[[str], None] | None = None,
+) -> tuple[ServerProcess, float]:
     """Start one replica on a free port of `host` and wait until it is healthy:
     (the running server, seconds it took). `command_for(port)`: the command (default:
     vLLM's from `spec`; tests pass a small fake). A port another process took in the
@@ -373,7 +453,7 @@ def start_server(name: str, spec: ServeSpec, served_names: Sequence[str], host: 
     if command_for is None:
         from conductor_rl.models import resolve_model
 
-        model_path = resolve_model(spec.model)   # once, not per attempt: an offline model converts on first use
+        model_path = resolve_model(spec.model)  # once, not per attempt: an offline model converts on first use
         command_for = lambda port: server_command(spec, served_names, host, port, model_path=model_path)  # noqa: E731
     env = server_env(spec)
     started = time.monotonic()

@@ -24,10 +24,20 @@ from conductor_rl.workers.providers.base import (
 from conductor_rl.workers.providers.keys import Secret
 
 __all__ = [
-    "MissingApiKeyError", "Provider", "ProviderError", "ProviderUnavailableError", "Secret", "TaskHint", "Usage",
-    "WorkerRequest", "WorkerResponse", "build_provider", "cached", "HTTP_PROVIDERS", "OFFLINE_PROVIDERS",
+    "HTTP_PROVIDERS",
+    "OFFLINE_PROVIDERS",
+    "MissingApiKeyError",
+    "Provider",
+    "ProviderError",
+    "ProviderUnavailableError",
+    "Secret",
+    "TaskHint",
+    "Usage",
+    "WorkerRequest",
+    "WorkerResponse",
+    "build_provider",
+    "cached",
 ]
-
 
 
 def build_provider(config: WorkerConfig, seed: int = 0, api_key: Secret | None = None) -> Provider:
@@ -74,8 +84,12 @@ def cached(provider: Provider, config: WorkerConfig, folder: str) -> Provider:
         return provider
     from conductor_rl.workers.response_cache import CachedProvider, ResponseCache
 
-    identity: dict[str, object] = {"provider": config.provider, "model": config.model, "base_url": config.base_url,
-                                   "worker": config.name}
+    identity: dict[str, object] = {
+        "provider": config.provider,
+        "model": config.model,
+        "base_url": config.base_url,
+        "worker": config.name,
+    }
     # Only when set, so that entries made before these settings existed keep their keys.
     if config.extra_body:
         identity["extra_body"] = config.extra_body

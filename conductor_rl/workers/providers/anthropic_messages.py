@@ -23,8 +23,12 @@ from conductor_rl.workers.providers.http import HttpProvider, Reply, count
 from conductor_rl.workers.providers.keys import Secret
 from conductor_rl.workers.request_args import anthropic_args
 
-FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
-                  "model_context_window_exceeded": "length"}
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+}
 
 
 class AnthropicMessagesProvider(HttpProvider):
@@ -33,14 +37,18 @@ class AnthropicMessagesProvider(HttpProvider):
 
     def _make_client(self) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
-            api_key=self._key.reveal(), base_url=self.config.base_url, timeout=self.config.timeout_s, max_retries=0,
+            api_key=self._key.reveal(),
+            base_url=self.config.base_url,
+            timeout=self.config.timeout_s,
+            max_retries=0,
         )
 
     async def _call(self, request: WorkerRequest) -> Reply:
         message = await self._client.messages.create(**anthropic_args(self.config, request))
         text = "".join(block.text for block in message.content if block.type == "text")
-        reasoning = "\n\n".join(block.thinking for block in message.content
-                                if block.type == "thinking" and block.thinking)
+        reasoning = "\n\n".join(
+            block.thinking for block in message.content if block.type == "thinking" and block.thinking
+        )
         u = message.usage
         cache_read, cache_write = count(u.cache_read_input_tokens), count(u.cache_creation_input_tokens)
         details = getattr(u, "output_tokens_details", None)

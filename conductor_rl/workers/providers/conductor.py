@@ -16,8 +16,11 @@ class ConductorSeat:
         self.name = name
 
     async def complete(self, request: WorkerRequest) -> WorkerResponse:
-        raise ProviderError(f"worker {self.name!r} is the Conductor itself: only a plan's step, run by the "
-                            f"workflow engine, can call it", kind="bad_request")
+        raise ProviderError(
+            f"worker {self.name!r} is the Conductor itself: only a plan's step, run by the "
+            f"workflow engine, can call it",
+            kind="bad_request",
+        )
 
     async def aclose(self) -> None:
         return None

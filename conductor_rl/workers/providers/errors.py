@@ -20,7 +20,8 @@ import email.utils
 import json
 import math
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from conductor_rl.workers.providers.base import ProviderError
 
@@ -56,8 +57,9 @@ def status_error(worker: str, status: int, message: str, retry_after_s: float | 
     if status == 429:
         return ProviderError(text, kind="rate_limited", retryable=True, retry_after_s=retry_after_s)
     if status in (408, 409):
-        return ProviderError(text, kind="timeout" if status == 408 else "conflict", retryable=True,
-                             retry_after_s=retry_after_s)
+        return ProviderError(
+            text, kind="timeout" if status == 408 else "conflict", retryable=True, retry_after_s=retry_after_s
+        )
     if status >= 500:
         return ProviderError(text, kind="server_error", retryable=True, retry_after_s=retry_after_s)
     if status in (401, 403):
@@ -71,14 +73,16 @@ def timeout_error(worker: str, timeout_s: float) -> ProviderError:
 
 def connection_error(worker: str, err: BaseException) -> ProviderError:
     cause = err.__cause__ or err
-    return ProviderError(f"worker {worker!r}: connection failed or dropped ({type(cause).__name__})",
-                         kind="connection", retryable=True)
+    return ProviderError(
+        f"worker {worker!r}: connection failed or dropped ({type(cause).__name__})", kind="connection", retryable=True
+    )
 
 
 def malformed_error(worker: str, err: BaseException | str) -> ProviderError:
     what = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
-    return ProviderError(f"worker {worker!r}: malformed response ({_short(str(what))})",
-                         kind="malformed_response", retryable=True)
+    return ProviderError(
+        f"worker {worker!r}: malformed response ({_short(str(what))})", kind="malformed_response", retryable=True
+    )
 
 
 def map_stainless_error(worker: str, err: BaseException, sdk: Any, timeout_s: float) -> ProviderError | None:

@@ -29,7 +29,11 @@ from pydantic import ValidationError
 from conductor_rl.config import WorkerConfig
 from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequest
 from conductor_rl.workers.providers.errors import (
-    connection_error, malformed_error, parse_retry_after, status_error, timeout_error,
+    connection_error,
+    malformed_error,
+    parse_retry_after,
+    status_error,
+    timeout_error,
 )
 from conductor_rl.workers.providers.http import HttpProvider, Reply, count
 from conductor_rl.workers.providers.keys import Secret
@@ -67,8 +71,9 @@ class GoogleGenAIProvider(HttpProvider):
         super().__init__(config, api_key)
         # attempts=1, not None: with None the SDK still retries a dropped aiohttp connection
         # once by itself after a 1-10 s sleep, which our limiter would never see.
-        options = types.HttpOptions(timeout=int(config.timeout_s * 1000),
-                                    retry_options=types.HttpRetryOptions(attempts=1))
+        options = types.HttpOptions(
+            timeout=int(config.timeout_s * 1000), retry_options=types.HttpRetryOptions(attempts=1)
+        )
         if config.base_url:
             options.base_url = config.base_url
         self._options = options

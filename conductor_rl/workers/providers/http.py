@@ -59,7 +59,9 @@ class HttpProvider:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, model={self.config.model!r}, base_url={self.config.base_url!r})"
+        return (
+            f"{type(self).__name__}(name={self.name!r}, model={self.config.model!r}, base_url={self.config.base_url!r})"
+        )
 
     async def complete(self, request: WorkerRequest) -> WorkerResponse:
         started = time.perf_counter()
@@ -79,8 +81,11 @@ class HttpProvider:
                 raise
             raise mapped from None  # `from None`: the SDK's chain may hold request headers
         return WorkerResponse(
-            text=reply.text, usage=reply.usage, latency_s=time.perf_counter() - started,
-            cost_usd=cost_of(reply.usage, self.config.price), reasoning=reply.reasoning,
+            text=reply.text,
+            usage=reply.usage,
+            latency_s=time.perf_counter() - started,
+            cost_usd=cost_of(reply.usage, self.config.price),
+            reasoning=reply.reasoning,
             finish_reason=reply.finish_reason,
         )
 

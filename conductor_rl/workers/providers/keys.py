@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-
-from typing import Iterable
+from collections.abc import Iterable
 
 from conductor_rl.config import OFFLINE_PROVIDERS, WorkerConfig
 from conductor_rl.workers.providers.base import MissingApiKeyError

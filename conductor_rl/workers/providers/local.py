@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 from conductor_rl.config import WorkerConfig
-from conductor_rl.workers.costs import cost_of
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan.prompts import apply_chat_template
+from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.providers.base import Usage, WorkerRequest, WorkerResponse
 from conductor_rl.workers.providers.reasoning_text import split_think
 
@@ -48,15 +48,25 @@ class LocalProvider:
         )
 
     def _generate(self, request: WorkerRequest) -> tuple[str, Usage, str]:
-        from conductor_rl.policy.generate import generate  # torch: only where a local worker is built
+        from conductor_rl.generation import generate  # torch: only where a local worker is built
 
-        prompt_ids = self.tokenizer(apply_chat_template(self.tokenizer, request.messages),
-                                    add_special_tokens=False).input_ids
+        prompt_ids = self.tokenizer(
+            apply_chat_template(self.tokenizer, request.messages), add_special_tokens=False
+        ).input_ids
         with self._lock:
-            [[completion]] = generate(self.model, self.tokenizer, [prompt_ids], max_new_tokens=request.max_tokens,
-                                      temperature=request.temperature, seed=self.seed)
-        return (completion.text, Usage(input_tokens=len(prompt_ids), output_tokens=len(completion.token_ids)),
-                "length" if completion.finish_reason == "length" else "stop")
+            [[completion]] = generate(
+                self.model,
+                self.tokenizer,
+                [prompt_ids],
+                max_new_tokens=request.max_tokens,
+                temperature=request.temperature,
+                seed=self.seed,
+            )
+        return (
+            completion.text,
+            Usage(input_tokens=len(prompt_ids), output_tokens=len(completion.token_ids)),
+            "length" if completion.finish_reason == "length" else "stop",
+        )
 
     async def aclose(self) -> None:
         return None

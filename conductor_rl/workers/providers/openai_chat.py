@@ -20,13 +20,13 @@ from typing import Any
 import openai
 
 from conductor_rl.config import WorkerConfig
+from conductor_rl.workers.model_traits import traits_for
 from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequest
-from conductor_rl.workers.providers.errors import map_stainless_error, malformed_error
+from conductor_rl.workers.providers.errors import malformed_error, map_stainless_error
 from conductor_rl.workers.providers.http import HttpProvider, Reply, count
 from conductor_rl.workers.providers.keys import Secret
 from conductor_rl.workers.providers.reasoning_text import CLOSE, OPEN, split_think
 from conductor_rl.workers.request_args import openai_chat_args
-from conductor_rl.workers.request_shape import traits_for
 
 
 class OpenAIChatProvider(HttpProvider):
@@ -36,7 +36,10 @@ class OpenAIChatProvider(HttpProvider):
 
     def _make_client(self) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(
-            api_key=self._key.reveal(), base_url=self.config.base_url, timeout=self.config.timeout_s, max_retries=0,
+            api_key=self._key.reveal(),
+            base_url=self.config.base_url,
+            timeout=self.config.timeout_s,
+            max_retries=0,
         )
 
     async def _call(self, request: WorkerRequest) -> Reply:
@@ -47,7 +50,7 @@ class OpenAIChatProvider(HttpProvider):
         content, finish = choice.message.content or "", choice.finish_reason or ""
         apart = _reasoning_field(choice.message)
         if self._opens_think and finish == "length" and not apart and CLOSE not in content and OPEN not in content:
-            text, reasoning = "", content.strip()   # cut off mid-thought: no answer yet
+            text, reasoning = "", content.strip()  # cut off mid-thought: no answer yet
         else:
             text, reasoning = split_think(content)
         u = completion.usage

@@ -25,8 +25,13 @@ def split_think(text: str) -> tuple[str, str]:
         # The template opened <think>: everything before the first </think> is reasoning.
         thoughts.append(head)
         text = tail
-    text = _BLOCK.sub(lambda m: thoughts.append(m.group(1)) or "", text)
-    if OPEN in text:   # an unclosed block: the budget ran out while thinking
+
+    def take(m: re.Match[str]) -> str:
+        thoughts.append(m.group(1))
+        return ""
+
+    text = _BLOCK.sub(take, text)
+    if OPEN in text:  # an unclosed block: the budget ran out while thinking
         text, _, rest = text.partition(OPEN)
         thoughts.append(rest)
     reasoning = "\n\n".join(t.strip() for t in thoughts if t.strip())

@@ -68,7 +68,7 @@ class SimProvider:
             latency_s=time.perf_counter() - started,
             cost_usd=cost_of(usage, self.config.price),
             simulated=True,
-            finish_reason="stop",   # a simulated answer is always whole, however few tokens it counts
+            finish_reason="stop",  # a simulated answer is always whole, however few tokens it counts
         )
 
     async def aclose(self) -> None:
@@ -120,4 +120,4 @@ def _perturb_number(reference: str, rng: random.Random) -> str:
     # Change the last digit: keeps the form (fraction, root, percent) and the magnitude.
     spot = digits[-1]
     new_digit = str((int(spot.group()) + rng.randint(1, 9)) % 10)
-    return reference[: spot.start()] + new_digit + reference[spot.end():]
+    return reference[: spot.start()] + new_digit + reference[spot.end() :]

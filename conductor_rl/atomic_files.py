@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Any
 
 
-def write_atomically(path: Path, write: Callable[[IO], None], binary: bool = False) -> None:
+def write_atomically(path: Path, write: Callable[[IO[Any]], object], binary: bool = False) -> None:
     """Call `write(file)` on a temporary file, then rename it to `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as out:
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as out:
             write(out)
             out.flush()
             os.fsync(out.fileno())

@@ -4,9 +4,11 @@ Conductor, the transformers sampler and the local worker provider share.
 `generate` samples `n` completions per prompt and returns, per completion, its
 tokens and each token's log-probability under the raw model at temperature 1,
 before any constraint: the policy the learner recomputes (GRPO's "old"
-log-probs). Sampling itself applies, in this order: the optional plan
-constraint (conductor_rl/plan/constrained.py), the temperature, then top-p; a
-constraint first, so top-p can never remove every token it allows.
+log-probs). Sampling itself applies, in this order: the optional constraint
+(any `Constraint`, such as a plan's: conductor_rl/plan/constrained.py), the
+temperature, then top-p; a constraint first, so top-p can never remove every
+token it allows. This module imports no other project module: every stage that
+samples (workers, plans, the policy) stands on it.
 
 One rule ends a completion: the first end-of-sequence token (left out of its
 tokens, and reported with its log-prob), else the stop condition, else
@@ -20,35 +22,31 @@ torch's global random state is left alone (other threads may be sampling).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence, Union
+from typing import Any, Literal, Protocol
 
 import torch
 
-from conductor_rl.plan.constrained import PlanFormat
-
-Prompt = Union[str, Sequence[int]]
+Prompt = str | Sequence[int]
 
 
-@dataclass(frozen=True)
-class PlanConstraint:
-    """Only well-formed plans may be sampled (conductor_rl/plan/constrained.py).
-    `format` holds the tokenizer's token tables, which are slow to build: keep one."""
+class Constraint(Protocol):
+    """What may be sampled: a plan's is `conductor_rl.plan.constrained.PlanConstraint`."""
 
-    format: PlanFormat
-    n_workers: int
-    max_steps: int
-    prefix: str = ""   # already at the end of the prompt (a start of 'model_id = [')
-    allow_empty: bool = False   # the empty plan (no steps) may be sampled too
+    def processor(self, prompt_len: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """A logits processor for one call whose prompts are `prompt_len` tokens wide:
+        (sequences so far, log-probs) -> the log-probs with every forbidden token at -inf."""
+        ...
 
 
 @dataclass(frozen=True)
 class Generation:
-    text: str                        # the tokens decoded, special tokens skipped
-    token_ids: tuple[int, ...]       # the sampled tokens, the ending end-of-sequence token excluded
-    logprobs: tuple[float, ...]      # one per token in token_ids, of the unconstrained model at temperature 1
+    text: str  # the tokens decoded, special tokens skipped
+    token_ids: tuple[int, ...]  # the sampled tokens, the ending end-of-sequence token excluded
+    logprobs: tuple[float, ...]  # one per token in token_ids, of the unconstrained model at temperature 1
     finish_reason: Literal["eos", "stop", "length"]
-    eos_id: int | None = None        # the end-of-sequence token that ended it ("eos" only)
+    eos_id: int | None = None  # the end-of-sequence token that ended it ("eos" only)
     eos_logprob: float | None = None  # and its log-prob, for trainers that keep it (as vLLM does)
 
     @property
@@ -91,8 +89,10 @@ def end_tokens(model: Any, tokenizer: Any) -> set[int]:
     ends.update(configured if isinstance(configured, (list, tuple)) else [configured])
     ends.discard(None)
     if not ends:
-        raise ValueError("neither the tokenizer nor the model's generation config names an end-of-sequence token; "
-                         "set tokenizer.eos_token")
+        raise ValueError(
+            "neither the tokenizer nor the model's generation config names an end-of-sequence token; "
+            "set tokenizer.eos_token"
+        )
     return ends
 
 
@@ -107,7 +107,7 @@ def generate(
     temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int | Sequence[int] | None = None,
-    constraint: PlanConstraint | None = None,
+    constraint: Constraint | None = None,
     stop: Callable[[str], bool] | None = None,
 ) -> list[list[Generation]]:
     """`n` completions of each prompt (text, or token ids used exactly), one list per prompt.
@@ -131,10 +131,7 @@ def generate(
 
     base = torch.Generator().seed() if seed is None else seed
     generators = [torch.Generator(device=device).manual_seed(s) for s in seeds_per_prompt(base, len(prompts))]
-    mask = None
-    if constraint is not None:
-        mask = constraint.format.processor(width, constraint.n_workers, constraint.max_steps, constraint.prefix,
-                                           constraint.allow_empty)
+    mask = None if constraint is None else constraint.processor(width)
     top_p_warper = None
     if top_p < 1.0:
         from transformers import TopPLogitsWarper
@@ -175,11 +172,16 @@ def generate(
         feed = torch.tensor([pad if e is not None else t for e, t in zip(ended, chosen.tolist())], device=device)
         sequences = torch.cat([sequences, feed.unsqueeze(-1)], dim=-1)
         attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=-1)
-        out = model(input_ids=feed.unsqueeze(-1), attention_mask=attention, position_ids=next_position,
-                    past_key_values=cache, use_cache=True)
+        out = model(
+            input_ids=feed.unsqueeze(-1),
+            attention_mask=attention,
+            position_ids=next_position,
+            past_key_values=cache,
+            use_cache=True,
+        )
         cache, logits, next_position = out.past_key_values, out.logits[:, -1], next_position + 1
     done = [e if e is not None else _generation(tokenizer, tokens[r], logps[r], "length") for r, e in enumerate(ended)]
-    return [done[i * n:(i + 1) * n] for i in range(len(prompts))]
+    return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
 def _left_padded(tokenizer: Any, prompts: Sequence[Prompt], device: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,13 +195,19 @@ def _left_padded(tokenizer: Any, prompts: Sequence[Prompt], device: Any) -> tupl
     ids = torch.full((len(encoded), width), pad, dtype=torch.long)
     attention = torch.zeros((len(encoded), width), dtype=torch.long)
     for i, e in enumerate(encoded):
-        ids[i, width - len(e):] = torch.tensor(e, dtype=torch.long)
-        attention[i, width - len(e):] = 1
+        ids[i, width - len(e) :] = torch.tensor(e, dtype=torch.long)
+        attention[i, width - len(e) :] = 1
     return ids.to(device), attention.to(device)
 
 
-def _choose(scores: torch.Tensor, temperature: float, top_p_warper: Any, sequences: torch.Tensor,
-            generators: list[torch.Generator], n: int) -> torch.Tensor:
+def _choose(
+    scores: torch.Tensor,
+    temperature: float,
+    top_p_warper: Any,
+    sequences: torch.Tensor,
+    generators: list[torch.Generator],
+    n: int,
+) -> torch.Tensor:
     """One token per row: greedy at temperature 0, else drawn with the row's prompt's generator."""
     if temperature == 0:
         return scores.argmax(dim=-1)
@@ -207,11 +215,19 @@ def _choose(scores: torch.Tensor, temperature: float, top_p_warper: Any, sequenc
     if top_p_warper is not None:
         scores = top_p_warper(sequences, scores)
     probs = torch.softmax(scores, dim=-1)
-    return torch.cat([torch.multinomial(probs[i * n:(i + 1) * n], 1, generator=g).squeeze(-1)
-                      for i, g in enumerate(generators)])
+    return torch.cat(
+        [torch.multinomial(probs[i * n : (i + 1) * n], 1, generator=g).squeeze(-1) for i, g in enumerate(generators)]
+    )
 
 
-def _generation(tokenizer: Any, ids: list[int], logps: list[float], reason: Literal["eos", "stop", "length"],
-                eos_id: int | None = None, eos_logprob: float | None = None) -> Generation:
-    return Generation(tokenizer.decode(ids, skip_special_tokens=True), tuple(ids), tuple(logps), reason,
-                      eos_id, eos_logprob)
+def _generation(
+    tokenizer: Any,
+    ids: list[int],
+    logps: list[float],
+    reason: Literal["eos", "stop", "length"],
+    eos_id: int | None = None,
+    eos_logprob: float | None = None,
+) -> Generation:
+    return Generation(
+        tokenizer.decode(ids, skip_special_tokens=True), tuple(ids), tuple(logps), reason, eos_id, eos_logprob
+    )

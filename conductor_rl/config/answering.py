@@ -1,0 +1,65 @@
+"""The sections of answering questions after training: `ask` (the command line) and `serve` (an
+OpenAI-compatible endpoint)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from conductor_rl.config.strict import Strict
+
+
+class AskConfig(Strict):
+    questions: list[str] = Field(default_factory=list, description="Questions for `ask` when none is given.")
+    sample_questions: int = Field(3, ge=0, description="When no question is given: how many from data.questions.")
+    samples: int = Field(1, ge=1, description="Plans sampled per question; the first that parses is run.")
+    temperature: float | None = Field(
+        None, ge=0.0, description="Conductor temperature for ask (None: conductor.temperature)."
+    )
+
+
+class ServeConfig(Strict):
+    """A served Conductor (`conductor-rl serve`, actors/conductor_app.py): an OpenAI-compatible endpoint."""
+
+    model_name: str | None = Field(
+        None,
+        description="The model name clients ask for (GET /v1/models); None: "
+        "the Conductor's folder name (a checkpoint's, for its model/ folder) or model name.",
+    )
+    host: str = Field("127.0.0.1", description="Where the HTTP endpoint listens (0.0.0.0: every interface).")
+    port: int = Field(8000, ge=1, le=65535)
+    require_token: bool = Field(
+        True,
+        description="Refuse requests without a known bearer token (tokens from "
+        "CONDUCTOR_RL_SERVE_TOKENS=client:token,... or serve.tokens_file). false: anyone "
+        "who reaches the port may spend the workers' budget.",
+    )
+    tokens_file: str | None = Field(None, description="One `client token` per line; read at start, never logged.")
+    client_requests: int | None = Field(60, ge=1, description="Requests per client per client_window_s (None: no cap).")
+    client_usd: float | None = Field(
+        1.0,
+        ge=0.0,
+        description="Worker dollars per client per client_window_s "
+        "(None: no cap); a request is refused once its client spent this much.",
+    )
+    client_window_s: float = Field(60.0, gt=0.0)
+    budget_usd: float | None = Field(None, ge=0.0, description="The server's whole worker budget (None: no cap).")
+    max_request_bytes: int = Field(256_000, ge=1_000)
+    max_messages: int = Field(64, ge=1)
+    timeout_s: float = Field(
+        300.0, gt=0.0, description="A request without an answer by then gets a 504 with what it spent."
+    )
+    replicas: int = Field(1, ge=1, description="Ray Serve replicas of the endpoint (unless autoscaling is set).")
+    autoscaling: dict[str, Any] | None = Field(
+        None,
+        description="Ray Serve's autoscaling_config, as is (min_replicas, max_replicas, target_ongoing_requests, ...).",
+    )
+    max_ongoing_requests: int = Field(64, ge=1, description="Requests one replica handles at once (Ray Serve).")
+    worker_replicas: int = Field(1, ge=1, description="WorkerActors per worker (as train.worker_replicas).")
+    batch_window_s: float = Field(
+        0.02,
+        ge=0.0,
+        description="Plans of requests that arrive within this many "
+        "seconds of each other are sampled in one generator batch.",
+    )
