@@ -47,6 +47,30 @@ def machine() -> dict[str, Any]:
 # --------------------------------------------------------------------------- critical path
 
 
+def train_then_evaluate_overrides(args: Any, benchmarks: Sequence[str]) -> list[str]:
+    """The embedded default shrunk to a benchmark's run: `args.iterations` of `args.questions` x
+    `args.rollouts`, one checkpoint at the end (each costs seconds), no progress bar, report or
+    TensorBoard, then an evaluation of `args.limit` questions x `args.repeats` on `benchmarks`."""
+    import json
+
+    return [
+        f"train.iterations={args.iterations}",
+        f"train.questions_per_iteration={args.questions}",
+        f"train.rollouts_per_question={args.rollouts}",
+        f"train.checkpoint_every={args.iterations}",
+        "train.keep_checkpoints=1",
+        "train.progress=false",
+        "train.report=false",
+        "train.tensorboard=false",
+        f"train.seed={args.seed}",
+        f"conductor.seed={args.seed}",
+        f"evaluate.benchmarks={json.dumps(list(benchmarks))}",
+        f"evaluate.limit={args.limit}",
+        f"evaluate.repeats={args.repeats}",
+        "evaluate.progress=false",
+    ]
+
+
 def step_critical_paths(steps: Sequence[Any]) -> list[float]:
     """Finish time of each step if it started the moment what it reads had
     finished and took its own latency: finish[i] = max(finish[j], j in access) + latency[i]."""

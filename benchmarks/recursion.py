@@ -38,29 +38,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure import log  # noqa: E402
+from benchmarks.measure import log, train_then_evaluate_overrides  # noqa: E402
 from conductor_rl.config import Config, load_config  # noqa: E402
 
 BENCHMARKS = ["gsm8k:test", "mmlu:eval"]  # the training domains of the embedded default
 
 
 def base_config(args: argparse.Namespace) -> Config:
-    shrunk = [
-        f"train.iterations={args.iterations}",
-        f"train.questions_per_iteration={args.questions}",
-        f"train.rollouts_per_question={args.rollouts}",
-        f"train.checkpoint_every={args.iterations}",
-        "train.keep_checkpoints=1",
-        "train.progress=false",
-        "train.report=false",
-        "train.tensorboard=false",
-        f"train.seed={args.seed}",
-        f"conductor.seed={args.seed}",
-        f"evaluate.benchmarks={json.dumps(BENCHMARKS)}",
-        f"evaluate.limit={args.limit}",
-        f"evaluate.repeats={args.repeats}",
-        "evaluate.progress=false",
-    ]
+    shrunk = train_then_evaluate_overrides(args, BENCHMARKS)
     return load_config(None, [*shrunk, *args.overrides])
 
 

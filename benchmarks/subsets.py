@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure import log, machine  # noqa: E402
+from benchmarks.measure import log, machine, train_then_evaluate_overrides  # noqa: E402
 from conductor_rl.config import Config, load_config, validate_config  # noqa: E402
 from conductor_rl.plan.roster import roster_of, with_workers  # noqa: E402
 
@@ -72,27 +72,10 @@ def pool_config(args: argparse.Namespace) -> Config:
     overrides last, so they can change any of it (`workers.3.sim.accuracy.math=0.5`)."""
     raw = load_config(None).model_dump(mode="json")
     raw["workers"].append(ALLROUNDER)
-    shrunk = [
-        f"train.iterations={args.iterations}",
-        f"train.questions_per_iteration={args.questions}",
-        f"train.rollouts_per_question={args.rollouts}",
-        f"train.checkpoint_every={args.iterations}",  # one checkpoint, at the end: each costs seconds
-        "train.keep_checkpoints=1",
-        "train.progress=false",
-        "train.report=false",
-        "train.tensorboard=false",
-        f"train.seed={args.seed}",
-        f"conductor.seed={args.seed}",
-        # Four iterations instead of the default's ten: twice its lr (the same cosine down to 0.2
-        # of it) gives about the same sum of step sizes. In a trial a constant 2e-4 swung the
-        # policy between iterations (math: all to the math expert, then all to the generalist),
-        # so the schedule still decays.
-        f"learner.lr={args.lr}",
-        f"evaluate.benchmarks={json.dumps(BENCHMARKS)}",
-        f"evaluate.limit={args.limit}",
-        f"evaluate.repeats={args.repeats}",
-        "evaluate.progress=false",
-    ]
+    # Four iterations instead of the default's ten: twice its lr (the same cosine down to 0.2 of it) gives
+    # about the same sum of step sizes. In a trial a constant 2e-4 swung the policy between iterations
+    # (math: all to the math expert, then all to the generalist), so the schedule still decays.
+    shrunk = [*train_then_evaluate_overrides(args, BENCHMARKS), f"learner.lr={args.lr}"]
     return load_config(validate_config(raw), [*shrunk, *args.overrides])
 
 

@@ -24,9 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 Prompt = str | Sequence[int]
 
@@ -81,7 +84,7 @@ def sample_seed(seed: int, iteration: int) -> int:
     return (seed * 1_000_003 + iteration) % (2**31)
 
 
-def end_tokens(model: Any, tokenizer: Any) -> set[int]:
+def end_tokens(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
     """Token ids that end a completion: the tokenizer's end-of-sequence token and
     any the model's generation config names (Qwen2.5 lists two)."""
     ends = {tokenizer.eos_token_id}
@@ -98,8 +101,8 @@ def end_tokens(model: Any, tokenizer: Any) -> set[int]:
 
 @torch.no_grad()
 def generate(
-    model: Any,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[Prompt],
     *,
     max_new_tokens: int,
@@ -184,7 +187,9 @@ def generate(
     return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
-def _left_padded(tokenizer: Any, prompts: Sequence[Prompt], device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def _left_padded(
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[Prompt], device: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids and attention mask of the prompts, padded on the left so every
     prompt's last token is in the last column."""
     encoded = [tokenizer(p, add_special_tokens=False).input_ids if isinstance(p, str) else list(p) for p in prompts]
@@ -221,7 +226,7 @@ def _choose(
 
 
 def _generation(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     ids: list[int],
     logps: list[float],
     reason: Literal["eos", "stop", "length"],

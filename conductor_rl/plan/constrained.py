@@ -24,9 +24,12 @@ recursive Conductor call declines to go on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conductor_rl.config.sections import PLAN_START
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 # What follows PLAN_START in the empty plan (allow_empty): its "]" is the one choice.
 EMPTY_TAIL = "]\nsubtasks = []\naccess_list = []\n"
@@ -53,7 +56,7 @@ class _Row:
 class PlanFormat:
     """Token tables for one tokenizer; `processor` makes a per-call logits processor."""
 
-    def __init__(self, tokenizer: Any, max_subtask_tokens: int = 96) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_subtask_tokens: int = 96) -> None:
         import torch
 
         self.tokenizer = tokenizer
@@ -257,7 +260,9 @@ def plan_regex(
     return PLAN_START[len(prefix) :].replace("[", "\\[") + "(" + "|".join(plans) + ")"
 
 
-def choice_mask(tokenizer: Any, completion_ids: list[int], prefix: str = "", subtasks: bool = True) -> list[int]:
+def choice_mask(
+    tokenizer: PreTrainedTokenizerBase, completion_ids: list[int], prefix: str = "", subtasks: bool = True
+) -> list[int]:
     """1 for each completion token that carries one of the Conductor's choices
     under the constrained format, 0 for the format's own text.
 

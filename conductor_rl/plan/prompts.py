@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from conductor_rl.config import ConfigError
 from conductor_rl.plan.shape import PlanShape
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from conductor_rl.config import Config
     from conductor_rl.data import Question
 
@@ -189,7 +191,7 @@ def answer_instruction(answer_kind: str) -> str:
     return ANSWER_INSTRUCTIONS[answer_kind]
 
 
-def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+def apply_chat_template(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> str:
     """Render messages with the model's own chat template, ready for generation."""
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
@@ -205,7 +207,7 @@ class ConductorPrompt:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         n_workers: int,
         max_steps: int = 5,
         n_examples: int = 4,
@@ -221,7 +223,7 @@ class ConductorPrompt:
         self._ids: dict[tuple[str, int], list[int]] = {}
 
     @classmethod
-    def from_config(cls, config: Config, tokenizer: Any = None) -> ConductorPrompt:
+    def from_config(cls, config: Config, tokenizer: PreTrainedTokenizerBase | None = None) -> ConductorPrompt:
         """The prompt of `config.conductor` for a pool of `config.workers`; loads
         the Conductor model's tokenizer unless one is given."""
         c = config.conductor

@@ -18,7 +18,7 @@ Under the constrained plan format, the format's own text is out of the loss
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,13 +27,16 @@ from conductor_rl.policy.grpo import group_advantages
 from conductor_rl.policy.learner import RolloutBatch
 from conductor_rl.rollout.rollouts import Rollout
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 
 def rollout_batch(
     rollouts: Sequence[Rollout],
     prompt_ids: Sequence[Sequence[int]],
     *,
     drop_uninformative: bool = True,
-    format_tokenizer: Any = None,
+    format_tokenizer: PreTrainedTokenizerBase | None = None,
     response_prefix: str = "",
     subtask_text_in_loss: bool = True,
     learner_version: int | None = None,

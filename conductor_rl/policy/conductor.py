@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conductor_rl.config import ConductorConfig, Config
 from conductor_rl.generation import generate, prompt_seed
@@ -19,6 +19,9 @@ from conductor_rl.plan.prompts import ConductorPrompt
 from conductor_rl.plan.shape import PlanShape
 from conductor_rl.policy.sampling import Sample, TransformersSampler
 from conductor_rl.rollout.recursion import SampledPlan
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,12 @@ def plan_finished(text: str) -> bool:
 
 
 class Conductor:
-    def __init__(self, config: ConductorConfig, model: Any = None, tokenizer: Any = None) -> None:
+    def __init__(
+        self,
+        config: ConductorConfig,
+        model: PreTrainedModel | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+    ) -> None:
         self.config = config
         if model is None or tokenizer is None:
             model, tokenizer = load_causal_lm(config.model, config.dtype)

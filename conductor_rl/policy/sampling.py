@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,6 +27,9 @@ from conductor_rl.generation import Generation, Prompt, generate, seeds_per_prom
 from conductor_rl.plan.constrained import PlanConstraint, PlanFormat, plan_regex
 from conductor_rl.plan.shape import PlanShape, Shapes, shape_per_prompt
 from conductor_rl.policy.precision import engine_dtype
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,7 @@ class TransformersSampler:
     `conductor_rl.generation`. As from vLLM, a completion that ended with the
     end-of-sequence token keeps it, with its log-prob: the learner trains on it."""
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.weights_version = 0
         self._format: PlanFormat | None = None

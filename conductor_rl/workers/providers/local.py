@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from conductor_rl.config import WorkerConfig
 from conductor_rl.models import load_causal_lm
@@ -21,11 +21,20 @@ from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.providers.base import Usage, WorkerRequest, WorkerResponse
 from conductor_rl.workers.providers.reasoning_text import split_think
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 
 class LocalProvider:
     simulated = False
 
-    def __init__(self, config: WorkerConfig, model: Any = None, tokenizer: Any = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        model: PreTrainedModel | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        seed: int = 0,
+    ) -> None:
         self.name = config.name
         self.config = config
         self.seed = seed
