@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conductor_rl.config import Config
 from conductor_rl.run.demands import (
@@ -259,6 +261,23 @@ def start_graders(config: Config) -> GraderPool:
     return graders
 
 
+def start_together(*starts: Callable[[], Any]) -> list[Any]:
+    """Run each start in a thread of its own and return what they built, in order. If one fails, what the
+    others built is shut down and the first failure is raised."""
+    with ThreadPoolExecutor(max_workers=len(starts), thread_name_prefix="start") as pool:
+        futures = [pool.submit(start) for start in starts]
+        wait(futures)
+    failures = [f.exception() for f in futures if f.exception() is not None]
+    if failures:
+        for f in futures:
+            if f.exception() is None:
+                stop = getattr(f.result(), "shutdown", None) or getattr(f.result(), "close", None)
+                if stop is not None:
+                    stop()
+        raise failures[0]
+    return [f.result() for f in futures]
+
+
 def build_system(config: Config, model: str, weights_version: int, total_steps: int) -> TrainingSystem:
     """Start every actor; `model` is the Conductor to start from (a checkpoint's HF folder on resume)."""
     import ray
@@ -275,14 +294,23 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
         f"starting {config.generator.engines} generator engine(s) ({config.generator.backend}, {generator}; "
         f"weights by {transport}) ..."
     )
-    generators = start_generators(
-        config, model, weights_version, None if transport in ("object_store", "shared_memory") else transport
-    )
-
     rank = learner_placement(config, has_gpus)
     log(f"starting {config.learner.world_size} learner rank(s) ({rank}) ...")
-    learners = LearnerGroup(
-        model, config.learner, total_steps, resources_per_rank=rank, past_versions=System(config).learner_past_versions
+    # Engines, ranks, worker pools and graders start at the same time: each start is mostly one process's
+    # imports and model load, or a server's start.
+    generators, learners, workers, graders = start_together(
+        lambda: start_generators(
+            config, model, weights_version, None if transport in ("object_store", "shared_memory") else transport
+        ),
+        lambda: LearnerGroup(
+            model,
+            config.learner,
+            total_steps,
+            resources_per_rank=rank,
+            past_versions=System(config).learner_past_versions,
+        ),
+        lambda: start_worker_pools(config, config.train.budget_usd, config.train.worker_replicas, checked=True),
+        lambda: start_graders(config),
     )
     weight_sync = WeightSync(
         learners,
@@ -292,7 +320,4 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
         fallback=config.generator.weight_sync == "auto",
         log=log,
     )
-
-    workers = start_worker_pools(config, config.train.budget_usd, config.train.worker_replicas, checked=True)
-    graders = start_graders(config)
     return TrainingSystem(generators, learners, weight_sync, workers.pools, graders, workers.ledger, workers.served)

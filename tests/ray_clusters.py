@@ -30,8 +30,8 @@ from typing import Any
 #: The session's in-process cluster (conftest.py `ray_cluster`), and what a test that
 #: had to stop it starts again afterwards.
 LOCAL_RAY = dict(num_cpus=8, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-OBJECT_STORE_BYTES = 80 * 1024 * 1024   # per node; the default 150 MiB per node adds up on a small machine
-CPU_NODE = "conductor_cpu_node"          # ray_cluster.yaml's node-type resources
+OBJECT_STORE_BYTES = 80 * 1024 * 1024  # per node; the default 150 MiB per node adds up on a small machine
+CPU_NODE = "conductor_cpu_node"  # ray_cluster.yaml's node-type resources
 GPU_NODE = "conductor_gpu_node"
 
 
@@ -41,23 +41,32 @@ class LocalCluster:
     def __init__(self, head_cpus: float = 0, head_resources: dict[str, float] | None = None) -> None:
         from ray.cluster_utils import Cluster
 
-        self.tmp = tempfile.mkdtemp(prefix="crl-mn-", dir="/tmp")   # short: socket paths live under it
+        self.tmp = tempfile.mkdtemp(prefix="crl-mn-", dir="/tmp")  # short: socket paths live under it
         os.makedirs(os.path.join(self.tmp, "ray"))
         self._saved_tmpdir = os.environ.get("RAY_TMPDIR")
         os.environ["RAY_TMPDIR"] = self.tmp
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")   # a private cluster needs no token
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private cluster needs no token
         self.cluster = None
         try:
-            self.cluster = Cluster(initialize_head=True, head_node_args=self._node_args(
-                head_cpus, head_resources, include_dashboard=False, dashboard_agent_listen_port=None))
+            self.cluster = Cluster(
+                initialize_head=True,
+                head_node_args=self._node_args(
+                    head_cpus, head_resources, include_dashboard=False, dashboard_agent_listen_port=None
+                ),
+            )
         except BaseException:
             self.shutdown()
             raise
         self.head = self.cluster.head_node
 
     def _node_args(self, num_cpus: float, resources: dict[str, float] | None, **extra: Any) -> dict[str, Any]:
-        return dict(num_cpus=num_cpus, resources=resources or {}, object_store_memory=OBJECT_STORE_BYTES,
-                    temp_dir=os.path.join(self.tmp, "ray"), **extra)
+        return dict(
+            num_cpus=num_cpus,
+            resources=resources or {},
+            object_store_memory=OBJECT_STORE_BYTES,
+            temp_dir=os.path.join(self.tmp, "ray"),
+            **extra,
+        )
 
     def add_node(self, num_cpus: float = 2, resources: dict[str, float] | None = None):
         """A worker node (a raylet of its own); returns Ray's node object (`.node_id`)."""
@@ -104,7 +113,7 @@ class LocalCluster:
             else:
                 os.environ["RAY_TMPDIR"] = self._saved_tmpdir
         left = self.leftovers()
-        for pid in left:   # only processes of this cluster, each by its own id
+        for pid in left:  # only processes of this cluster, each by its own id
             try:
                 psutil.Process(pid).kill()
             except psutil.NoSuchProcess:

@@ -40,16 +40,32 @@ def test_critical_path_follows_what_each_step_reads() -> None:
 def test_peak_overlap_counts_calls_in_flight() -> None:
     bench = load_benchmark()
     assert bench.peak_overlap([(0, 2), (1, 3), (2.5, 4), (5, 6)]) == 2
-    assert bench.peak_overlap([(0, 1), (1, 2)]) == 1   # one ends as the next starts
+    assert bench.peak_overlap([(0, 1), (1, 2)]) == 1  # one ends as the next starts
     assert bench.peak_overlap([]) == 0
 
 
 @pytest.mark.slow
 def test_a_tiny_iteration_runs_end_to_end() -> None:
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--json", "--questions", "1", "--rollouts", "4", "--latency-scale", "0.05",
-         "--max-new-tokens", "256", "--iterations", "2"],
-        cwd=REPO, capture_output=True, text=True, timeout=540,
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--json",
+            "--questions",
+            "1",
+            "--rollouts",
+            "4",
+            "--latency-scale",
+            "0.05",
+            "--max-new-tokens",
+            "256",
+            "--iterations",
+            "2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=540,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
@@ -73,7 +89,7 @@ def test_the_round_recorder_hears_each_execute_phase_of_the_loop() -> None:
     recorder = bench.RoundRecorder()
     phases = Phases(iteration=0, observer=recorder)
     first, retried = ["a", "b", "c"], ["b"]
-    for todo in (first, retried):          # a second round re-runs what an infrastructure error left
+    for todo in (first, retried):  # a second round re-runs what an infrastructure error left
         with phases.timed("execute", todo):
             pass
         with phases.timed("grade", todo):

@@ -35,21 +35,45 @@ from conductor_rl.config import load_config
 from conductor_rl.data import load_dataset
 
 REPO = Path(__file__).resolve().parent.parent
-HANG_GUARD_S = 900   # not a speed check: on a loaded 2-core machine a run can take minutes
+HANG_GUARD_S = 900  # not a speed check: on a loaded 2-core machine a run can take minutes
 pytestmark = pytest.mark.timeout(2 * HANG_GUARD_S)
 
 WORKERS = [w.name for w in load_config(None).workers]
 LIMIT, REPEATS = 3, 2
-HUMANEVAL_QUESTIONS = 2   # evaluate.limit is one for all benchmarks: HumanEval's two are a file of their own
+HUMANEVAL_QUESTIONS = 2  # evaluate.limit is one for all benchmarks: HumanEval's two are a file of their own
 METHODS = ["conductor:untrained", "single:*", "reflect:*:2", "moa", "router", "random", "oracle"]
-EXPANDED = (["conductor:untrained"] + [f"single:{w}" for w in WORKERS] + [f"reflect:{w}:2" for w in WORKERS]
-            + ["moa", "router", "random", "oracle"])
-FAST = ["conductor.model=tiny-qwen2", "cluster.generator={CPU: 1}", "conductor.max_new_tokens=64",
-        "evaluate.router_pilot_questions=20", "evaluate.progress=false", f"evaluate.repeats={REPEATS}",
-        f"evaluate.limit={LIMIT}"]
+EXPANDED = (
+    ["conductor:untrained"]
+    + [f"single:{w}" for w in WORKERS]
+    + [f"reflect:{w}:2" for w in WORKERS]
+    + ["moa", "router", "random", "oracle"]
+)
+FAST = [
+    "conductor.model=tiny-qwen2",
+    "cluster.generator={CPU: 1}",
+    "conductor.max_new_tokens=64",
+    "evaluate.router_pilot_questions=20",
+    "evaluate.progress=false",
+    f"evaluate.repeats={REPEATS}",
+    f"evaluate.limit={LIMIT}",
+]
 # What a cell must agree on between a resumed and an uninterrupted run (neither wall times nor spent_usd).
-COMPARED = ("questions", "repeats", "samples", "accuracy", "stderr", "calls", "steps", "input_tokens",
-            "output_tokens", "cost_usd", "cost_total_usd", "errors", "plan_errors", "simulated")
+COMPARED = (
+    "questions",
+    "repeats",
+    "samples",
+    "accuracy",
+    "stderr",
+    "calls",
+    "steps",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "cost_total_usd",
+    "errors",
+    "plan_errors",
+    "simulated",
+)
 
 
 def flow(items: list[str]) -> str:
@@ -57,8 +81,13 @@ def flow(items: list[str]) -> str:
 
 
 def overrides(out: Path, benchmarks: list[str], methods: list[str] = METHODS, *extra: str) -> list[str]:
-    return [*FAST, f"evaluate.benchmarks={flow(benchmarks)}", f"evaluate.methods={flow(methods)}",
-            f"evaluate.output_dir={out}", *extra]
+    return [
+        *FAST,
+        f"evaluate.benchmarks={flow(benchmarks)}",
+        f"evaluate.methods={flow(methods)}",
+        f"evaluate.output_dir={out}",
+        *extra,
+    ]
 
 
 def subprocess_env() -> dict[str, str]:
@@ -80,7 +109,7 @@ def complete_lines(path: Path) -> list[dict]:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
-    return [json.loads(line) for line in data[:data.rfind(b"\n") + 1].split(b"\n") if line.strip()]
+    return [json.loads(line) for line in data[: data.rfind(b"\n") + 1].split(b"\n") if line.strip()]
 
 
 def accuracy_table(out: Path) -> str:
@@ -98,6 +127,7 @@ def assert_same_cells(got: dict, want: dict) -> None:
 
 
 # ---------------------------------------------------------------- bad input fails before Ray or any actor
+
 
 def refused(argv: list[str], out: Path) -> str:
     """`conductor-rl evaluate ARGV --output OUT`'s exit message; nothing may be written."""
@@ -167,8 +197,9 @@ def test_a_benchmark_empty_after_filtering_is_refused(tmp_path, no_cluster):
 def test_the_router_pilot_may_not_train_on_a_benchmark_question(tmp_path, no_cluster):
     shared, total = shared_count("samples:gsm8k", "gsm8k:train")
     assert shared > 0
-    message = refused(["--benchmark", "gsm8k:train", "--method", "router", "data.questions=samples:gsm8k"],
-                      tmp_path / "out")
+    message = refused(
+        ["--benchmark", "gsm8k:train", "--method", "router", "data.questions=samples:gsm8k"], tmp_path / "out"
+    )
     assert f"'gsm8k:train' shares {shared:,} of its {total:,} questions" in message, message
     assert "the router's pilot" in message and "disjoint" in message, message
 
@@ -196,15 +227,27 @@ def test_a_checkpoint_is_evaluated_on_a_subset_of_its_pool_but_not_on_another_po
 
     trained = load_config(None, ["conductor.model=tiny-qwen2"])
     mine = weightless_checkpoint(tmp_path / "mine", trained)
-    argv = ["--benchmark", "humaneval", "--method", f"conductor:{mine}", "--output", str(tmp_path / "out"),
-            "evaluate.progress=false", "evaluate.preflight=false", "--workers", WORKERS[2]]
-    with pytest.raises(AssertionError, match="went on to start Ray"):   # accepted: it got as far as Ray
+    argv = [
+        "--benchmark",
+        "humaneval",
+        "--method",
+        f"conductor:{mine}",
+        "--output",
+        str(tmp_path / "out"),
+        "evaluate.progress=false",
+        "evaluate.preflight=false",
+        "--workers",
+        WORKERS[2],
+    ]
+    with pytest.raises(AssertionError, match="went on to start Ray"):  # accepted: it got as far as Ray
         main(argv)
-    renamed = trained.model_copy(update={"workers": [w.model_copy(update={"name": f"other-{i}"})
-                                                     for i, w in enumerate(trained.workers)]})
+    renamed = trained.model_copy(
+        update={"workers": [w.model_copy(update={"name": f"other-{i}"}) for i, w in enumerate(trained.workers)]}
+    )
     other = weightless_checkpoint(tmp_path / "other", renamed)
-    message = refused(["--benchmark", "humaneval", "--method", f"conductor:{other}", "--workers", WORKERS[2]],
-                      tmp_path / "out2")
+    message = refused(
+        ["--benchmark", "humaneval", "--method", f"conductor:{other}", "--workers", WORKERS[2]], tmp_path / "out2"
+    )
     assert "trained with 3 workers (['other-0', 'other-1', 'other-2'])" in message, message
     assert "or on a subset of it (--workers)" in message, message
 
@@ -212,11 +255,12 @@ def test_a_checkpoint_is_evaluated_on_a_subset_of_its_pool_but_not_on_another_po
 def test_a_checkpoint_is_not_evaluated_on_its_own_training_data(tmp_path, no_cluster):
     """A checkpoint folder's state.json holds the configuration it was trained with. (The model folder
     has tiny-qwen2's configuration and tokenizer, which evaluate loads first, and no weights.)"""
-    checkpoint = weightless_checkpoint(tmp_path / "run", load_config(None, ["data.questions=samples:mmlu",
-                                                                         "conductor.model=tiny-qwen2"]))
+    checkpoint = weightless_checkpoint(
+        tmp_path / "run", load_config(None, ["data.questions=samples:mmlu", "conductor.model=tiny-qwen2"])
+    )
     shared, total = shared_count("samples:mmlu", "mmlu:train")
     assert shared > 0
-    for named in (checkpoint, tmp_path / "run"):   # the checkpoint folder, and the run folder holding it
+    for named in (checkpoint, tmp_path / "run"):  # the checkpoint folder, and the run folder holding it
         message = refused(["--benchmark", "mmlu:train", "--method", f"conductor:{named}"], tmp_path / "out")
         assert f"'mmlu:train' shares {shared:,} of its {total:,} questions" in message, message
         assert f"samples:mmlu (training data of conductor:{named})" in message, message
@@ -232,12 +276,14 @@ def test_training_on_an_evaluation_benchmark_is_refused_before_ray(tmp_path, no_
         main(["data.questions=samples:humaneval", f"train.output_dir={out}", "train.progress=false"])
     message = exit_info.value.code
     assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
-    assert ("'humaneval' shares 20 of its 164 questions" in message
-            and "data.questions=samples:humaneval" in message), message
+    assert "'humaneval' shares 20 of its 164 questions" in message and "data.questions=samples:humaneval" in message, (
+        message
+    )
     assert not (out / "metrics.jsonl").exists() and not (out / "config.json").exists()
 
 
 # ---------------------------------------------------------------- one evaluation of every method
+
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
@@ -362,6 +408,7 @@ def test_baselines_make_the_calls_their_shape_says_and_samples_are_labelled_simu
 
 # ---------------------------------------------------------------- resumed after a kill
 
+
 def kill_session(proc: subprocess.Popen) -> None:
     """SIGKILL the process group, then whatever else runs in the subprocess's session (Ray puts its
     actors in process groups of their own); only processes this test started."""
@@ -397,8 +444,14 @@ def run_and_kill(out: Path, benchmarks: list[str], kill_point: str) -> SimpleNam
     records = out / "records.jsonl"
     stderr = out.with_name(out.name + ".stderr")
     err = stderr.open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.evaluate", *overrides(out, benchmarks)], cwd=REPO,
-                            env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.evaluate", *overrides(out, benchmarks)],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        start_new_session=True,
+    )
     started = time.monotonic()
     try:
         while not KILL_POINTS[kill_point](complete_lines(records)):
@@ -408,8 +461,9 @@ def run_and_kill(out: Path, benchmarks: list[str], kill_point: str) -> SimpleNam
     finally:
         kill_session(proc)
         err.close()
-    return SimpleNamespace(out=out, at_kill=complete_lines(records), returncode=proc.returncode,
-                           seconds=time.monotonic() - started)
+    return SimpleNamespace(
+        out=out, at_kill=complete_lines(records), returncode=proc.returncode, seconds=time.monotonic() - started
+    )
 
 
 @pytest.fixture(scope="module", params=list(KILL_POINTS))
@@ -430,7 +484,7 @@ def test_an_evaluation_killed_and_resumed_gives_the_uninterrupted_table(straight
     assert killed.returncode == -signal.SIGKILL
     assert resumed.summary["stopped"] == "finished", resumed.summary
     after = complete_lines(resumed.out / "records.jsonl")
-    assert after[:len(killed.at_kill)] == killed.at_kill, "what was recorded before the kill is kept"
+    assert after[: len(killed.at_kill)] == killed.at_kill, "what was recorded before the kill is kept"
     keys = [(r["method"], r["benchmark"], r["question_id"], r["repeat"]) for r in after]
     assert len(keys) == len(set(keys)), "a sample recorded before the kill was run again"
     assert len(after) == len(complete_lines(straight.out / "records.jsonl")) > len(killed.at_kill)
@@ -466,8 +520,9 @@ def cached_run(ray_cluster, root, benchmarks) -> SimpleNamespace:
 
 
 def test_a_spent_budget_stops_with_what_finished_and_a_larger_one_completes_the_table(
-        root, benchmarks, cached_run, capsys):
-    out, reference = root / "budget", cached_run.out   # the unbudgeted table: the cache's first run's
+    root, benchmarks, cached_run, capsys
+):
+    out, reference = root / "budget", cached_run.out  # the unbudgeted table: the cache's first run's
     started = time.perf_counter()
     assert run_main(out, benchmarks, "--budget-usd", "0.02") == 1
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -486,7 +541,7 @@ def test_a_spent_budget_stops_with_what_finished_and_a_larger_one_completes_the_
     assert run_main(out, benchmarks, "--budget-usd", "10") == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["stopped"] == "finished"
     after = complete_lines(out / "records.jsonl")
-    assert after[:len(first)] == first and len(after) == full
+    assert after[: len(first)] == first and len(after) == full
     assert cached_run.code == 0
     assert_same_cells(cells_of(out), cells_of(reference))
     assert accuracy_table(out) == accuracy_table(reference)
@@ -494,7 +549,8 @@ def test_a_spent_budget_stops_with_what_finished_and_a_larger_one_completes_the_
 
 
 def test_with_the_response_cache_a_second_evaluation_costs_nothing_and_prices_the_same_table(
-        root, benchmarks, cached_run, capsys):
+    root, benchmarks, cached_run, capsys
+):
     cache = cached_run.cache
     first, second = cached_run.out, root / "cached-2"
     assert cached_run.code == 0
@@ -524,7 +580,8 @@ def loads(spec: str) -> bool:
 
 
 def test_data_mix_picks_informative_questions_by_a_pilot_that_a_second_run_reuses(
-        ray_cluster, tmp_path, monkeypatch, capsys):
+    ray_cluster, tmp_path, monkeypatch, capsys
+):
     import pyarrow.parquet as pq
 
     import jobs.data as jd
@@ -535,15 +592,22 @@ def test_data_mix_picks_informative_questions_by_a_pilot_that_a_second_run_reuse
     spent: list[float] = []
     run_evaluation = jd.run_evaluation
 
-    def recording(ev, out):   # the real pilot pass; what its workers spent is kept for the test
+    def recording(ev, out):  # the real pilot pass; what its workers spent is kept for the test
         how, usd, store = run_evaluation(ev, out)
         spent.append(usd)
         return how, usd, store
 
     monkeypatch.setattr(jd, "run_evaluation", recording)
     output = tmp_path / "m.parquet"
-    argv = ["mix", f"mix.sources={flow(MIX_SOURCES)}", "mix.candidates_per_source=30", "mix.total=20",
-            f"mix.output={output}", "--json", "evaluate.progress=false"]
+    argv = [
+        "mix",
+        f"mix.sources={flow(MIX_SOURCES)}",
+        "mix.candidates_per_source=30",
+        "mix.total=20",
+        f"mix.output={output}",
+        "--json",
+        "evaluate.progress=false",
+    ]
     started = time.perf_counter()
     assert jd.main(argv) == 0
     first_s = time.perf_counter() - started
@@ -552,7 +616,7 @@ def test_data_mix_picks_informative_questions_by_a_pilot_that_a_second_run_reuse
     assert summary["skipped_sources"] == missing and summary["sources"] == [s for s in MIX_SOURCES if s not in missing]
     if not loads("rlpr:train"):
         assert missing == ["rlpr:train"]
-    assert summary["candidates"] == {s: 30 for s in summary["sources"]}
+    assert summary["candidates"] == dict.fromkeys(summary["sources"], 30)
 
     table = pq.read_table(output)
     rows = table.to_pylist()
@@ -589,6 +653,7 @@ def test_data_mix_picks_informative_questions_by_a_pilot_that_a_second_run_reuse
 
 # ---------------------------------------------------------------- the recursive Conductor at test time
 
+
 def test_a_depth_makes_every_plan_end_with_a_call_to_the_conductor_whose_calls_are_counted(ray_cluster, tmp_path):
     """conductor:untrained@depth=1 ends every plan with a recursive call, sampled by the method's vLLM
     generator (empty plans allowed there), whose plan's worker calls count in the records. (The
@@ -598,8 +663,9 @@ def test_a_depth_makes_every_plan_end_with_a_call_to_the_conductor_whose_calls_a
 
     out = tmp_path / "out"
     method = "conductor:untrained@depth=1"
-    summary = evaluate(load_config(None, overrides(out, ["samples:math500"], [method], "evaluate.repeats=2",
-                                                   "evaluate.limit=4")))
+    summary = evaluate(
+        load_config(None, overrides(out, ["samples:math500"], [method], "evaluate.repeats=2", "evaluate.limit=4"))
+    )
     assert summary["stopped"] == "finished", summary
     records = RecordStore(out).records()
     assert len(records) == 4 * 2 and {r.method for r in records} == {method}

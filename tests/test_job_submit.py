@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent          # pytest runs from .venv: its `ray` and `python` are there
+VENV_BIN = Path(sys.executable).parent  # pytest runs from .venv: its `ray` and `python` are there
 RAY = VENV_BIN / "ray"
 JOB_TIMEOUT_S = 360
 START_TIMEOUT_S = 180
@@ -76,12 +76,29 @@ class LocalHead:
 
     def start(self) -> None:
         # Ray swaps 127.0.0.1 for the machine's address in the GCS and raylet; the dashboard stays on 127.0.0.1.
-        command = [str(RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.gcs_port}",
-                   "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
-                   f"--dashboard-agent-listen-port={self.agent_port}", f"--ray-client-server-port={self.client_port}",
-                   "--num-cpus=8", "--disable-usage-stats", f"--temp-dir={self.temp_dir}"]
-        process = subprocess.Popen(command, env=self.env, cwd=REPO, start_new_session=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        command = [
+            str(RAY),
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={self.gcs_port}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--dashboard-agent-listen-port={self.agent_port}",
+            f"--ray-client-server-port={self.client_port}",
+            "--num-cpus=8",
+            "--disable-usage-stats",
+            f"--temp-dir={self.temp_dir}",
+        ]
+        process = subprocess.Popen(
+            command,
+            env=self.env,
+            cwd=REPO,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.session = process.pid  # every process the head starts stays in this session
         out, _ = process.communicate(timeout=START_TIMEOUT_S)
         assert process.returncode == 0, f"ray start failed:\n{out[-4000:]}"
@@ -103,8 +120,9 @@ class LocalHead:
         return "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted(logs.glob("dashboard.*")) if p.is_file())
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([str(RAY), *args], env=self.env, cwd=REPO, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [str(RAY), *args], env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        )
 
     def stop(self) -> None:
         """Terminate the head's processes, then kill what is left. Only processes of its
@@ -141,7 +159,9 @@ class LocalHead:
 @pytest.fixture(scope="module")
 def head():
     """One head for the module's jobs: `ray start` and its dashboard take most of a minute on a loaded machine."""
-    assert RAY.is_file(), f"no ray command beside {sys.executable}: run the tests with the project's venv (bash scripts/test.sh)"
+    assert RAY.is_file(), (
+        f"no ray command beside {sys.executable}: run the tests with the project's venv (bash scripts/test.sh)"
+    )
     head = LocalHead()
     try:
         head.start()
@@ -166,9 +186,21 @@ def submit_and_wait(head: LocalHead, *entrypoint: str) -> tuple[object, str]:
     # Environment variables reach the job (and every actor) through the runtime environment,
     # as API keys do on a real cluster.
     runtime_env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}
-    submitted = head.run("job", "submit", "--address", head.dashboard, "--working-dir", ".",
-                         "--submission-id", job_id, "--runtime-env-json", json.dumps(runtime_env), "--no-wait",
-                         "--", *entrypoint)
+    submitted = head.run(
+        "job",
+        "submit",
+        "--address",
+        head.dashboard,
+        "--working-dir",
+        ".",
+        "--submission-id",
+        job_id,
+        "--runtime-env-json",
+        json.dumps(runtime_env),
+        "--no-wait",
+        "--",
+        *entrypoint,
+    )
     assert submitted.returncode == 0, f"ray job submit failed:\n{submitted.stdout[-3000:]}\n{submitted.stderr[-3000:]}"
 
     client = JobSubmissionClient(head.dashboard)
@@ -189,9 +221,17 @@ def submit_and_wait(head: LocalHead, *entrypoint: str) -> tuple[object, str]:
 def test_submitted_training_job_writes_its_checkpoint(head: LocalHead, tmp_path: Path) -> None:
     started = time.monotonic()
     out = tmp_path / "run"  # absolute: the job runs in a copy of the repository elsewhere
-    overrides = ["conductor.model=tiny-qwen2", "train.iterations=1", "train.rollouts_per_question=4",
-                 "train.questions_per_iteration=2", "conductor.max_new_tokens=64", "train.progress=false",
-                 f"train.output_dir={out}", "cluster.generator={CPU: 1}", "cluster.learner={CPU: 1}"]
+    overrides = [
+        "conductor.model=tiny-qwen2",
+        "train.iterations=1",
+        "train.rollouts_per_question=4",
+        "train.questions_per_iteration=2",
+        "conductor.max_new_tokens=64",
+        "train.progress=false",
+        f"train.output_dir={out}",
+        "cluster.generator={CPU: 1}",
+        "cluster.learner={CPU: 1}",
+    ]
     client, job_id = submit_and_wait(head, "python", "-m", "jobs.train", *overrides)
     job_s = time.monotonic() - started
 
@@ -209,7 +249,7 @@ def test_submitted_training_job_writes_its_checkpoint(head: LocalHead, tmp_path:
     uploads = [p for p in unpacked.glob("_ray_pkg_*") if p.is_dir()]  # beside it: its .zip.lock
     assert len(uploads) == 1, uploads
     uploaded = uploads[0]
-    package = client.get_job_info(job_id).runtime_env["working_dir"]   # gcs://_ray_pkg_<hash>.zip
+    package = client.get_job_info(job_id).runtime_env["working_dir"]  # gcs://_ray_pkg_<hash>.zip
     assert uploaded.name == package.rsplit("/", 1)[-1].removesuffix(".zip"), (uploaded, package)
     assert (uploaded / "jobs" / "train.py").is_file()
     for ignored in (".venv", "runs", ".pytest_cache", ".hypothesis"):
@@ -227,8 +267,21 @@ def test_submitted_evaluation_job_writes_its_results(head: LocalHead, tmp_path: 
 
     started = time.monotonic()
     out = tmp_path / "eval"  # absolute: the job runs in a copy of the repository elsewhere
-    client, job_id = submit_and_wait(head, "python", "-m", "jobs.evaluate", "--method", "single:*", "--benchmark",
-                                     "samples:math500", "--limit", "2", "--output", str(out), "evaluate.progress=false")
+    client, job_id = submit_and_wait(
+        head,
+        "python",
+        "-m",
+        "jobs.evaluate",
+        "--method",
+        "single:*",
+        "--benchmark",
+        "samples:math500",
+        "--limit",
+        "2",
+        "--output",
+        str(out),
+        "evaluate.progress=false",
+    )
     logs = job_logs(client, job_id)
     assert (out / "results.json").is_file(), f"no results in {out}:\n{logs}"
     results = json.loads((out / "results.json").read_text())
@@ -256,9 +309,12 @@ def test_cluster_yaml_offers_what_paper_yaml_places() -> None:
     node_types = launcher["available_node_types"]
     config = load_config(REPO / "configs" / "paper.yaml")
     c = config.cluster
-    demands = {"generator": (c.generator, config.generator.engines), "learner": (c.learner, config.learner.world_size),
-               "worker": (c.worker, config.train.worker_replicas * len(config.workers)),
-               "grader": (c.grader, config.grader.actors)}
+    demands = {
+        "generator": (c.generator, config.generator.engines),
+        "learner": (c.learner, config.learner.world_size),
+        "worker": (c.worker, config.train.worker_replicas * len(config.workers)),
+        "grader": (c.grader, config.grader.actors),
+    }
     for actor, (resources, _count) in demands.items():
         custom = [k for k in resources if k not in ("CPU", "GPU")]
         assert custom, f"cluster.{actor} names no node type"
@@ -268,7 +324,9 @@ def test_cluster_yaml_offers_what_paper_yaml_places() -> None:
     # Generators and learner ranks share the GPU node type: together they must fit on one node
     # (the learner's placement group packs its ranks).
     gpu_node = next(t for t in node_types.values() if "conductor_gpu_node" in t["resources"])
-    need = {k: c.generator.get(k, 0) * config.generator.engines + c.learner.get(k, 0) * config.learner.world_size
-            for k in ("GPU", "CPU", "conductor_gpu_node")}
+    need = {
+        k: c.generator.get(k, 0) * config.generator.engines + c.learner.get(k, 0) * config.learner.world_size
+        for k in ("GPU", "CPU", "conductor_gpu_node")
+    }
     assert all(need[k] <= gpu_node["resources"][k] for k in need), (need, gpu_node["resources"])
     assert node_types[launcher["head_node_type"]]["resources"].get("CPU", 0) == 0  # nothing lands on the head

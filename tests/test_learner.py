@@ -15,9 +15,9 @@ import ray
 import torch
 
 from conductor_rl.config import LearnerConfig
+from conductor_rl.models import load_causal_lm
 from conductor_rl.policy.grpo import group_advantages
 from conductor_rl.policy.learner import RolloutBatch, lr_lambda
-from conductor_rl.models import load_causal_lm
 from conductor_rl.policy.sampling import TransformersSampler
 
 
@@ -45,7 +45,7 @@ class Groups:
     with build the next test's group. Ranks that held a ZeRO-3 engine are not used again."""
 
     def __init__(self, idle: dict[int, list]) -> None:
-        self.idle = idle     # world size -> groups no test holds
+        self.idle = idle  # world size -> groups no test holds
         self.taken: list = []
 
     def __call__(self, past_versions: int = 0, model: str = "tiny-qwen2", total_steps: int = 10, **overrides):
@@ -65,8 +65,9 @@ class Groups:
         self.taken.append(group)
         return group
 
-    def rebuild(self, group, past_versions: int = 0, model: str = "tiny-qwen2", total_steps: int = 10,
-                **overrides) -> None:
+    def rebuild(
+        self, group, past_versions: int = 0, model: str = "tiny-qwen2", total_steps: int = 10, **overrides
+    ) -> None:
         """Build `group`'s learners again, from `learner_config(**overrides)`."""
         group.rebuild(model, learner_config(**overrides), total_steps, past_versions)
 
@@ -104,13 +105,13 @@ def test_two_ranks_with_micro_batches_equal_one_rank_with_one_batch(groups):
     # flips it. A large eps makes the step linear in g, so weights compare gradients.
     one = groups(world_size=1, micro_batch_size=16, zero_stage=1, adam_eps=1e-3)
     two = groups(world_size=2, micro_batch_size=2, zero_stage=2, adam_eps=1e-3)
-    batch = random_batch(n=7, seed=4)   # odd: ranks get 4 and 3 rows, padded to equal micro-batches
+    batch = random_batch(n=7, seed=4)  # odd: ranks get 4 and 3 rows, padded to equal micro-batches
     before = two.checksums()
     one.train_step(batch)
     stats = two.train_step(batch)
     after = two.checksums()
-    assert before[0] == before[1] and after[0] == after[1]   # same weights on both ranks
-    assert after[0] != before[0]                              # and the step changed them
+    assert before[0] == before[1] and after[0] == after[1]  # same weights on both ranks
+    assert after[0] != before[0]  # and the step changed them
     assert stats.tokens > 0 and stats.grad_norm > 0 and stats.lr == pytest.approx(1e-3 * lr_lambda(1, 10, 0, 0))
     assert torch.allclose(flat_weights(one), flat_weights(two), atol=1e-6, rtol=0)
 
@@ -124,7 +125,7 @@ def test_zero3_ranks_hand_out_and_save_the_full_weights(groups, tmp_path):
     weights = {}
     settings = dict(adam_eps=1e-3, world_size=2, micro_batch_size=2)
     group = groups(zero_stage=2, **settings)
-    for stage in (2, 3):   # the same two ranks, built again for ZeRO-3
+    for stage in (2, 3):  # the same two ranks, built again for ZeRO-3
         if stage == 3:
             groups.rebuild(group, zero_stage=3, **settings)
         group.train_step(batch)
@@ -183,8 +184,8 @@ def whole_sequence_logprobs(batch, weights=None):
     with torch.no_grad():
         for prompt, completion in zip(batch.prompt_ids, batch.completion_ids):
             ids = torch.tensor([prompt + completion])
-            logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1]
-            out.append(torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(prompt):, None])[:, 0])
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+            out.append(torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(prompt) :, None])[:, 0])
     return out
 
 
@@ -200,13 +201,20 @@ def test_shared_prompt_and_a_partial_loss_mask_give_the_masked_loss_of_whole_seq
     batch = grouped_batch(seed=5)
     rng = random.Random(5)
     masks = [[int(rng.random() < 0.3) for _ in c] for c in batch.completion_ids]
-    masks[0] = [0] * len(masks[0])   # a row wholly out of the loss
+    masks[0] = [0] * len(masks[0])  # a row wholly out of the loss
     batch = replace(batch, loss_masks=masks)
     expected = 0.0
     normalizer = sum(map(sum, masks))
     for i, logp in enumerate(whole_sequence_logprobs(batch)):
-        expected += float(grpo_loss(logp[None], torch.tensor([batch.old_logprobs[i]]), torch.tensor([batch.advantages[i]]),
-                                    torch.tensor([masks[i]], dtype=torch.float32), normalizer=normalizer)[0])
+        expected += float(
+            grpo_loss(
+                logp[None],
+                torch.tensor([batch.old_logprobs[i]]),
+                torch.tensor([batch.advantages[i]]),
+                torch.tensor([masks[i]], dtype=torch.float32),
+                normalizer=normalizer,
+            )[0]
+        )
 
     def make(**overrides):
         return groups(micro_batch_size=3, adam_eps=1e-3, old_logprobs="sampler", **overrides)
@@ -226,11 +234,11 @@ def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(gro
     batch = grouped_batch(seed=7)
     true = [lp.tolist() for lp in whole_sequence_logprobs(batch)]
     honest = replace(batch, old_logprobs=true)
-    masked = replace(batch, old_logprobs=[[x + math.log(2.0) for x in lp] for lp in true])   # half the mass allowed
+    masked = replace(batch, old_logprobs=[[x + math.log(2.0) for x in lp] for lp in true])  # half the mass allowed
     made = []
     for mode in ("learner", "sampler"):
         settings = dict(micro_batch_size=4, zero_stage=1, old_logprobs=mode)
-        if made:   # the same ranks, built again for this mode
+        if made:  # the same ranks, built again for this mode
             for group in made:
                 groups.rebuild(group, **settings)
         else:
@@ -245,15 +253,18 @@ def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(gro
             # the weights both groups now hold, a second step of one on them.
             now = [lp.tolist() for lp in whole_sequence_logprobs(batch, ray.get(made[1].named_weights()))]
             shifts = [(math.log(2.0), 0.5), (-math.log(4.0), 2.0), (0.0, 1.0)]
-            stale = replace(batch, staleness=[1] * len(now), old_logprobs=[
-                [x + shifts[i % 3][0] for x in lp] for i, lp in enumerate(now)])
+            stale = replace(
+                batch,
+                staleness=[1] * len(now),
+                old_logprobs=[[x + shifts[i % 3][0] for x in lp] for i, lp in enumerate(now)],
+            )
             c = made[1].train_step(stale)
             tokens = [len(lp) for lp in now]
             expected = sum(n * shifts[i % 3][1] for i, n in enumerate(tokens)) / sum(tokens)
             assert c.behaviour_weight_mean == pytest.approx(expected, abs=1e-4)
             assert c.ratio_mean != pytest.approx(1.0, abs=1e-3)
             made[0].train_step(replace(batch, staleness=[1] * len(now), old_logprobs=now))
-            assert not torch.equal(flat_weights(made[0]), flat_weights(made[1]))   # another direction
+            assert not torch.equal(flat_weights(made[0]), flat_weights(made[1]))  # another direction
 
 
 def test_stale_rows_behaviour_log_probs_are_recomputed_with_the_weights_that_sampled_them(groups):
@@ -263,13 +274,13 @@ def test_stale_rows_behaviour_log_probs_are_recomputed_with_the_weights_that_sam
     older than what it kept as if on-policy."""
     group = groups(micro_batch_size=4, past_versions=1)
     batch = grouped_batch(seed=9)
-    then = whole_sequence_logprobs(batch)                              # version 0, which sampled the stale rows
-    group.train_step(batch)                                            # version 0 -> 1
+    then = whole_sequence_logprobs(batch)  # version 0, which sampled the stale rows
+    group.train_step(batch)  # version 0 -> 1
     now = whole_sequence_logprobs(batch, ray.get(group.named_weights()))
-    masked = [[x + math.log(3.0) for x in lp.tolist()] for lp in then]   # what a masked sampler reports
+    masked = [[x + math.log(3.0) for x in lp.tolist()] for lp in then]  # what a masked sampler reports
     stats = group.train_step(replace(batch, staleness=[1] * len(then), old_logprobs=masked))
     ratios = torch.cat([torch.exp(a - b).clamp(max=2.0) for a, b in zip(now, then)])
-    assert abs(float(ratios.mean()) - 1.0) > 1e-3   # the step moved the log-probs, so the weights say something
+    assert abs(float(ratios.mean()) - 1.0) > 1e-3  # the step moved the log-probs, so the weights say something
     assert stats.behaviour_weight_mean == pytest.approx(float(ratios.mean()), abs=1e-4)
     older = group.train_step(replace(batch, staleness=[2] * len(then), old_logprobs=masked))
     assert older.behaviour_weight_mean == 1.0
@@ -287,7 +298,7 @@ def test_checkpoint_is_a_plain_hf_folder_and_restores_the_optimizer(groups, tmp_
         assert torch.equal(tensor, mine[name]), name
     group.train_step(random_batch(seed=2))
     continued = flat_weights(group)
-    group.load(folder)                          # back to the checkpoint, optimizer state included
+    group.load(folder)  # back to the checkpoint, optimizer state included
     group.train_step(random_batch(seed=2))
     assert torch.allclose(flat_weights(group), continued, atol=1e-7, rtol=0)
 
@@ -320,11 +331,17 @@ def test_grpo_on_a_toy_reward_raises_it(groups, peaked_model):
     group = groups(model=peaked_model, total_steps=50, lr=3e-3, precision="auto", micro_batch_size=16)
     model, tokenizer = load_causal_lm(peaked_model, "float32")
     sampler = TransformersSampler(model, tokenizer)
-    prompts = ["<|im_start|>user\nCount.<|im_end|>\n<|im_start|>assistant\n",
-               "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"]
+    prompts = [
+        "<|im_start|>user\nCount.<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n",
+    ]
     prompt_ids = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
-    first = [t for group_ in sampler.sample(prompts, n=16, temperature=1.0, max_tokens=8, seed=99)
-             for s in group_ for t in s.token_ids]
+    first = [
+        t
+        for group_ in sampler.sample(prompts, n=16, temperature=1.0, max_tokens=8, seed=99)
+        for s in group_
+        for t in s.token_ids
+    ]
     target = max(set(first), key=first.count)
     G, history = 16, []
     for step in range(8):

@@ -32,8 +32,8 @@ pytestmark = pytest.mark.slow
 
 WINDOW_S = 3.0
 PER_WINDOW = 30
-MAX_JITTER_429S = PER_WINDOW // 6   # as test_worker_pool.py: grant-to-arrival lag on a busy machine
-HEADROOM_S = 0.25                   # get_rate_limiter's for a 3 s window
+MAX_JITTER_429S = PER_WINDOW // 6  # as test_worker_pool.py: grant-to-arrival lag on a busy machine
+HEADROOM_S = 0.25  # get_rate_limiter's for a 3 s window
 PLAN = 'model_id = [0, 0]\nsubtasks = ["answer", "check"]\naccess_list = [[], "all"]'
 
 
@@ -41,9 +41,9 @@ PLAN = 'model_id = [0, 0]\nsubtasks = ["answer", "check"]\naccess_list = [[], "a
 class Multinode:
     local: LocalCluster
     ray: Any
-    head: str                 # node ids
+    head: str  # node ids
     gpu: str
-    cpu: dict[str, Any]       # "a"/"b" -> Ray's node object
+    cpu: dict[str, Any]  # "a"/"b" -> Ray's node object
 
     def pinned(self) -> dict[str, Any]:
         return on_node(self.head)
@@ -64,8 +64,10 @@ def multinode():
     try:
         local = LocalCluster(head_cpus=0)
         gpu = local.add_node(2, {GPU_NODE: 1})
-        cpu = {"a": local.add_node(2, {CPU_NODE: 1, "test_node_a": 1}),
-               "b": local.add_node(2, {CPU_NODE: 1, "test_node_b": 1})}
+        cpu = {
+            "a": local.add_node(2, {CPU_NODE: 1, "test_node_a": 1}),
+            "b": local.add_node(2, {CPU_NODE: 1, "test_node_b": 1}),
+        }
         local.connect()
         yield Multinode(local, ray, local.head.node_id, gpu.node_id, cpu)
     finally:
@@ -92,8 +94,15 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def make_pool(mn: Multinode, server, replicas: int, ledger=None, rpm: int | None = None, scope: str = "",
-              where: dict[str, float] | None = None):
+def make_pool(
+    mn: Multinode,
+    server,
+    replicas: int,
+    ledger=None,
+    rpm: int | None = None,
+    scope: str = "",
+    where: dict[str, float] | None = None,
+):
     """A WorkerPool whose replicas ask `where` (default: half a CPU node each); pools with the same
     `scope` (and worker) share one limiter. Its ledger and limiter land on the driver's node, the head."""
     from actors.worker_pool import WorkerPool, get_ledger
@@ -101,9 +110,17 @@ def make_pool(mn: Multinode, server, replicas: int, ledger=None, rpm: int | None
 
     config = worker_config("openai", server, name="multinode", rpm=rpm)
     ledger = ledger if ledger is not None else get_ledger(name=unique("ledger"))
-    pool = WorkerPool(config, replicas=replicas, ledger=ledger, window_s=WINDOW_S, headroom_s=HEADROOM_S,
-                      num_cpus=0.25, resources=where or {CPU_NODE: 0.5}, limiter_scope=scope,
-                      policy=RetryPolicy(max_retries=4, base_delay_s=0.05, max_delay_s=0.2))
+    pool = WorkerPool(
+        config,
+        replicas=replicas,
+        ledger=ledger,
+        window_s=WINDOW_S,
+        headroom_s=HEADROOM_S,
+        num_cpus=0.25,
+        resources=where or {CPU_NODE: 0.5},
+        limiter_scope=scope,
+        policy=RetryPolicy(max_retries=4, base_delay_s=0.05, max_delay_s=0.2),
+    )
     assert {node_of(mn.ray, a) for a in (ledger, pool.limiter) if a is not None} == {mn.head}
     return pool, ledger
 
@@ -160,11 +177,13 @@ def assert_within_the_limit(stats, done: list[float], calls: int) -> None:
     latency is fixed, so answers keep the spacing of arrivals), and every call was answered."""
     assert stats.limit_429s <= MAX_JITTER_429S, (
         f"{stats.limit_429s} calls over the provider's limit of {PER_WINDOW} per {WINDOW_S:g} s (at "
-        f"{[round(t, 2) for t in stats.limit_429_times[:10]]} s): the replicas did not share one limit")
+        f"{[round(t, 2) for t in stats.limit_429_times[:10]]} s): the replicas did not share one limit"
+    )
     busiest = busiest_window(done, WINDOW_S)
     assert busiest <= PER_WINDOW + MAX_JITTER_429S, (
         f"{busiest} calls answered within {WINDOW_S:g} s, over the limit of {PER_WINDOW}: the replicas did not "
-        f"share one limit")
+        f"share one limit"
+    )
     assert stats.ok == calls and len(done) == calls, f"the provider answered {stats.ok} of {calls} calls"
 
 
@@ -214,16 +233,25 @@ def test_the_check_catches_replicas_that_do_not_share_the_limit(multinode, serve
     check of the test above fails. The provider only counts here: a real one's 429s (with
     Retry-After) make each limiter back off, which hides most of the overrun behind refused calls."""
     server.reset(latency_s=0.2, rpm=None)
-    pools = [make_pool(multinode, server, replicas=2, rpm=PER_WINDOW, scope=unique(f"node-{n}"),
-                       where={CPU_NODE: 0.5, f"test_node_{n}": 0.5})[0] for n in ("a", "b")]
+    pools = [
+        make_pool(
+            multinode,
+            server,
+            replicas=2,
+            rpm=PER_WINDOW,
+            scope=unique(f"node-{n}"),
+            where={CPU_NODE: 0.5, f"test_node_{n}": 0.5},
+        )[0]
+        for n in ("a", "b")
+    ]
     try:
-        for pool, n in zip(pools, ("a", "b")):   # every replica up (and where it should be) before the calls
+        for pool, n in zip(pools, ("a", "b")):  # every replica up (and where it should be) before the calls
             assert {node_of(multinode.ray, r) for r in pool.replicas} == {multinode.cpu[n].node_id}
         results, done, _ = asyncio.run(timed_calls(pools, 3 * PER_WINDOW))
         assert not [r for r in results if isinstance(r, Exception)], results[:3]
         with pytest.raises(AssertionError, match="did not share one limit"):
             assert_within_the_limit(server.stats, done, 3 * PER_WINDOW)
-        assert busiest_window(done, WINDOW_S) > 1.5 * PER_WINDOW   # both limiters' full rate at once
+        assert busiest_window(done, WINDOW_S) > 1.5 * PER_WINDOW  # both limiters' full rate at once
     finally:
         for pool in pools:
             asyncio.run(pool.aclose())
@@ -259,12 +287,19 @@ def test_losing_a_worker_node_mid_iteration_loses_no_rollout_and_no_cost(multino
     finish every rollout; the ledger on the head holds every call the provider answered (those of
     the lost replicas at their worst-case cost); the driver's node and the learner's are untouched."""
     from conductor_rl.config import load_config
-    from conductor_rl.rollout.rollouts import (Rollout, apply_grade, execute_rollouts, grade_answer, needs_execution,
-                                               parse_rollout, unfinished)
+    from conductor_rl.rollout.rollouts import (
+        Rollout,
+        apply_grade,
+        execute_rollouts,
+        grade_answer,
+        needs_execution,
+        parse_rollout,
+        unfinished,
+    )
     from conductor_rl.rollout.workflow import StepLimits, Task
 
     ray, local = multinode.ray, multinode.local
-    server.reset(latency_s=1.5)   # every first step still in flight when the node goes
+    server.reset(latency_s=1.5)  # every first step still in flight when the node goes
     pool, ledger = make_pool(multinode, server, replicas=4, rpm=100_000, scope=unique("loss"))
     try:
         nodes = [node_of(ray, r) for r in pool.replicas]
@@ -277,8 +312,14 @@ def test_losing_a_worker_node_mid_iteration_loses_no_rollout_and_no_cost(multino
         assert rank_node == multinode.gpu and ray.get(learner_rank.step.remote()) == 1
 
         attempts = load_config(None, []).train.rollout_attempts
-        rollouts = [parse_rollout(Rollout(Task(id=f"q{i}", question=f"question {i}", reference="4"), PLAN,
-                                          group=i), n_workers=1, max_steps=5) for i in range(24)]
+        rollouts = [
+            parse_rollout(
+                Rollout(Task(id=f"q{i}", question=f"question {i}", reference="4"), PLAN, group=i),
+                n_workers=1,
+                max_steps=5,
+            )
+            for i in range(24)
+        ]
         limits = StepLimits(max_tokens=32, timeout_s=90.0)
         added = {}
 
@@ -286,7 +327,7 @@ def test_losing_a_worker_node_mid_iteration_loses_no_rollout_and_no_cost(multino
             while (await asyncio.to_thread(lambda: server.stats.requests)) < len(rollouts):
                 await asyncio.sleep(0.05)
             await asyncio.to_thread(local.remove_node, victim)
-            added["node"] = local.add_node(2, {CPU_NODE: 1})   # in the main thread: Ray's node start sets signals
+            added["node"] = local.add_node(2, {CPU_NODE: 1})  # in the main thread: Ray's node start sets signals
 
         async def rounds() -> int:
             """jobs/train.py execute_and_grade's rounds, graded here (the grader pool is not the point)."""
@@ -317,7 +358,7 @@ def test_losing_a_worker_node_mid_iteration_loses_no_rollout_and_no_cost(multino
         entries = ray.get(ledger.entries.remote())
         stats = server.stats
         recorded = [e for e in entries if e.usage.input_tokens]
-        if all(r.attempts == 1 for r in rollouts):   # else a re-run's first attempt recorded its finished steps too
+        if all(r.attempts == 1 for r in rollouts):  # else a re-run's first attempt recorded its finished steps too
             assert len(recorded) == 2 * len(rollouts) == sum(len(r.workflow.steps) for r in rollouts)
         assert len(recorded) >= 2 * len(rollouts)
         assert settled >= 1, "the lost node's calls in flight left no open call to settle"
@@ -329,7 +370,7 @@ def test_losing_a_worker_node_mid_iteration_loses_no_rollout_and_no_cost(multino
         assert after.count(added["node"].node_id) == 2 and victim.node_id not in after, after
         assert {name: (pid_of(ray, a), node_of(ray, a)) for name, a in keep.items()} == before
         assert (pid_of(ray, learner_rank), node_of(ray, learner_rank)) == (rank_pid, rank_node)
-        assert ray.get(learner_rank.step.remote()) == 2   # the same actor, its state intact
+        assert ray.get(learner_rank.step.remote()) == 2  # the same actor, its state intact
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         assert {multinode.head, multinode.gpu} <= alive and victim.node_id not in alive
     finally:

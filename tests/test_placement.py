@@ -258,3 +258,38 @@ def test_a_job_on_a_2_cpu_cluster_stops_at_once_with_the_numbers(tmp_path):
     assert "CPU: 6.75 / 2 / 2" in done.stderr and "ray start --head --num-cpus 7" in done.stderr
     assert "starting 1 learner rank" not in done.stderr and "generator engine(s)" not in done.stderr
     assert took < 120, f"{took:.0f} s"
+
+
+def test_actors_start_together_and_a_failed_start_shuts_down_the_others() -> None:
+    import threading
+
+    from jobs.training_system import start_together
+
+    both_running = threading.Barrier(2, timeout=10)  # each start waits for the other: only a concurrent start ends
+
+    class Part:
+        def __init__(self, name: str) -> None:
+            self.name, self.stopped = name, False
+
+        def shutdown(self) -> None:
+            self.stopped = True
+
+    def start(name: str) -> Part:
+        both_running.wait()
+        return Part(name)
+
+    first, second = start_together(lambda: start("generators"), lambda: start("learners"))
+    assert (first.name, second.name) == ("generators", "learners")
+
+    started: list[Part] = []
+
+    def good() -> Part:
+        started.append(Part("generators"))
+        return started[-1]
+
+    def bad() -> Part:
+        raise RuntimeError("the learner rank died")
+
+    with pytest.raises(RuntimeError, match="the learner rank died"):
+        start_together(good, bad)
+    assert started and started[0].stopped

@@ -23,10 +23,17 @@ def served(ray_cluster):
     before = os.environ.get("CONDUCTOR_RL_SERVE_TOKENS")
     os.environ["CONDUCTOR_RL_SERVE_TOKENS"] = ",".join(f"{k}:{v}" for k, v in TOKENS.items())
     try:
-        for attempt in range(3):   # a free port may be taken before Serve binds it (Ray starts processes too)
-            config = load_config(None, [f"serve.port={free_port()}", "serve.client_requests=3",
-                                        "serve.model_name=conductor", "cluster.generator={CPU: 1}",
-                                        "conductor.max_depth=0"])
+        for attempt in range(3):  # a free port may be taken before Serve binds it (Ray starts processes too)
+            config = load_config(
+                None,
+                [
+                    f"serve.port={free_port()}",
+                    "serve.client_requests=3",
+                    "serve.model_name=conductor",
+                    "cluster.generator={CPU: 1}",
+                    "conductor.max_depth=0",
+                ],
+            )
             try:
                 running = start_serving(config)
                 break
@@ -54,7 +61,8 @@ def test_a_served_conductor_answers_the_openai_client_with_its_plan_and_usage(se
     openai_client = client(served)
     assert [m.id for m in openai_client.models.list()] == ["conductor"]
     reply = openai_client.chat.completions.create(
-        model="conductor", messages=[{"role": "user", "content": "What is 17 * 23?"}], seed=1)
+        model="conductor", messages=[{"role": "user", "content": "What is 17 * 23?"}], seed=1
+    )
     assert reply.choices[0].message.content and reply.choices[0].finish_reason == "stop"
     extension = reply.model_extra["conductor"]
     pool = [w.name for w in load_config(None).workers]
@@ -62,13 +70,20 @@ def test_a_served_conductor_answers_the_openai_client_with_its_plan_and_usage(se
     assert reply.usage.prompt_tokens > sum(s["usage"]["input_tokens"] for s in extension["steps"]) > 0
     assert extension["cost_usd"] == pytest.approx(sum(s["cost_usd"] for s in extension["steps"]))
 
-    chunks = list(openai_client.chat.completions.create(
-        model="conductor", messages=[{"role": "user", "content": "Name the capital of France."}], stream=True,
-        stream_options={"include_usage": True}, extra_body={"workers": [pool[1]]}, seed=2))
+    chunks = list(
+        openai_client.chat.completions.create(
+            model="conductor",
+            messages=[{"role": "user", "content": "Name the capital of France."}],
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"workers": [pool[1]]},
+            seed=2,
+        )
+    )
     events = [c.model_extra["conductor"] for c in chunks if c.model_extra.get("conductor")]
     assert events[0]["event"] == "plan" and events[-1]["event"] == "done"
     steps = [e for e in events if e["event"] == "step"]
-    assert steps and {s["worker"] for s in steps} == {pool[1]}   # the request's worker subset
+    assert steps and {s["worker"] for s in steps} == {pool[1]}  # the request's worker subset
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == max(steps, key=lambda s: s["index"])["response"]
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
@@ -82,8 +97,14 @@ def test_concurrent_clients_each_get_their_answer_and_one_over_its_limit_a_429(s
     dave = client(served, "dave")
     questions = ["What is 2 + 2?", "What is 3 * 3?", "What is 10 - 4?"]
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        replies = list(pool.map(lambda q: dave.chat.completions.create(
-            model="conductor", messages=[{"role": "user", "content": q}], extra_body={"max_steps": 1}), questions))
+        replies = list(
+            pool.map(
+                lambda q: dave.chat.completions.create(
+                    model="conductor", messages=[{"role": "user", "content": q}], extra_body={"max_steps": 1}
+                ),
+                questions,
+            )
+        )
     assert all(r.choices[0].message.content for r in replies)
     assert all(len(r.model_extra["conductor"]["steps"]) == 1 for r in replies)
     with pytest.raises(openai.RateLimitError) as caught:
@@ -96,10 +117,13 @@ def test_no_token_or_a_bad_request_is_refused_in_openais_error_shape(served):
     import openai
 
     with pytest.raises(openai.AuthenticationError):
-        client(served, "mallory").chat.completions.create(model="conductor", messages=[{"role": "user", "content": "hi"}])
+        client(served, "mallory").chat.completions.create(
+            model="conductor", messages=[{"role": "user", "content": "hi"}]
+        )
     with pytest.raises(openai.BadRequestError) as caught:
         client(served, "bob").chat.completions.create(
-            model="conductor", messages=[{"role": "user", "content": "hi"}], extra_body={"max_steps": 99})
+            model="conductor", messages=[{"role": "user", "content": "hi"}], extra_body={"max_steps": 99}
+        )
     assert caught.value.status_code == 400 and caught.value.body["param"] == "max_steps"
     with pytest.raises(openai.NotFoundError):
         client(served, "bob").chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
@@ -117,8 +141,11 @@ def test_the_page_shows_the_plan_each_step_and_the_answer_in_a_headless_browser(
         browser.evaluate(f"document.getElementById('token').value = {TOKENS['carol']!r}")
         browser.evaluate("document.getElementById('question').value = 'What is 12 * 12?'")
         browser.evaluate("document.getElementById('ask').click()")
-        browser.wait_for("document.getElementById('cost').textContent.startsWith('total cost')"
-                         " || document.getElementById('error').textContent", 180)
+        browser.wait_for(
+            "document.getElementById('cost').textContent.startsWith('total cost')"
+            " || document.getElementById('error').textContent",
+            180,
+        )
         assert browser.evaluate("document.getElementById('error').textContent") == ""
         assert "model_id" in browser.evaluate("document.getElementById('plan').textContent")
         steps = browser.evaluate("[...document.querySelectorAll('.step .worker')].map(e => e.textContent)")

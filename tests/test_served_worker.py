@@ -23,11 +23,21 @@ import pytest
 
 from conductor_rl.config import ServeSpec, WorkerConfig
 from conductor_rl.testing import fake_vllm_server
-from conductor_rl.workers.serving import (PortInUseError, ServedWorkerError, ServerProcess, engine_args_for,
-                                          engine_flags, group_deployments, server_command, server_env,
-                                          served_resources, start_server)
+from conductor_rl.workers.serving import (
+    PortInUseError,
+    ServedWorkerError,
+    ServerProcess,
+    engine_args_for,
+    engine_flags,
+    group_deployments,
+    served_resources,
+    server_command,
+    server_env,
+    start_server,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
+
 
 def fake(port: int, *names: str) -> list[str]:
     """A stand-in for vLLM's server on `port`, listing `names` (conductor_rl/testing/fake_vllm_server.py)."""
@@ -54,13 +64,35 @@ def wait_gone(pgid: int, timeout_s: float) -> list[int]:
 
 # --- the command line --------------------------------------------------------------------------
 
+
 def test_engine_args_become_vllm_flags():
-    flags = engine_flags({"max_model_len": 2048, "enforce_eager": True, "enable_prefix_caching": False,
-                          "kv_transfer_config": None, "reasoning_parser": "qwen3",
-                          "compilation_config": {"mode": 0}, "allowed_origins": ["a", "b"], "--dtype": "float32"})
-    assert flags == ["--max-model-len", "2048", "--enforce-eager", "--no-enable-prefix-caching",
-                     "--reasoning-parser", "qwen3", "--compilation-config", '{"mode": 0}',
-                     "--allowed-origins", "a", "b", "--dtype", "float32"]
+    flags = engine_flags(
+        {
+            "max_model_len": 2048,
+            "enforce_eager": True,
+            "enable_prefix_caching": False,
+            "kv_transfer_config": None,
+            "reasoning_parser": "qwen3",
+            "compilation_config": {"mode": 0},
+            "allowed_origins": ["a", "b"],
+            "--dtype": "float32",
+        }
+    )
+    assert flags == [
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--no-enable-prefix-caching",
+        "--reasoning-parser",
+        "qwen3",
+        "--compilation-config",
+        '{"mode": 0}',
+        "--allowed-origins",
+        "a",
+        "b",
+        "--dtype",
+        "float32",
+    ]
 
 
 @pytest.mark.parametrize("key", ["model", "served_model_name", "port", "host", "served-model-name"])
@@ -70,8 +102,14 @@ def test_engine_args_may_not_set_what_the_job_sets(key):
 
 
 def test_the_command_serves_every_name_on_the_given_address():
-    command = server_command(spec(engine_args={"dtype": "float32"}), ["qwen3", "qwen3-thinking"], "10.0.0.5", 8123,
-                             python="/venv/bin/python", model_path="/models/m")
+    command = server_command(
+        spec(engine_args={"dtype": "float32"}),
+        ["qwen3", "qwen3-thinking"],
+        "10.0.0.5",
+        8123,
+        python="/venv/bin/python",
+        model_path="/models/m",
+    )
     assert command[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     text = " ".join(command)
     assert "--model /models/m --served-model-name qwen3 qwen3-thinking --host 10.0.0.5 --port 8123" in text
@@ -88,10 +126,16 @@ def test_the_offline_model_name_is_resolved(monkeypatch):
 def test_gpus_give_the_tensor_parallel_size_unless_set():
     assert engine_args_for(ServeSpec(model="m", gpus=2))["tensor_parallel_size"] == 2
     assert engine_args_for(ServeSpec(model="m", gpus=2, engine_args={"tensor-parallel-size": 1})) == {
-        "disable_uvicorn_access_log": True, "tensor-parallel-size": 1}
+        "disable_uvicorn_access_log": True,
+        "tensor-parallel-size": 1,
+    }
     assert "tensor_parallel_size" not in engine_args_for(ServeSpec(model="m", gpus=0.5))
-    assert engine_args_for(ServeSpec(model="m", engine_args={"disable_uvicorn_access_log": False}))[
-        "disable_uvicorn_access_log"] is False
+    assert (
+        engine_args_for(ServeSpec(model="m", engine_args={"disable_uvicorn_access_log": False}))[
+            "disable_uvicorn_access_log"
+        ]
+        is False
+    )
 
 
 def test_the_server_environment_adds_serve_env_and_finds_the_guard():
@@ -102,36 +146,46 @@ def test_the_server_environment_adds_serve_env_and_finds_the_guard():
 
 # --- deployments -------------------------------------------------------------------------------
 
+
 def served(name: str, model: str, **serve) -> WorkerConfig:
     return WorkerConfig(name=name, provider="openai_compatible", model=model, serve={"model": "m", **serve})
 
 
 def test_identical_serve_sections_share_one_deployment():
-    workers = [served("qwen", "Qwen3", gpus=1, engine_args={"a": 1, "b": 2}),
-               WorkerConfig(name="sim", provider="sim", sim={"accuracy": {"default": 0.5}}),
-               served("qwen-thinking", "Qwen3", gpus=1, engine_args={"b": 2, "a": 1}),   # same, keys reordered
-               served("qwen-t1", "Qwen3-t1", gpus=1, engine_args={"a": 1, "b": 2}),
-               served("other", "Other", gpus=1, replicas=2)]
+    workers = [
+        served("qwen", "Qwen3", gpus=1, engine_args={"a": 1, "b": 2}),
+        WorkerConfig(name="sim", provider="sim", sim={"accuracy": {"default": 0.5}}),
+        served("qwen-thinking", "Qwen3", gpus=1, engine_args={"b": 2, "a": 1}),  # same, keys reordered
+        served("qwen-t1", "Qwen3-t1", gpus=1, engine_args={"a": 1, "b": 2}),
+        served("other", "Other", gpus=1, replicas=2),
+    ]
     deployments = group_deployments(workers)
     assert [(d.name, d.served_names, d.workers, d.replicas) for d in deployments] == [
-        ("qwen", ("Qwen3", "Qwen3-t1"), (0, 2, 3), 1), ("other", ("Other",), (4,), 2)]
-    assert served_resources(workers) == {"CPU": 3.0, "GPU": 3.0}   # a shared deployment counts once
+        ("qwen", ("Qwen3", "Qwen3-t1"), (0, 2, 3), 1),
+        ("other", ("Other",), (4,), 2),
+    ]
+    assert served_resources(workers) == {"CPU": 3.0, "GPU": 3.0}  # a shared deployment counts once
 
 
 def test_an_output_budget_the_server_cannot_hold_is_refused_before_any_start():
     from conductor_rl.workers.serving import check_served_workers
 
     ok = served("a", "A", engine_args={"max_model_len": 2048}).model_copy(update={"max_tokens": 64})
-    check_served_workers([ok, served("b", "B")])   # no max_model_len: the model's own
+    check_served_workers([ok, served("b", "B")])  # no max_model_len: the model's own
     with pytest.raises(ServedWorkerError, match=r"max_tokens=4096 .* max_model_len=1024.*workers\.1\.max_tokens"):
         check_served_workers([ok, served("c", "C", engine_args={"max-model-len": 1024})])
 
 
 # --- starting, health, errors --------------------------------------------------------------------
 
+
 def test_a_server_that_exits_at_once_fails_with_its_log_and_a_fix(tmp_path):
-    command = [sys.executable, "-c", "import sys; print('loading weights'); "
-               "print('error: unrecognized arguments: --bogus', file=sys.stderr); sys.exit(2)"]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; print('loading weights'); "
+        "print('error: unrecognized arguments: --bogus', file=sys.stderr); sys.exit(2)",
+    ]
     server = ServerProcess("w", command, dict(os.environ), tmp_path / "w.log", "127.0.0.1", 1, ["m"]).start()
     with pytest.raises(ServedWorkerError) as err:
         server.wait_healthy(timeout_s=30)
@@ -163,8 +217,9 @@ def test_a_healthy_server_must_list_every_name(tmp_path):
     from conductor_rl.workers.serving import free_port
 
     port = free_port()
-    server = ServerProcess("w", fake(port, "a"), dict(os.environ), tmp_path / "w.log", "127.0.0.1", port,
-                           ["a", "b"]).start()
+    server = ServerProcess(
+        "w", fake(port, "a"), dict(os.environ), tmp_path / "w.log", "127.0.0.1", port, ["a", "b"]
+    ).start()
     try:
         with pytest.raises(ServedWorkerError, match=r"lists \['a'\], not \['b'\]"):
             server.wait_healthy(timeout_s=1.5, poll_s=0.2)
@@ -173,14 +228,15 @@ def test_a_healthy_server_must_list_every_name(tmp_path):
 
 
 def test_stop_ends_the_server_and_every_process_it_started(tmp_path):
-    server, seconds = start_server("w", spec(start_timeout_s=30), ["m"], "127.0.0.1", tmp_path,
-                                   command_for=lambda port: fake(port, "m"))
+    server, seconds = start_server(
+        "w", spec(start_timeout_s=30), ["m"], "127.0.0.1", tmp_path, command_for=lambda port: fake(port, "m")
+    )
     assert seconds < 30 and server.base_url == f"http://127.0.0.1:{server.port}/v1"
     with urllib.request.urlopen(f"{server.root_url}/v1/models", timeout=5) as r:
         assert json.load(r)["data"] == [{"id": "m"}]
-    time.sleep(0.3)   # the fake's engine child is running by now
+    time.sleep(0.3)  # the fake's engine child is running by now
     found = group_members(server.pgid)
-    assert len(found) >= 3, found   # guard, server, its child
+    assert len(found) >= 3, found  # guard, server, its child
     server.stop(grace_s=2)
     assert not wait_gone(server.pgid, 5)
 
@@ -194,8 +250,9 @@ def test_a_taken_port_is_retried_on_another(tmp_path):
             return [sys.executable, "-c", "print('OSError: [Errno 98] Address already in use')"]
         return fake(port, "m")
 
-    server, _ = start_server("w", spec(start_timeout_s=30), ["m"], "127.0.0.1", tmp_path, command_for=command_for,
-                             on_retry=retries.append)
+    server, _ = start_server(
+        "w", spec(start_timeout_s=30), ["m"], "127.0.0.1", tmp_path, command_for=command_for, on_retry=retries.append
+    )
     try:
         assert len(calls) == 2 and server.port == calls[1] and "port" in retries[0]
     finally:
@@ -205,14 +262,18 @@ def test_a_taken_port_is_retried_on_another(tmp_path):
 def test_a_killed_guard_takes_its_server_along(tmp_path):
     """Ray SIGKILLs an exiting worker's direct children; the guard is none (it is detached), and if it
     is killed all the same, its server gets SIGTERM from the kernel and stops its engine processes."""
-    server, _ = start_server("w", spec(start_timeout_s=30), ["m"], "127.0.0.1", tmp_path,
-                             command_for=lambda port: fake(port, "m"))
+    server, _ = start_server(
+        "w", spec(start_timeout_s=30), ["m"], "127.0.0.1", tmp_path, command_for=lambda port: fake(port, "m")
+    )
     try:
         time.sleep(0.3)
-        assert os.getpid() not in {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                                   for pid in group_members(server.pgid)}   # no process of the group is our child
-        [guard] = [pid for pid in group_members(server.pgid)
-                   if b"process_guard" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert os.getpid() not in {
+            int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            for pid in group_members(server.pgid)
+        }  # no process of the group is our child
+        [guard] = [
+            pid for pid in group_members(server.pgid) if b"process_guard" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
         os.kill(guard, signal.SIGKILL)
         assert not wait_gone(server.pgid, 10)
     finally:
@@ -235,7 +296,7 @@ def test_the_server_dies_with_the_process_that_started_it(tmp_path):
     """)
     proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        guard = int(proc.stdout.readline())   # the server's process group
+        guard = int(proc.stdout.readline())  # the server's process group
         time.sleep(0.3)
         assert len(group_members(guard)) >= 3
         proc.send_signal(signal.SIGKILL)
@@ -252,21 +313,35 @@ def test_gemma3_loads_offline_with_its_bos_and_a_question_answer_template():
     from conductor_rl.models import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("gemma3-270m"))
-    assert tokenizer("Paris").input_ids[0] == tokenizer.bos_token_id   # Gemma writes nonsense without it
-    text = tokenizer.apply_chat_template([{"role": "system", "content": "Be brief."},
-                                          {"role": "user", "content": "What is 2 + 3?"}],
-                                         add_generation_prompt=True, tokenize=False)
+    assert tokenizer("Paris").input_ids[0] == tokenizer.bos_token_id  # Gemma writes nonsense without it
+    text = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     assert text == "<bos>Be brief.\n\nQuestion: What is 2 + 3?\nAnswer:"
 
 
 # --- real vLLM, on Ray ---------------------------------------------------------------------------
 
+
 def smollm2_worker(name: str = "smollm2", model: str = "smollm2-served", replicas: int = 1) -> WorkerConfig:
     return WorkerConfig(
-        name=name, provider="openai_compatible", model=model, temperature=0.0, max_tokens=24, concurrency=16,
-        serve={"model": "smollm2-135m", "replicas": replicas, "cpus": 0.5, "start_timeout_s": 600,
-               "engine_args": {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024},
-               "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}})
+        name=name,
+        provider="openai_compatible",
+        model=model,
+        temperature=0.0,
+        max_tokens=24,
+        concurrency=16,
+        serve={
+            "model": "smollm2-135m",
+            "replicas": replicas,
+            "cpus": 0.5,
+            "start_timeout_s": 600,
+            "engine_args": {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024},
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        },
+    )
 
 
 def vllm_counters(base_url: str) -> dict[str, float]:
@@ -303,9 +378,10 @@ def test_a_plan_runs_on_served_smollm2_replicas_and_the_ledger_matches_the_serve
         before = [vllm_counters(u) for u in urls]
         ledger = get_ledger(None, name=f"ledger-served-{os.getpid()}")
         pools = [WorkerPool(w, 1, ledger=ledger, base_urls=served.urls_for(i)) for i, w in enumerate(workers)]
-        assert [len(p.replicas) for p in pools] == [2, 2]   # 1 asked, 2 servers: 2 WorkerActors each
-        plan = parse_plan('model_id = [0, 1]\nsubtasks = ["What is 2 + 3?", "Check the answer."]\n'
-                          'access_list = [[], [0]]', 2)
+        assert [len(p.replicas) for p in pools] == [2, 2]  # 1 asked, 2 servers: 2 WorkerActors each
+        plan = parse_plan(
+            'model_id = [0, 1]\nsubtasks = ["What is 2 + 3?", "Check the answer."]\naccess_list = [[], [0]]', 2
+        )
         limits = StepLimits(max_tokens=24, temperature=0.0, timeout_s=300)
 
         async def go():
@@ -320,8 +396,10 @@ def test_a_plan_runs_on_served_smollm2_replicas_and_the_ledger_matches_the_serve
         entries = ray.get(ledger.entries.remote())
         assert sorted(e.worker for e in entries) == ["smollm2"] * 9 + ["smollm2-b"]
         [second] = [e for e in entries if e.worker == "smollm2-b"]
-        assert (second.usage.input_tokens, second.usage.output_tokens) == (result.steps[1].usage.input_tokens,
-                                                                           result.steps[1].usage.output_tokens)
+        assert (second.usage.input_tokens, second.usage.output_tokens) == (
+            result.steps[1].usage.input_tokens,
+            result.steps[1].usage.output_tokens,
+        )
         # The ledger holds what the servers reported in each response's usage, and that is what vLLM
         # itself counted, over both servers; both answered.
         after = [vllm_counters(u) for u in urls]
@@ -335,7 +413,7 @@ def test_a_plan_runs_on_served_smollm2_replicas_and_the_ledger_matches_the_serve
 
         # ray.kill is SIGKILL for the actor: the guard still ends the server's whole group.
         guard = infos[0]["pgid"]
-        assert len(group_members(guard)) >= 3   # guard, API server, engine core
+        assert len(group_members(guard)) >= 3  # guard, API server, engine core
         ray.kill(served.actors[0][0])
         assert not wait_gone(guard, 30), "vLLM processes outlived their actor"
     finally:
@@ -350,9 +428,25 @@ def test_train_an_iteration_with_served_workers(tmp_path):
     and weight sync), a checkpoint, and no vLLM server left behind."""
     out = tmp_path / "run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", "--config", "configs/local-real.yaml",
-                           "train.iterations=1", f"train.output_dir={out}", "train.progress=false",
-                           "train.report=false", "train.rollouts_per_question=2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobs.train",
+            "--config",
+            "configs/local-real.yaml",
+            "train.iterations=1",
+            f"train.output_dir={out}",
+            "train.progress=false",
+            "train.report=false",
+            "train.rollouts_per_question=2",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert re.search(r"served smollm2-precise at http://\S+/v1 in \d+ s", proc.stderr)
     assert re.search(r"served gemma3-270m-base at http://\S+/v1 in \d+ s", proc.stderr)
@@ -361,8 +455,9 @@ def test_train_an_iteration_with_served_workers(tmp_path):
     assert len(records) == 1
     ports = re.findall(r"served \S+ at http://[\d.]+:(\d+)/v1", proc.stderr)
     assert len(ports) == 2
-    left = [pid for pid, cmd in processes() if "vllm.entrypoints" in cmd and any(f"--port {p} " in cmd + " "
-                                                                               for p in ports)]
+    left = [
+        pid for pid, cmd in processes() if "vllm.entrypoints" in cmd and any(f"--port {p} " in cmd + " " for p in ports)
+    ]
     assert not left, f"vLLM servers left running after the job: {left}"
 
 

@@ -22,8 +22,8 @@ generator, learner and graders where only train()'s own bookkeeping is tested.
 
 from __future__ import annotations
 
-import contextlib
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -46,17 +46,21 @@ from conductor_rl.run.traces import read_traces, trace_files
 REPO = Path(__file__).resolve().parent.parent
 ITERATIONS = 2
 QUESTIONS, ROLLOUTS = 2, 4
-SUBSETS = "train.worker_subset=[1,2]"   # the shared runs draw rosters of 1-2 of the 3 workers (adaptive pools)
+SUBSETS = "train.worker_subset=[1,2]"  # the shared runs draw rosters of 1-2 of the 3 workers (adaptive pools)
 # A hang guard, not a speed check: a test whose module fixture starts a run waits for it,
 # and on a loaded 2-core machine a run's first iteration alone has taken over five minutes.
 HANG_GUARD_S = 1500
 pytestmark = pytest.mark.timeout(2 * HANG_GUARD_S)
 FAST = [
-    "conductor.model=tiny-qwen2", f"train.rollouts_per_question={ROLLOUTS}",
-    f"train.questions_per_iteration={QUESTIONS}", "conductor.max_new_tokens=64", "train.progress=false",
+    "conductor.model=tiny-qwen2",
+    f"train.rollouts_per_question={ROLLOUTS}",
+    f"train.questions_per_iteration={QUESTIONS}",
+    "conductor.max_new_tokens=64",
+    "train.progress=false",
     # Fits the session's 8-CPU test cluster (tests/conftest.py) next to the grader (1 CPU) and the workers
     # (0.25 each); the subprocess run uses the same, so that every run computes with the same thread counts.
-    "cluster.generator={CPU: 1}", "cluster.learner={CPU: 1}",
+    "cluster.generator={CPU: 1}",
+    "cluster.learner={CPU: 1}",
 ]
 
 
@@ -84,7 +88,8 @@ def questions_by_iteration(run_dir: Path) -> dict[int, list[tuple[str, tuple[int
     groups: dict[int, dict[int, set]] = {}
     for row in read_traces(run_dir):
         groups.setdefault(row["iteration"], {}).setdefault(row["group"], set()).add(
-            (row["question_id"], tuple(row["roster"])))
+            (row["question_id"], tuple(row["roster"]))
+        )
     out = {}
     for iteration, by_group in groups.items():
         assert all(len(ids) == 1 for ids in by_group.values()), f"a group mixes questions: {by_group}"
@@ -104,10 +109,14 @@ def latest_state(run_dir: Path) -> tuple[Path, dict]:
 
 # ---------------------------------------------------------------- the question stream
 
+
 def sample_questions(n: int) -> list[Question]:
-    return [Question(id=f"q{i}", question=f"question {i}?", reference=str(i), domain="math", answer_kind="numeric",
-                     source="test")
-            for i in range(n)]
+    return [
+        Question(
+            id=f"q{i}", question=f"question {i}?", reference=str(i), domain="math", answer_kind="numeric", source="test"
+        )
+        for i in range(n)
+    ]
 
 
 def test_question_stream_reshuffles_every_epoch_and_draws_each_question_once_per_epoch():
@@ -119,13 +128,15 @@ def test_question_stream_reshuffles_every_epoch_and_draws_each_question_once_per
     assert len({tuple(order) for order in epochs}) == 4, f"every epoch must have its own order: {epochs}"
     assert epochs[0] != [q.id for q in questions], "the first epoch must be shuffled too"
     again = QuestionStream(questions, seed=3)
-    assert [q.id for q in again.take(40)] == [i for epoch in epochs for i in epoch], "the order is a function of the seed"
+    assert [q.id for q in again.take(40)] == [i for epoch in epochs for i in epoch], (
+        "the order is a function of the seed"
+    )
     assert [q.id for q in QuestionStream(questions, seed=4).take(10)] != epochs[0]
 
 
 @pytest.mark.parametrize("batches_done", [0, 1, 3, 4, 7])
 def test_question_stream_resumed_at_its_cursor_draws_the_batches_that_would_have_come_next(batches_done):
-    questions = sample_questions(7)   # batches of 3 cross epoch boundaries
+    questions = sample_questions(7)  # batches of 3 cross epoch boundaries
     straight = QuestionStream(questions, seed=11)
     taken = [straight.take(3) for _ in range(batches_done)]
     cursor = straight.cursor
@@ -140,17 +151,19 @@ def test_question_stream_resumed_at_its_cursor_draws_the_batches_that_would_have
 
 def test_a_balanced_stream_gives_every_batch_each_domain_equally_and_resumes_at_its_cursor():
     math = sample_questions(7)
-    mmlu = [Question(id=f"k{i}", question=f"fact {i}?", reference="A", domain="mmlu", answer_kind="choice",
-                     source="test") for i in range(3)]
-    questions = math[:2] + mmlu + math[2:]   # 7 math, 3 mmlu: unbalanced, and not sorted by domain
+    mmlu = [
+        Question(id=f"k{i}", question=f"fact {i}?", reference="A", domain="mmlu", answer_kind="choice", source="test")
+        for i in range(3)
+    ]
+    questions = math[:2] + mmlu + math[2:]  # 7 math, 3 mmlu: unbalanced, and not sorted by domain
     stream = QuestionStream(questions, seed=5, balance_domains=True)
     batches = [stream.take(4) for _ in range(6)]
     for batch in batches:
         assert sorted(q.domain for q in batch) == ["math", "math", "mmlu", "mmlu"], [q.id for q in batch]
     drawn_mmlu = [q.id for b in batches for q in b if q.domain == "mmlu"]
-    for epoch in range(4):   # each domain is reshuffled per its own epoch and drawn once per epoch
-        assert sorted(drawn_mmlu[3 * epoch: 3 * epoch + 3]) == ["k0", "k1", "k2"]
-    assert len({tuple(drawn_mmlu[3 * e: 3 * e + 3]) for e in range(4)}) > 1
+    for epoch in range(4):  # each domain is reshuffled per its own epoch and drawn once per epoch
+        assert sorted(drawn_mmlu[3 * epoch : 3 * epoch + 3]) == ["k0", "k1", "k2"]
+    assert len({tuple(drawn_mmlu[3 * e : 3 * e + 3]) for e in range(4)}) > 1
     resumed = QuestionStream(questions, seed=5, cursor=12, balance_domains=True)
     assert [resumed.take(4) for _ in range(3)] == batches[3:]
     unbalanced = QuestionStream(questions, seed=5)
@@ -166,6 +179,7 @@ def test_question_stream_rejects_an_empty_set_and_a_negative_cursor():
 
 # ---------------------------------------------------------------- bad input fails before any actor starts
 
+
 def run_main(argv: list[str]) -> SystemExit:
     from jobs.train import main
 
@@ -177,8 +191,14 @@ def run_main(argv: list[str]) -> SystemExit:
 @pytest.mark.slow
 def test_invalid_config_exits_nonzero_at_once_naming_the_key(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", *overrides(out, "train.iterations=0"), "--json"],
-                          cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobs.train", *overrides(out, "train.iterations=0"), "--json"],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode != 0
     assert "train.iterations" in proc.stderr and "greater than or equal to 1" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -196,7 +216,7 @@ def test_unknown_key_fails_before_any_actor_starts(tmp_path, no_cluster):
 
 
 def test_unwritable_output_folder_fails_before_any_actor_starts(tmp_path, no_cluster):
-    blocker = tmp_path / "file.txt"     # a regular file: nothing can be created under it, not even by root
+    blocker = tmp_path / "file.txt"  # a regular file: nothing can be created under it, not even by root
     blocker.write_text("not a folder")
     err = run_main(overrides(blocker / "sub"))
     assert err.code not in (0, None)
@@ -225,7 +245,9 @@ def test_fresh_run_into_a_folder_whose_run_left_no_checkpoint_refuses_and_says_w
     (out / "metrics.jsonl").write_text(json.dumps({"iteration": 0}) + "\n")
     fresh = run_main(overrides(out))
     assert fresh.code not in (0, None)
-    assert isinstance(fresh.code, str) and str(out) in fresh.code, f"a clean error naming the folder, got {fresh.code!r}"
+    assert isinstance(fresh.code, str) and str(out) in fresh.code, (
+        f"a clean error naming the folder, got {fresh.code!r}"
+    )
     assert "train.output_dir" in fresh.code, fresh.code
     resumed = run_main([*overrides(out), "--resume"])
     assert resumed.code not in (0, None)
@@ -236,19 +258,26 @@ def test_fresh_run_into_a_folder_whose_run_left_no_checkpoint_refuses_and_says_w
 def test_missing_api_key_fails_before_any_actor_starts(tmp_path, monkeypatch, no_cluster):
     monkeypatch.delenv("CONDUCTOR_RL_TEST_UNSET_KEY", raising=False)
     out = tmp_path / "run"
-    err = run_main(overrides(out, "workers.0.provider=openai", "workers.0.model=gpt-test",
-                             "workers.0.api_key_env=CONDUCTOR_RL_TEST_UNSET_KEY"))
+    err = run_main(
+        overrides(
+            out,
+            "workers.0.provider=openai",
+            "workers.0.model=gpt-test",
+            "workers.0.api_key_env=CONDUCTOR_RL_TEST_UNSET_KEY",
+        )
+    )
     assert err.code not in (0, None)
     assert "CONDUCTOR_RL_TEST_UNSET_KEY" in str(err.code), err.code
 
 
 # ---------------------------------------------------------------- full runs
 
+
 @pytest.fixture(scope="module")
 def runs_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("train-runs")
     yield root
-    for folder in root.glob("*/checkpoints"):   # ~0.4 GB each; metrics and traces stay for a post-mortem
+    for folder in root.glob("*/checkpoints"):  # ~0.4 GB each; metrics and traces stay for a post-mortem
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -265,10 +294,22 @@ def straight_run(ray_cluster, runs_root):
 def sigterm_run(runs_root):
     """`python -m jobs.train`, sent SIGTERM once it has logged iteration 0."""
     out = runs_root / "sigterm"
-    command = [sys.executable, "-m", "jobs.train", *overrides(out, f"train.iterations={ITERATIONS}", "train.report=false",
-                                                             SUBSETS), "--json"]
-    proc = subprocess.Popen(command, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "jobs.train",
+        *overrides(out, f"train.iterations={ITERATIONS}", "train.report=false", SUBSETS),
+        "--json",
+    ]
+    proc = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     stdout: list[str] = []
     stderr: list[str] = []
     first_iteration_done = threading.Event()
@@ -279,8 +320,10 @@ def sigterm_run(runs_root):
             if line.startswith("iteration 0:"):
                 first_iteration_done.set()
 
-    pumps = [threading.Thread(target=pump_stderr, daemon=True),
-             threading.Thread(target=lambda: stdout.extend(proc.stdout), daemon=True)]
+    pumps = [
+        threading.Thread(target=pump_stderr, daemon=True),
+        threading.Thread(target=lambda: stdout.extend(proc.stdout), daemon=True),
+    ]
     for pump in pumps:
         pump.start()
     try:
@@ -308,8 +351,9 @@ def resumed_run(sigterm_run, ray_cluster):
 
     assert sigterm_run.returncode == 0, sigterm_run.stderr[-4000:]
     before = latest_state(sigterm_run.out)
-    summary = train(make_config(sigterm_run.out, f"train.iterations={ITERATIONS}", "train.report=false", SUBSETS),
-                    resume=True)
+    summary = train(
+        make_config(sigterm_run.out, f"train.iterations={ITERATIONS}", "train.report=false", SUBSETS), resume=True
+    )
     return SimpleNamespace(out=sigterm_run.out, summary=summary, resumed_from=before)
 
 
@@ -322,8 +366,11 @@ def test_sigterm_stops_at_a_safe_point_with_exit_0_and_a_complete_checkpoint(sig
     assert "SIGTERM received" in run.stderr
     # A quiet run (issue 26, tests/test_quiet_output.py): the run's own lines, no library progress bar,
     # INFO line or warning (CONDUCTOR_RL_VERBOSE=1 brings those back).
-    noise = [line for line in run.stderr.splitlines() if "%|" in line or " INFO " in line or "Warning:" in line
-             or "WARNING" in line]
+    noise = [
+        line
+        for line in run.stderr.splitlines()
+        if "%|" in line or " INFO " in line or "Warning:" in line or "WARNING" in line
+    ]
     assert not noise, noise
     # Signalled after iteration 0: iteration 1 is abandoned, not logged, and redone on resume.
     assert run.summary["iterations"] == 1, run.summary
@@ -396,8 +443,16 @@ def test_a_run_repeats_iteration_0_exactly_given_the_seed(straight_run, sigterm_
     assert sorted(straight) == sorted(other) and len(straight) == QUESTIONS * ROLLOUTS
     for key in straight:
         a, b = straight[key], other[key]
-        for field in ("question_id", "completion", "completion_tokens", "plan", "final_answer", "verdict", "reward",
-                      "cost_usd"):
+        for field in (
+            "question_id",
+            "completion",
+            "completion_tokens",
+            "plan",
+            "final_answer",
+            "verdict",
+            "reward",
+            "cost_usd",
+        ):
             assert a[field] == b[field], f"rollout {key}: {field} differs: {a[field]!r} != {b[field]!r}"
     a, b = records(straight_run.out)[0], records(sigterm_run.out)[0]
     for name in ("reward_mean", "accuracy", "conductor_tokens", "informative_groups", "weights_version"):
@@ -443,29 +498,35 @@ def test_resumed_run_samples_what_the_straight_run_sampled_after_weight_updates(
 
 # ---------------------------------------------------------------- a lighter system
 
+
 class _FakeGenerators:
     """Stands in for the vLLM engines: sample i of every question is the one-step plan for
     worker `i % spread` (spread=1: every plan asks worker 0)."""
 
     def __init__(self, spread: int) -> None:
         self.spread = spread
-        self.version = 0   # stamped on each sample, as a GeneratorActor does
+        self.version = 0  # stamped on each sample, as a GeneratorActor does
 
     def sample(self, prompts, n, *_args, seed=None, shape=None, **_kwargs):
         from conductor_rl.plan.shape import shape_per_prompt
         from conductor_rl.policy.sampling import Sample
 
-        def plan(worker: int) -> str:   # what follows the response prefix "model_id = ["
+        def plan(worker: int) -> str:  # what follows the response prefix "model_id = ["
             return f'{worker}]\nsubtasks = ["Answer the question."]\naccess_list = [[]]'
 
-        def recursive(call_seed: int) -> Sample:   # a recursive call: keep the answer on an even seed
+        def recursive(call_seed: int) -> Sample:  # a recursive call: keep the answer on an even seed
             text = "]\nsubtasks = []\naccess_list = []\n" if call_seed % 2 == 0 else plan(0)
             return Sample(text, (21, 22), (-2.0, -2.0), "stop", self.version)
 
         shapes = shape_per_prompt(shape, len(prompts))
-        return [[recursive(seed[j])] if shapes[j] is not None and shapes[j].allow_empty else
-                [Sample(plan(i % self.spread), (11, 12, 13), (-1.0, -1.0, -1.0), "stop", self.version) for i in range(n)]
-                for j in range(len(prompts))]
+        return [
+            [recursive(seed[j])]
+            if shapes[j] is not None and shapes[j].allow_empty
+            else [
+                Sample(plan(i % self.spread), (11, 12, 13), (-1.0, -1.0, -1.0), "stop", self.version) for i in range(n)
+            ]
+            for j in range(len(prompts))
+        ]
 
     def load_weights(self, _weights, version) -> None:
         self.version = version
@@ -482,7 +543,7 @@ class _FakeLearners:
 
     def __init__(self) -> None:
         self.batches = []
-        self.seconds = 0.0   # how long a step takes (asynchronous runs overlap it with collection)
+        self.seconds = 0.0  # how long a step takes (asynchronous runs overlap it with collection)
 
     def train_step(self, batch):
         from conductor_rl.policy.learner import StepStats
@@ -523,8 +584,14 @@ def light_system(monkeypatch):
         generators, learners = _FakeGenerators(build.spread), _FakeLearners()
         learners.seconds = build.learners_seconds
         build.learners = learners
-        return ts.TrainingSystem(generators, learners, WeightSync(learners, generators, "object_store"),
-                                 workers.pools, graders, workers.ledger)
+        return ts.TrainingSystem(
+            generators,
+            learners,
+            WeightSync(learners, generators, "object_store"),
+            workers.pools,
+            graders,
+            workers.ledger,
+        )
 
     build.spread = 1
     build.learners_seconds = 0.0
@@ -534,8 +601,10 @@ def light_system(monkeypatch):
 
 # ---------------------------------------------------------------- recursive training
 
+
 def test_recursive_training_forces_half_the_groups_discounts_the_kept_answers_and_trains_inner_tokens(
-        ray_cluster, tmp_path, light_system):
+    ray_cluster, tmp_path, light_system
+):
     """conductor.max_depth=1 (the paper's recursive mode): in half of each batch's groups every
     rollout ends with a forced call, whose plan (or empty lists) the stand-in generator writes; a
     forced rollout that kept its answer earns 0.75 of its reward; recursive completions are rows of
@@ -546,8 +615,14 @@ def test_recursive_training_forces_half_the_groups_discounts_the_kept_answers_an
 
     light_system.spread = 3
     out = tmp_path / "run"
-    config = make_config(out, "train.iterations=2", "train.report=false", "train.tensorboard=false",
-                         "train.questions_per_iteration=4", "conductor.max_depth=1")
+    config = make_config(
+        out,
+        "train.iterations=2",
+        "train.report=false",
+        "train.tensorboard=false",
+        "train.questions_per_iteration=4",
+        "conductor.max_depth=1",
+    )
     raw = config.model_dump(mode="json")
     raw["workers"].append({"name": "conductor", "provider": "conductor"})
     summary = train(validate_config(raw))
@@ -599,7 +674,8 @@ def drawn_questions(run_dir: Path) -> dict[int, list[str]]:
 
 
 def test_asynchronous_training_collects_ahead_within_the_bound_and_draws_what_a_synchronous_run_draws(
-        ray_cluster, tmp_path, light_system):
+    ray_cluster, tmp_path, light_system
+):
     """train.max_staleness=1: the next iteration's plans are sampled while the learner steps (its
     stand-in takes a second), so some rows reach the learner one version old and none older; the
     records show the staleness and the waits, and every iteration draws the questions the
@@ -618,7 +694,7 @@ def test_asynchronous_training_collects_ahead_within_the_bound_and_draws_what_a_
     ages = {int(age) for m in metrics for age in m["staleness"]}
     assert max(ages) == 1, f"no rollout was collected during a learner step: {ages}"
     assert [m["iteration"] for m in metrics] == [0, 1, 2, 3]
-    assert set(metrics[0]["staleness"]) == {"0"}   # nothing to be stale against yet
+    assert set(metrics[0]["staleness"]) == {"0"}  # nothing to be stale against yet
     for m in metrics:
         assert m["stale_dropped"] == 0 and m["staleness_max"] <= 1
         assert sum(m["staleness"].values()) > 0
@@ -630,14 +706,16 @@ def test_asynchronous_training_collects_ahead_within_the_bound_and_draws_what_a_
         learned_at = m["weights_version"] - ("loss" in m)
         assert 0 <= learned_at - row["sampled_weights_version"] <= 1
 
-    stream = QuestionStream(training_questions(System(config)), seed=config.train.seed,
-                            balance_domains=config.train.balance_domains)
+    stream = QuestionStream(
+        training_questions(System(config)), seed=config.train.seed, balance_domains=config.train.balance_domains
+    )
     expected = {i: [q.id for q in stream.take(config.train.questions_per_iteration)] for i in range(4)}
     assert drawn_questions(out) == expected
 
 
-def test_asynchronous_resume_after_a_crash_redraws_the_questions_in_flight(ray_cluster, tmp_path, light_system,
-                                                                           monkeypatch):
+def test_asynchronous_resume_after_a_crash_redraws_the_questions_in_flight(
+    ray_cluster, tmp_path, light_system, monkeypatch
+):
     """The learner dies at iteration 2 while iteration 2 (and perhaps 3) has been drawn: the
     checkpoint of iteration 1 lists them in flight, and the resumed run trains on exactly the
     questions of an uninterrupted run, each iteration once."""
@@ -676,21 +754,41 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
     from conductor_rl.rollout.rollouts import Rollout
     from conductor_rl.rollout.workflow import Task
     from conductor_rl.run.infra_guard import InfraCounts
-    from jobs.run_control import Phases, StopSignal
     from conductor_rl.run.state import RunState
     from conductor_rl.system import System
     from jobs.iteration import Collected, TrainingRun, learn_from
+    from jobs.run_control import Phases, StopSignal
 
     config = make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=false")
     learners = _FakeLearners()
     generators = _FakeGenerators(1)
-    system = type("System", (), {"learners": learners, "weight_sync": type("Sync", (), {
-        "push": staticmethod(lambda version: generators.load_weights(None, version))})()})()
-    loop = TrainingRun(System(config), system, QuestionStream(sample_questions(4), seed=0), RunState(version=5),
-                       StopSignal())
-    rollouts = [Rollout(Task(f"q{g}", "?", "math", "1", "numeric"), "x", group=g, sample=i, completion_ids=(1, 2),
-                        logprobs=(-1.0, -1.0), reward=[1.0, 0.5][i % 2], weights_version=version)
-                for g, version in enumerate((5, 4, 3)) for i in range(4)]
+    system = type(
+        "System",
+        (),
+        {
+            "learners": learners,
+            "weight_sync": type(
+                "Sync", (), {"push": staticmethod(lambda version: generators.load_weights(None, version))}
+            )(),
+        },
+    )()
+    loop = TrainingRun(
+        System(config), system, QuestionStream(sample_questions(4), seed=0), RunState(version=5), StopSignal()
+    )
+    rollouts = [
+        Rollout(
+            Task(f"q{g}", "?", "math", "1", "numeric"),
+            "x",
+            group=g,
+            sample=i,
+            completion_ids=(1, 2),
+            logprobs=(-1.0, -1.0),
+            reward=[1.0, 0.5][i % 2],
+            weights_version=version,
+        )
+        for g, version in enumerate((5, 4, 3))
+        for i in range(4)
+    ]
     record, _ = learn_from(loop, Collected(7, [[9, 9]] * 3, rollouts, Phases(7), InfraCounts(), 0, time.perf_counter()))
     [batch] = learners.batches
     assert len(batch.completion_ids) == 8 and sorted(set(batch.staleness)) == [0, 1]
@@ -701,8 +799,11 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
     # them (the batch still says how stale each row is), except under ZeRO-3, where no correction is made.
     assert loop.config.generator.backend == "vllm"
     for stage, staleness in ((2, [0] * 4 + [1] * 4), (3, None)):
-        loop.system = System(make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=true",
-                                         f"learner.zero_stage={stage}"))
+        loop.system = System(
+            make_config(
+                tmp_path, "train.max_staleness=1", "conductor.constrain_format=true", f"learner.zero_stage={stage}"
+            )
+        )
         loop.state.version = 5
         learn_from(loop, Collected(8, [[9, 9]] * 3, rollouts, Phases(8), InfraCounts(), 0, time.perf_counter()))
         assert len(learners.batches[-1].completion_ids) == 8 and learners.batches[-1].staleness == staleness
@@ -712,8 +813,12 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
 
 # Worker 0 answers in exactly 10 tokens at $100,000 per million: every call costs $1.00, and
 # an iteration whose 8 plans each make one call to it costs $8.00.
-DOLLAR_CALLS = ["workers.0.max_tokens=10", "workers.0.sim.output_tokens=1000", "workers.0.price.input=0",
-                "workers.0.price.output=100000"]
+DOLLAR_CALLS = [
+    "workers.0.max_tokens=10",
+    "workers.0.sim.output_tokens=1000",
+    "workers.0.price.input=0",
+    "workers.0.price.output=100000",
+]
 
 
 def run_json(argv: list[str], capsys) -> tuple[int, dict]:
@@ -725,7 +830,8 @@ def run_json(argv: list[str], capsys) -> tuple[int, dict]:
 
 
 def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0_and_stays_spent_on_resume(
-        ray_cluster, tmp_path, light_system, capsys):
+    ray_cluster, tmp_path, light_system, capsys
+):
     out = tmp_path / "run"
     argv = overrides(out, "train.iterations=3", "train.report=false", "train.tensorboard=false", *DOLLAR_CALLS)
 
@@ -757,7 +863,8 @@ def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0_and_stays_spent
 
 
 def test_budget_spent_in_the_first_iteration_is_saved_with_the_starting_weights(
-        ray_cluster, tmp_path, light_system, capsys):
+    ray_cluster, tmp_path, light_system, capsys
+):
     out = tmp_path / "run"
     argv = overrides(out, "train.iterations=3", "train.report=false", "train.tensorboard=false", *DOLLAR_CALLS)
     # Iteration 0's calls cross a $5 budget: nothing is learned, but the money is gone.
@@ -768,7 +875,7 @@ def test_budget_spent_in_the_first_iteration_is_saved_with_the_starting_weights(
     assert state["iteration"] == -1 and state["cursor"] == 0 and state["weights_version"] == 0
     spent = state["ledger"]["total"]["cost_usd"]
     assert spent >= 5.0, f"the checkpoint must hold what iteration 0 spent: ${spent}"
-    assert (folder / "model" / "weights.bin").exists()   # the learner's (starting) weights
+    assert (folder / "model" / "weights.bin").exists()  # the learner's (starting) weights
 
     # Resumed with the same budget: stops before any worker call, and still knows the spend.
     code, summary = run_json([*argv, "train.budget_usd=5", "--resume"], capsys)
@@ -778,13 +885,22 @@ def test_budget_spent_in_the_first_iteration_is_saved_with_the_starting_weights(
 
 # ---------------------------------------------------------------- a worker lost to infrastructure errors
 
+
 def test_a_worker_whose_every_call_fails_stops_the_run_with_a_checkpoint_naming_it(
-        ray_cluster, tmp_path, light_system, capsys):
+    ray_cluster, tmp_path, light_system, capsys
+):
     """The silent loss the guard exists for: every plan's worker fails (as GPT-5 refusing a
     temperature would), its rollouts are dropped, and without the guard the run would go on."""
     out = tmp_path / "run"
-    argv = overrides(out, "train.iterations=3", "train.report=false", "train.tensorboard=false",
-                     "workers.0.sim.fail_rate=1.0", "workers.0.max_retries=0", "train.infra_error_min_steps=4")
+    argv = overrides(
+        out,
+        "train.iterations=3",
+        "train.report=false",
+        "train.tensorboard=false",
+        "workers.0.sim.fail_rate=1.0",
+        "workers.0.max_retries=0",
+        "train.infra_error_min_steps=4",
+    )
     code, summary = run_json(argv, capsys)
     assert code == 1 and summary["stopped"] == "infra_errors" and summary["iterations"] == 1, summary
     assert "worker 'sim-math-expert' failed 100% of its" in summary["error"]
@@ -794,9 +910,20 @@ def test_a_worker_whose_every_call_fails_stops_the_run_with_a_checkpoint_naming_
     assert state["iteration"] == 0 and state["infra_guard"]["windows"], "the guard's window is checkpointed"
 
     # Off, the same run trains on (with every rollout dropped) to the end.
-    code, summary = run_json([*overrides(tmp_path / "off", "train.iterations=2", "train.report=false",
-                                         "train.tensorboard=false", "workers.0.sim.fail_rate=1.0",
-                                         "workers.0.max_retries=0", "train.max_infra_error_rate=null")], capsys)
+    code, summary = run_json(
+        [
+            *overrides(
+                tmp_path / "off",
+                "train.iterations=2",
+                "train.report=false",
+                "train.tensorboard=false",
+                "workers.0.sim.fail_rate=1.0",
+                "workers.0.max_retries=0",
+                "train.max_infra_error_rate=null",
+            )
+        ],
+        capsys,
+    )
     assert code == 0 and summary["stopped"] == "finished" and summary["iterations"] == 2, summary
     assert all(r["infra_error_rate"] == 1.0 for r in records(tmp_path / "off"))
 
@@ -808,9 +935,16 @@ def test_a_worker_that_fails_its_preflight_stops_the_run_before_iteration_0(ray_
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]
     out = tmp_path / "run"
-    argv = overrides(out, "train.iterations=2", "train.report=false", "train.tensorboard=false",
-                     "workers.2.provider=openai_compatible", "workers.2.model=m", "workers.2.max_retries=0",
-                     f"workers.2.base_url=http://127.0.0.1:{closed}/v1")
+    argv = overrides(
+        out,
+        "train.iterations=2",
+        "train.report=false",
+        "train.tensorboard=false",
+        "workers.2.provider=openai_compatible",
+        "workers.2.model=m",
+        "workers.2.max_retries=0",
+        f"workers.2.base_url=http://127.0.0.1:{closed}/v1",
+    )
     err = run_main(argv)
     assert "a worker failed its preflight check (skip it with --no-check)" in str(err.code)
     assert "FAIL sim-generalist: connection:" in str(err.code)
@@ -819,16 +953,18 @@ def test_a_worker_that_fails_its_preflight_stops_the_run_before_iteration_0(ray_
 
 # ---------------------------------------------------------------- crashed actors
 
+
 def process_gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError):
         return True
-    return state in ("Z", "X")   # a zombie no longer runs anything
+    return state in ("Z", "X")  # a zombie no longer runs anything
 
 
 def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_completes(
-        ray_cluster, tmp_path, monkeypatch, light_system):
+    ray_cluster, tmp_path, monkeypatch, light_system
+):
     """train_iteration on the real worker pools and grader pool: every worker replica is killed
     while its calls are in flight, the grader actor just before the first grading."""
     import ray
@@ -840,7 +976,7 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
     from conductor_rl.system import System
 
     config = make_config(tmp_path / "run", "train.iterations=1", "train.report=false", "train.tensorboard=false")
-    light_system.spread = len(config.workers)      # plans for every worker
+    light_system.spread = len(config.workers)  # plans for every worker
     system = ts.build_system(config, config.conductor.model, 0, total_steps=1)
 
     def pid(actor) -> int | None:
@@ -860,7 +996,7 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
 
         async def execute_with_a_crash(rollouts, workers, limits, key="", **options):
             async def crash_while_calls_are_in_flight() -> None:
-                await asyncio.sleep(0.05)   # simulated calls take 0.1-0.2 s
+                await asyncio.sleep(0.05)  # simulated calls take 0.1-0.2 s
                 for replica in replicas:
                     ray.kill(replica, no_restart=False)
                 killed["workers"] += 1
@@ -887,12 +1023,13 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
         monkeypatch.setattr(system.graders, "grade_many", grade_with_a_crash)
 
         questions = load_dataset(config.data.questions, limit=config.data.limit)
-        loop = jt.TrainingRun(System(config), system, QuestionStream(questions, seed=config.train.seed), RunState(),
-                              jt.StopSignal())
+        loop = jt.TrainingRun(
+            System(config), system, QuestionStream(questions, seed=config.train.seed), RunState(), jt.StopSignal()
+        )
         ray.get(system.ledger.start_iteration.remote(0))
         record, rollouts = jt.train_iteration(loop, 0)
         assert killed == {"workers": 1, "grader": 1}
-        pids_after = [pid(r) for r in replicas], pid(grader)   # alive again: Ray restarted them
+        pids_after = [pid(r) for r in replicas], pid(grader)  # alive again: Ray restarted them
         spent = ray.get(system.ledger.summary.remote())
     finally:
         system.shutdown()
