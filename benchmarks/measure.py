@@ -243,3 +243,46 @@ def rollout_phase_figures(
         "informative_groups": record.get("informative_groups"),
         "learned": "loss" in record,
     }
+
+
+def sync_async_figures(
+    sync_records: Sequence[dict], async_records: Sequence[dict], goal_speedup: float, goal_vs_bound: float
+) -> dict[str, Any]:
+    """Synchronous iterations' records against as many asynchronous ones' (train.max_staleness=1): the
+    paces, the ideal bound max(phase) over the synchronous mean phase times, and the goals."""
+    names = ("generate", "execute", "grade", "learn", "sync")
+    means = {n: statistics.fmean(r.get(f"time_{n}_s", 0.0) for r in sync_records) for n in names}
+    sync_s = statistics.fmean(r["time_iteration_s"] for r in sync_records)
+    # The first asynchronous iteration fills the pipeline and the last ones drain it (their plans were
+    # sampled while earlier ones ran): the median time between the later learner steps is the pace.
+    steady = async_records[1:] or async_records
+    async_s = statistics.median(r["time_iteration_s"] for r in steady)
+    async_pass = sum(r["time_iteration_s"] for r in async_records)
+    bound = max(means.values())
+    staleness: dict[str, int] = {}
+    for r in async_records:
+        for k, n in r["staleness"].items():
+            staleness[k] = staleness.get(k, 0) + n
+    return {
+        "iterations_each": len(sync_records),
+        "sync_iteration_s": round(sync_s, 3),
+        "async_iteration_s": round(async_s, 3),
+        "async_between_steps_s": [round(r["time_iteration_s"], 3) for r in async_records],
+        "async_speedup": round(sync_s / async_s, 4),
+        "sync_pass_s": round(sync_s * len(sync_records), 3),
+        "async_pass_s": round(async_pass, 3),
+        "async_pass_speedup": round(sync_s * len(sync_records) / async_pass, 4),
+        "async_vs_bound": round(async_s / bound, 4),
+        "bound_max_phase_s": round(bound, 3),
+        "sync_phase_means_s": {n: round(v, 3) for n, v in means.items()},
+        "async_phase_means_s": {
+            n: round(statistics.fmean(r.get(f"time_{n}_s", 0.0) for r in steady), 3) for n in names
+        },
+        "async_wait_learner_s": round(statistics.fmean(r["time_wait_learner_s"] for r in steady), 3),
+        "async_wait_generate_s": round(statistics.fmean(r["time_wait_generate_s"] for r in steady), 3),
+        "async_overlap": round(statistics.fmean(r["overlap"] for r in steady), 4),
+        "async_staleness": staleness,
+        "goal_async_speedup": goal_speedup,
+        "goal_async_vs_bound": goal_vs_bound,
+        "async_goals_met": sync_s / async_s >= goal_speedup and async_s / bound <= goal_vs_bound,
+    }

@@ -260,6 +260,8 @@ def find_commands(line: str) -> list[Command]:
             rest = words_of_one[i + 1 :]
             base = word.rsplit("/", 1)[-1]
             if base == "conductor-rl":
+                if rest[:1] == ["--verbose"]:  # the one option before the subcommand (jobs/cli.py)
+                    rest = rest[1:]
                 found.append(Command("cli", rest[0] if rest else "", rest[1:]))
                 break
             runs_a_module = re.fullmatch(r"python[\d.]*", base) and len(rest) >= 2 and rest[0] == "-m"
@@ -574,6 +576,7 @@ def test_command_extraction() -> None:
     assert find_commands("a && .venv/bin/conductor-rl ask 'Q' > out.json 2>&1 | tee log") == [
         Command("cli", "ask", ["Q"])
     ]
+    assert find_commands("conductor-rl --verbose train x.y=1") == [Command("cli", "train", ["x.y=1"])]
 
 
 # ---------------------------------------------------------------- links and ../shared
