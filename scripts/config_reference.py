@@ -64,8 +64,9 @@ NOTES: dict[str, str] = {
     "workers.<i>.price.output": "USD per million output tokens (reasoning tokens count as output).",
     "workers.<i>.price.cached_input": "USD per million cached input tokens.",
     "workers.<i>.sim.accuracy": "Probability of a correct answer per question domain ('math', 'mmlu', 'code'); "
-    "the key 'default' covers other domains, else 0.5.",
-    "workers.<i>.sim.gain_with_context": "Added to the accuracy when the step may read earlier steps "
+    "the key 'default' covers other domains, else 0.5. With `hard_accuracy` set, this is the skill on the "
+    "easiest questions (difficulty 0).",
+    "workers.<i>.sim.gain_with_context": "Added to a solving step's chance when the step may read earlier steps "
     "(the sum is clipped to 0..1).",
     "workers.<i>.sim.output_tokens": "Mean simulated output tokens per call (drawn from 0.5x to 1.5x, "
     "at most `max_tokens`).",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from conductor_rl.config.strict import Strict
 
@@ -19,23 +19,57 @@ HTTP_PROVIDERS: tuple[str, ...] = get_args(HttpProvider)
 
 
 class SimSpec(Strict):
-    """A simulated worker: answers correctly with probability `accuracy[domain]`
-    (plus `gain_with_context` when it may read earlier steps), otherwise a
-    plausible wrong answer. Its outputs are labelled simulated everywhere."""
+    """A simulated worker (conductor_rl/workers/sim_rules.py, docs/guide/simulator.md): it answers
+    with the reference with some chance, otherwise with a plausible wrong answer, and its outputs
+    are labelled simulated everywhere. The chance of a solving step falls from `accuracy[domain]`
+    on the easiest questions to `hard_accuracy[domain]` on the hardest, plus `gain_with_context`
+    when it reads earlier answers, times `off_task_factor` when its subtask shares no content
+    word with the question. With `keep_rate` set, a step that reads earlier answers and is
+    worded as a check judges the latest one: it keeps a right one right (`keep_rate`) or
+    repairs a wrong one (`repair_rate`). Left at their defaults, `hard_accuracy`, `keep_rate` and `off_task_factor`
+    change nothing: only the domain and reading earlier answers count."""
 
     accuracy: dict[str, float] = Field(default_factory=lambda: {"default": 0.5})
+    hard_accuracy: dict[str, float] | None = Field(
+        None,
+        description="Skill on the hardest questions (difficulty 1), per domain as `accuracy`, which is "
+        "the skill at difficulty 0; linear in between (conductor_rl/data/difficulty.py). None: difficulty "
+        "changes nothing.",
+    )
     gain_with_context: float = Field(0.0, ge=-1.0, le=1.0)
+    keep_rate: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="A checking step (it reads earlier answers and its subtask says check, verify, "
+        "fix, ...) whose latest read answer is right keeps it right with this chance. None: the worker never "
+        "acts as a checker; reading earlier answers only adds gain_with_context.",
+    )
+    repair_rate: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="A checking step whose latest read answer is wrong gets it right with repair_rate x "
+        "its own solve chance (only with keep_rate set).",
+    )
+    off_task_factor: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="A solving step whose subtask shares no content word with the question succeeds "
+        "with its chance times this (1: the wording of a subtask changes nothing).",
+    )
     latency_s: float = Field(0.0, ge=0.0, description="Mean simulated latency per call.")
     latency_jitter: float = Field(0.0, ge=0.0, le=1.0, description="Relative +/- spread of the latency.")
     output_tokens: int = Field(64, ge=1)
     fail_rate: float = Field(0.0, ge=0.0, le=1.0, description="Share of calls that raise a provider error.")
 
-    @field_validator("accuracy")
+    @field_validator("accuracy", "hard_accuracy")
     @classmethod
-    def _probabilities(cls, value: dict[str, float]) -> dict[str, float]:
-        for domain, p in value.items():
+    def _probabilities(cls, value: dict[str, float] | None, info: ValidationInfo) -> dict[str, float] | None:
+        for domain, p in (value or {}).items():
             if not 0.0 <= p <= 1.0:
-                raise ValueError(f"accuracy[{domain!r}] = {p} must be between 0 and 1")
+                raise ValueError(f"{info.field_name}[{domain!r}] = {p} must be between 0 and 1")
         return value
 
 

@@ -5,7 +5,8 @@
 `bigcodebench`, `gpqa` (domain ``science``), `rlpr` (domain ``reasoning``) and
 `hub` (``hf:`` specs); `files` finds and reads their files (JSONL, Parquet,
 CSV). `overlap` refuses evaluation questions that the training data contains
-(`check_disjoint`); `mixture` selects and stores the training mixture.
+(`check_disjoint`); `mixture` selects and stores the training mixture;
+`difficulty` puts a question on a coarse scale from easy to hard.
 
 >>> from conductor_rl.data import load_dataset
 >>> qs = load_dataset("samples:mixed")          # works without ../shared/data
@@ -14,6 +15,7 @@ CSV). `overlap` refuses evaluation questions that the training data contains
 """
 
 from .bigcodebench import bigcodebench_question, load_bigcodebench
+from .difficulty import HARD_FROM, difficulty_of, is_hard
 from .files import (
     ENV_VAR,
     DataFormatError,
@@ -42,6 +44,7 @@ __all__ = [
     "DOMAINS",
     "ENV_VAR",
     "GPQA_SEED",
+    "HARD_FROM",
     "LCB_WINDOWS",
     "SAMPLE_NAMES",
     "ContaminationError",
@@ -51,12 +54,14 @@ __all__ = [
     "bigcodebench_question",
     "check_disjoint",
     "data_dir_candidates",
+    "difficulty_of",
     "extract_boxed",
     "extract_gsm8k_answer",
     "find_overlap",
     "gpqa_permutation",
     "gpqa_question",
     "humaneval_default_path",
+    "is_hard",
     "iter_jsonl",
     "iter_rows",
     "lcb_question",

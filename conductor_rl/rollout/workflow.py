@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from conductor_rl.data.difficulty import UNKNOWN, difficulty_of
 from conductor_rl.plan import Plan
 from conductor_rl.plan.prompts import worker_messages
 from conductor_rl.workers.providers.base import Provider, ProviderError, TaskHint, Usage, WorkerRequest
@@ -43,6 +44,16 @@ class Task:
     answer_kind: str = "exact"
     # What a grader needs beyond the reference (a code question's tests); not hashed, so the task stays hashable.
     meta: dict = field(default_factory=dict, hash=False)
+    # conductor_rl/data/difficulty.py, for simulated workers only. Derived from the question's source,
+    # which a task does not keep, so it stays out of equality: two tasks of one question are one task.
+    difficulty: float = field(default=UNKNOWN, compare=False)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.difficulty <= 1.0:
+            raise ValueError(
+                f"Task {self.id!r}: difficulty {self.difficulty} must be between 0 and 1 "
+                "(conductor_rl/data/difficulty.py; leave it unset for the middle of the scale)"
+            )
 
     @classmethod
     def of(cls, question: Question) -> Task:
@@ -54,6 +65,7 @@ class Task:
             reference=question.reference,
             answer_kind=question.answer_kind,
             meta=dict(question.meta),
+            difficulty=difficulty_of(question.source, question.meta),
         )
 
 
@@ -390,7 +402,8 @@ async def _call_worker(
     )
     hint = None
     if getattr(worker, "simulated", False):
-        visible = ((answer_so_far,) if answer_so_far else ()) + tuple(a for _, _, a in context)
+        # In step order: a simulated check judges the latest answer it reads (conductor_rl/workers/sim_rules.py).
+        visible = ((answer_so_far,) if answer_so_far else ()) + tuple(a for _, _, a in sorted(context))
         hint = TaskHint(
             task.id,
             task.domain,
@@ -398,6 +411,9 @@ async def _call_worker(
             task.answer_kind,
             visible_answers=visible,
             sample_key=f"{sample_key}/{trace.index}",
+            question=task.question,
+            subtask=trace.subtask,
+            difficulty=task.difficulty,
         )
     request = WorkerRequest(
         trace.messages, limit.max_tokens, limit.temperature, limit.reasoning_budget, hint, reasoning=limit.reasoning

@@ -15,8 +15,9 @@ from typing import Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class TaskHint:
-    """What a *simulated* worker needs to act out skill: the question's domain
-    and reference answer. Real providers never see or use it."""
+    """What a *simulated* worker needs to act out skill: the question's domain,
+    reference answer and difficulty, the step's subtask and the answers it reads
+    (conductor_rl/workers/sim_rules.py). Real providers never see or use it."""
 
     question_id: str
     domain: str
@@ -26,6 +27,11 @@ class TaskHint:
     visible_answers: tuple[str, ...] = ()
     # Distinguishes rollouts of the same question, so identical plans still vary.
     sample_key: str = ""
+    # The question's text and the step's subtask: does the subtask carry the question's content, is it a check.
+    question: str = ""
+    subtask: str = ""
+    # conductor_rl/data/difficulty.py: 0 the easiest, 1 the hardest.
+    difficulty: float = 0.5
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,16 @@
 """A simulated worker for offline runs.
 
-It plays a worker of declared skill: for a question of domain d it answers with
-the reference with probability accuracy[d] (plus `gain_with_context` when the
-step may read earlier answers), otherwise with a plausible wrong answer in the
-same format. Latency and token counts are simulated too. Every response carries
-`simulated=True`, and the text says so, so that simulated figures are never
-mistaken for real ones.
+It plays a worker of declared skill: given a question's reference answer (in the
+request's `TaskHint`), it answers with the reference with a chance that
+conductor_rl/workers/sim_rules.py decides, otherwise with a plausible wrong answer
+in the same format. The chance is `accuracy[domain]`, lower on harder questions
+(`hard_accuracy`), plus `gain_with_context` when the step reads earlier answers,
+lower when its subtask carries none of the question's content (`off_task_factor`);
+a step that reads earlier answers and is worded as a check keeps a right one right
+(`keep_rate`) or repairs a wrong one (`repair_rate`). docs/guide/simulator.md has
+the rules and what a simulated pool can and cannot show. Latency and token counts
+are simulated too. Every response carries `simulated=True`, and the text says so,
+so that simulated figures are never mistaken for real ones.
 
 Draws are seeded by (seed, worker, question, rollout key, subtask, context), so
 a run is reproducible whatever order the asyncio scheduler runs steps in.
@@ -22,6 +27,7 @@ import time
 from conductor_rl.config import SimSpec, WorkerConfig
 from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.providers.base import ProviderError, TaskHint, Usage, WorkerRequest, WorkerResponse
+from conductor_rl.workers.sim_rules import format_answer, is_right, on_task, step_role, success_chance
 
 CHARS_PER_TOKEN = 4  # rough; only used to make simulated input token counts plausible
 
@@ -37,10 +43,18 @@ class SimProvider:
         self.seed = seed
 
     def accuracy(self, domain: str, reads_context: bool) -> float:
-        base = self.spec.accuracy.get(domain, self.spec.accuracy.get("default", 0.5))
-        if reads_context:
-            base += self.spec.gain_with_context
-        return min(max(base, 0.0), 1.0)
+        """The chance of a solving, on-task step on the easiest questions of `domain`."""
+        return success_chance(self.spec, domain, 0.0, "solve", True, reads_context, False)
+
+    def chance(self, hint: TaskHint) -> float:
+        """The chance that the step `hint` describes answers right (conductor_rl/workers/sim_rules.py)."""
+        reads = bool(hint.visible_answers)
+        # The workflow passes the answers in step order: a check judges the latest one.
+        checked_right = reads and is_right(hint.visible_answers[-1], hint.reference, hint.answer_kind)
+        # A hint that carries no question (built by hand) has nothing to judge the wording against.
+        topical = on_task(hint.subtask, hint.question) if hint.question else True
+        role = step_role(hint.subtask, reads)
+        return success_chance(self.spec, hint.domain, hint.difficulty, role, topical, reads, checked_right)
 
     async def complete(self, request: WorkerRequest) -> WorkerResponse:
         started = time.perf_counter()
@@ -55,7 +69,7 @@ class SimProvider:
         if hint is None:
             text = f"[simulated {self.name}] I can only act out answers to known questions."
         else:
-            correct = rng.random() < self.accuracy(hint.domain, bool(hint.visible_answers))
+            correct = rng.random() < self.chance(hint)
             answer = hint.reference if correct else wrong_answer(hint, rng)
             text = f"[simulated {self.name}] {format_answer(answer, hint.answer_kind)}"
 
@@ -81,17 +95,6 @@ class SimProvider:
             parts += [hint.question_id, hint.sample_key, *hint.visible_answers]
         digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
         return int.from_bytes(digest[:8], "big")
-
-
-def format_answer(answer: str, answer_kind: str) -> str:
-    """Write an answer the way a competent worker would, so graders can read it."""
-    if answer_kind == "choice":
-        return f"After weighing the options, the answer is ({answer})."
-    if answer_kind == "numeric":
-        return f"Working through the arithmetic step by step, the answer is {answer}.\n#### {answer}"
-    if answer_kind.startswith("code"):
-        return f"Here is the implementation:\n```python\n{answer}\n```"
-    return f"Solving this carefully, the final answer is $\\boxed{{{answer}}}$."
 
 
 _LETTERS = "ABCDEFGHIJ"
