@@ -16,8 +16,9 @@ stop) the table is written: results.json, results.md, records.parquet and
 accuracy_vs_cost.png in evaluate.output_dir.
 
 Before any actor starts: every method and benchmark name is checked, each
-checkpoint is a model, no benchmark is empty, and no benchmark question is in
-the training data of a method (a Conductor's, or the router's pilot).
+checkpoint is a model, no benchmark is empty, no benchmark question is in the
+training data of a method (a Conductor's, or the router's pilot), and `optimal`
+is asked for only of a pool of simulated workers.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from conductor_rl.evaluation import (
     summarise,
     write_results,
 )
+from conductor_rl.evaluation.plans import oracle_single_label
 from conductor_rl.evaluation.prepare import (
     Evaluation,
     EvaluationError,
@@ -135,7 +137,10 @@ def evaluate(config: Config) -> dict:
         "workers": [{"name": w.name, "provider": w.provider, "model": w.model} for w in config.workers],
         "simulated_workers": [w.name for w in config.workers if w.provider == "sim"],
         "random_lengths": random_lengths_label(conductor_lengths_of(records), config.conductor.max_steps),
+        "cost_weight": config.evaluate.cost_weight,
     }
+    if any(m.kind == "oracle-single" for m in ev.methods):
+        info["oracle_single"] = oracle_single_label(config)
     write_results(out, cells, strategy(records), records, info)
     return {"output_dir": str(out), **info, "cells": [c.to_dict() for c in cells]}
 
@@ -152,7 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="a method (repeatable; replaces evaluate.methods): conductor:<checkpoint|run folder>, "
         "conductor:untrained, single:<worker|*>, reflect:<worker|*>[:rounds], moa, router, random, "
-        "oracle",
+        "oracle, oracle-single, optimal (upper bounds: the last three; optimal needs simulated workers)",
     )
     parser.add_argument(
         "--benchmark",

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from conductor_rl.data import Question
 from conductor_rl.evaluation import (
-    BaselineContext,
     EvalRecord,
     Pool,
     RecordStore,
@@ -28,6 +27,7 @@ from conductor_rl.evaluation import (
     stopped_by_budget,
 )
 from conductor_rl.evaluation.methods import Method
+from conductor_rl.evaluation.plans import baseline_context, call_costs_of, single_verdict_lists
 from conductor_rl.evaluation.prepare import Evaluation
 from conductor_rl.evaluation.runner import Sample
 from conductor_rl.grading.verdict import SCORED_VERDICTS
@@ -88,7 +88,7 @@ class Runner:
         self.workers = start_worker_pools(c, budget, c.train.worker_replicas, graders=True)
         self.graders = start_graders(c)
         per_repeat = []
-        for r in range(c.evaluate.repeats):
+        for r in range(max(c.evaluate.repeats, self.pilot_repeats())):
             if c.workflow.response_cache:  # each repeat its own namespace: a repeat is a fresh draw
                 folder = str(Path(c.workflow.response_cache) / f"repeat-{r}")
                 per_repeat.append([cached(p, w, folder) for p, w in zip(self.workers.pools, c.workers)])
@@ -102,18 +102,14 @@ class Runner:
             c.conductor.max_steps,
             c.evaluate.attempts,
         )
-        names = [w.name for w in c.workers]
-        e = c.evaluate
-        self.context = BaselineContext(
-            names,
-            [w.price for w in c.workers],
-            c.conductor.max_steps,
-            e.moa_layers,
-            None if e.moa_proposers is None else [names.index(n) for n in e.moa_proposers],
-            names.index(e.moa_aggregator) if e.moa_aggregator else 0,
-            c.conductor.seed,
-        )
+        self.context = baseline_context(c)
         self.progress: Progress | None = None
+
+    def pilot_repeats(self) -> int:
+        """Repeats of the router's own pilot pass (0: none runs); each repeat its own draws."""
+        e = self.ev.config.evaluate
+        router = any(m.kind == "router" for m in self.ev.methods)
+        return e.router_pilot_repeats if router and not e.router_pilot else 0
 
     def spent(self) -> float:
         import ray
@@ -146,7 +142,7 @@ class Runner:
         if method.kind == "conductor" and any(self.remaining(method, b, qs) for b, qs in self.ev.benchmarks.items()):
             conductor = self.start_conductor(method)
         # What the oracle and random plans take from the cells before them (methods run in that order).
-        if method.kind == "oracle":
+        if method.kind in ("oracle", "oracle-single"):
             self.context.single_verdicts = single_verdicts_of(self.store.records(), self.context.worker_names)
         if method.kind == "random":
             self.context.conductor_lengths = conductor_lengths_of(self.store.records())
@@ -205,25 +201,32 @@ class Runner:
         seed = system.generation("evaluate").seed_for(method.name)
         return ConductorEngines(engines, system, system.engine_recursion(engines, "evaluate", seed))
 
-    # -- the router: trained on every worker's verdicts over training questions
+    # -- the router: trained on every worker's verdicts over training questions, several repeats each
 
     def train_router(self) -> Router:
-        ev, ctx = self.ev, self.context
-        if ev.config.evaluate.router_pilot:
+        ev, ctx, e = self.ev, self.context, self.ev.config.evaluate
+        costs: list[float | None] | None = None
+        verdicts: dict
+        if e.router_pilot:
             from conductor_rl.data.mixture import load_pilot_verdicts
 
-            verdicts = load_pilot_verdicts(ev.config.evaluate.router_pilot)
+            verdicts = load_pilot_verdicts(e.router_pilot)
         else:
+            repeats = self.pilot_repeats()
             log(
                 f"router: pilot pass of every worker over {len(ev.pilot)} training questions "
-                f"({ev.config.data.questions}) ..."
+                f"({ev.config.data.questions}), {repeats} times each ..."
             )
             for name in ctx.worker_names:
-                self.run_cell(parse_method(f"single:{name}", ctx.worker_names), PILOT, ev.pilot, 1)
-            verdicts = single_verdicts_of(self.store.records(), ctx.worker_names).get(PILOT, {})
+                self.run_cell(parse_method(f"single:{name}", ctx.worker_names), PILOT, ev.pilot, repeats)
+            records = self.store.records()
+            verdicts = single_verdict_lists(records, ctx.worker_names, repeats).get(PILOT, {})
+            costs = call_costs_of(records, ctx.worker_names, PILOT, repeats)
         texts = {q.id: q.question for q in ev.pilot}
         ids = [q for q in verdicts if q in texts]
-        return Router.fit([texts[q] for q in ids], [verdicts[q] for q in ids], ctx.worker_names, ctx.prices)
+        return Router.fit(
+            [texts[q] for q in ids], [verdicts[q] for q in ids], ctx.worker_names, ctx.prices, costs, e.cost_weight
+        )
 
 
 def conductor_samples(

@@ -33,6 +33,7 @@ import pytest
 
 from conductor_rl.config import load_config
 from conductor_rl.data import load_dataset
+from conductor_rl.evaluation.methods import KINDS
 
 REPO = Path(__file__).resolve().parent.parent
 HANG_GUARD_S = 900  # not a speed check: on a loaded 2-core machine a run can take minutes
@@ -167,8 +168,15 @@ def test_an_unknown_benchmark_is_refused_listing_the_allowed_forms(tmp_path, no_
 def test_an_unknown_method_is_refused_listing_the_methods(tmp_path, no_cluster):
     message = refused(["--benchmark", "samples:math500", "--method", "frobnicate"], tmp_path / "out")
     assert "'frobnicate'" in message, message
-    for allowed in ("conductor:untrained", "single:<worker>", "reflect:<worker>", "moa", "router", "random", "oracle"):
+    for allowed in ("conductor:untrained", "single:<worker>", "reflect:<worker>", *KINDS[KINDS.index("moa") :]):
         assert allowed in message, f"{allowed!r} missing from: {message}"
+
+
+def test_the_optimal_plan_of_a_pool_with_real_workers_is_refused(tmp_path, no_cluster):
+    argv = ["--config", "configs/paper.yaml", "--benchmark", "samples:math500", "--method", "optimal"]
+    message = refused(argv, tmp_path / "out")
+    assert "'optimal' needs a pool of simulated workers" in message and "gpt-5" in message, message
+    assert "drop optimal from evaluate.methods" in message, message
 
 
 def test_a_single_method_of_an_unknown_worker_is_refused_naming_the_workers(tmp_path, no_cluster):
@@ -332,9 +340,12 @@ def test_every_method_has_a_cell_on_every_benchmark_with_accuracy_and_standard_e
     keys = {(r["method"], r["benchmark"], r["question_id"], r["repeat"]) for r in rows}
     assert keys == {(m, b, q, r) for m in EXPANDED for b in benchmarks for q in ids[b] for r in range(REPEATS)}
     assert "pilot" not in {r["benchmark"] for r in rows}, "the router's pilot is not a benchmark"
-    # The pilot ran (every worker over the training questions) and is kept for a resumed run.
+    # The pilot ran (every worker over the training questions, evaluate.router_pilot_repeats times) and is
+    # kept for a resumed run.
     pilot = [r for r in complete_lines(straight.out / "records.jsonl") if r["benchmark"] == "pilot"]
-    assert len(pilot) == len(WORKERS) * len(load_dataset("samples:gsm8k+samples:mmlu", limit=20))
+    pilot_repeats = load_config(None).evaluate.router_pilot_repeats
+    assert len(pilot) == len(WORKERS) * len(load_dataset("samples:gsm8k+samples:mmlu", limit=20)) * pilot_repeats
+    assert {r["repeat"] for r in pilot} == set(range(pilot_repeats))
     plot = straight.out / "accuracy_vs_cost.png"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
 

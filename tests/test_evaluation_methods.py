@@ -17,6 +17,7 @@ from conductor_rl.evaluation import (
     parse_methods,
     resolve_checkpoint,
 )
+from conductor_rl.evaluation.methods import KINDS, UPPER_BOUNDS
 from conductor_rl.run.checkpoint import Checkpoints
 
 WORKERS = ["gpt-5", "claude", "qwen3:32b"]
@@ -49,6 +50,8 @@ def fake_run(root: Path, iterations: tuple[int, ...]) -> Path:
         ("router", Method("router", "router")),
         ("random", Method("random", "random")),
         ("oracle", Method("oracle", "oracle")),
+        ("oracle-single", Method("oracle-single", "oracle-single")),
+        (" optimal", Method("optimal", "optimal")),
         ("conductor:untrained", Method("conductor:untrained", "conductor")),
         ("conductor:untrained@depth=2", Method("conductor:untrained@depth=2", "conductor", depth=2)),
         ("conductor:untrained@depth=0", Method("conductor:untrained@depth=0", "conductor", depth=0)),
@@ -69,6 +72,9 @@ def test_parse_method(name, expected):
         ("reflect:gpt-5:two", "got 'two'"),
         ("reflect:gpt-5:21", "got '21'"),
         ("moa:gpt-5", "moa takes no argument"),
+        ("oracle-single:gpt-5", "oracle-single takes no argument; write just 'oracle-single'"),
+        ("optimal:3", "optimal takes no argument"),
+        ("oracle_single", "allowed: conductor:"),
         ("single:*", "expand_methods"),
         ("conductor:untrained@depth=9", "after '@' write depth=N with N from 0 to 8"),
         ("conductor:untrained@deep=2", "got 'deep=2'"),
@@ -79,6 +85,14 @@ def test_bad_method_names_say_what_is_allowed_on_one_line(name, says):
     with pytest.raises(MethodError) as info:
         parse_method(name, WORKERS)
     assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_every_kind_is_named_in_the_allowed_list_and_the_upper_bounds_are_kinds():
+    with pytest.raises(MethodError) as info:
+        parse_method("best", WORKERS)
+    for kind in KINDS:
+        assert kind in str(info.value)
+    assert set(UPPER_BOUNDS) == {"oracle", "oracle-single", "optimal"} <= set(KINDS)
 
 
 def test_expand_methods_writes_out_every_worker_once():
@@ -109,6 +123,7 @@ def test_default_methods_follow_the_paper(tmp_path):
         "router",
         "random",
         "oracle",
+        "oracle-single",
     ]
     run = fake_run(tmp_path / "run", (10,))
     names = default_methods(["a"], checkpoint=str(run))

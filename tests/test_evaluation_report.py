@@ -152,3 +152,32 @@ def test_settings_are_written_once_and_checked_on_resume(tmp_path):
         RecordStore(tmp_path).check_settings(changed)
     message = str(info.value)
     assert "evaluate.limit, repeats, seed differ" in message and "another output folder" in message
+
+
+def test_the_upper_bounds_are_rows_with_a_note_saying_what_they_bound(tmp_path):
+    bounds = [
+        rec(m, "math500", "q1", 0, "correct", steps=1, calls=1, workers=("a",)) for m in ("optimal", "oracle-single")
+    ]
+    records = RECORDS + bounds
+    info = {"oracle_single": "exact: the highest expected success (less cost) by the simulator's rules"}
+    text = write_results(tmp_path, summarise(records), strategy(records), records, info)["results.md"].read_text()
+    accuracy = text.split("## Accuracy", 1)[1].split("## Cost", 1)[0]
+    assert "\n| optimal | " in accuracy and "\n| oracle-single | " in accuracy
+    note = next(line for line in accuracy.splitlines() if line.startswith("Upper bounds, not methods:"))
+    assert note.index("`oracle-single`") < note.index("`optimal`") and "`oracle`" not in note
+    assert "an upper bound of any router (exact: the highest expected success" in note
+    assert "an upper bound of any plan of that family" in note
+    plain = write_results(tmp_path / "plain", summarise(RECORDS), strategy(RECORDS), RECORDS)["results.md"]
+    assert "Upper bounds" not in plain.read_text()
+
+
+def test_a_cost_weight_is_a_setting_only_when_set_so_older_folders_resume(tmp_path):
+    from conductor_rl.config import load_config
+    from conductor_rl.evaluation.prepare import Evaluation, settings_of
+
+    config = load_config(None)
+    assert "cost_weight" not in settings_of(Evaluation(config, [], {}))  # as a folder written before it
+    weighted = load_config(None, ["evaluate.cost_weight=10"])
+    RecordStore(tmp_path).check_settings(settings_of(Evaluation(config, [], {})))
+    with pytest.raises(ResumeMismatchError, match="cost_weight differ"):
+        RecordStore(tmp_path).check_settings(settings_of(Evaluation(weighted, [], {})))

@@ -4,13 +4,11 @@ table kept current (docs/guide/simulator.md)."""
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conductor_rl.config import Price, SimSpec, WorkerConfig
+from conductor_rl.config import SimSpec, WorkerConfig
 from conductor_rl.evaluation.optimal import (
     PROMPT_OVERHEAD_CHARS,
     PlanStep,
@@ -22,8 +20,7 @@ from conductor_rl.evaluation.optimal import (
     plan_family,
     value_of,
 )
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.sim_pools import guide_pool, sim_optimum_script, sim_worker
 
 SOLVE = PlanStep(0)
 
@@ -98,16 +95,6 @@ def test_a_plan_outside_the_family_is_refused(steps, complaint):
 # --------------------------------------------------------------------------- cost
 
 
-def sim_worker(name: str, price: tuple[float, float], output_tokens: int, **settings: object) -> WorkerConfig:
-    settings.setdefault("accuracy", {"default": 0.5})
-    return WorkerConfig(
-        name=name,
-        provider="sim",
-        price=Price(input=price[0], output=price[1]),
-        sim=SimSpec(output_tokens=output_tokens, **settings),
-    )
-
-
 def test_expected_cost_by_hand():
     workers = [sim_worker("a", (1.0, 10.0), 100), sim_worker("b", (2.0, 4.0), 50)]
     base = (400 + PROMPT_OVERHEAD_CHARS) // 4  # input tokens of a step that reads nothing
@@ -134,6 +121,22 @@ def test_the_family_for_one_worker_and_two_steps():
     ]
 
 
+def test_the_family_without_solving_steps_that_read():
+    # A question whose wording holds a check word: a step that reads is always a check.
+    assert list(plan_family(1, 2, solve_reads=False)) == [(SOLVE,), (SOLVE, check(0))]
+    assert all(step.role == "check" for steps in plan_family(2, 3, solve_reads=False) for step in steps if step.reads)
+
+
+def test_a_question_that_cannot_be_on_task_scales_every_solve():
+    workers = [sim_worker("w", (1.0, 1.0), 100, accuracy={"default": 0.8}, off_task_factor=0.5)]
+    assert best_single(workers, "math", 0.0, 400, on_task=False).accuracy == pytest.approx(0.4)
+    optimum = PoolOptimum(workers, 400, 2)
+    assert optimum.single("math", 0.0, on_task=False).accuracy == pytest.approx(0.4)
+    assert optimum.single("math", 0.0).accuracy == pytest.approx(0.8)
+    # Each question length its own entry: the cost follows the length.
+    assert optimum.best("math", 0.0, 4000).cost_usd > optimum.best("math", 0.0).cost_usd
+
+
 def test_the_family_leaves_out_unread_steps():
     # Three steps, one worker: step 1 reads nothing (then step 2 reads 0 and 1, two roles) or reads 0
     # (two roles; then step 2 reads 1 or 0 and 1, two roles each): 2 + 2 x 4 = 10, and 1 + 2 shorter.
@@ -153,21 +156,6 @@ def test_the_family_is_searched_quickly():
 
 
 # --------------------------------------------------------------------------- the best plan
-
-
-def sim_optimum_script():
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import sim_optimum
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
-    return sim_optimum
-
-
-def guide_pool() -> list[WorkerConfig]:
-    """The plan-sensitive pool of docs/guide/simulator.md, read from its yaml block."""
-    script = sim_optimum_script()
-    return script.read_pool(script.GUIDE)
 
 
 def test_the_guides_pool_is_the_one_it_describes():

@@ -110,7 +110,8 @@ def test_words_that_only_contain_a_check_word_do_not_count(subtask):
 
 
 def test_the_check_words():
-    assert {"check", "verify", "review", "confirm", "correct", "fix", "recheck"} <= CHECK_WORDS
+    assert {"check", "verify", "review", "confirm", "fix", "recheck"} <= CHECK_WORDS
+    assert "correct" not in CHECK_WORDS  # "the correct option" asks for no check
 
 
 def test_on_task_needs_a_shared_content_word():

@@ -323,9 +323,19 @@ class EvaluateConfig(Strict):
         description="Dataset specs (conductor_rl.data.load_dataset) of the benchmarks: the paper's seven.",
     )
     methods: list[str] = Field(
-        default_factory=lambda: ["conductor:untrained", "single:*", "reflect:*:5", "moa", "router", "random", "oracle"],
+        default_factory=lambda: [
+            "conductor:untrained",
+            "single:*",
+            "reflect:*:5",
+            "moa",
+            "router",
+            "random",
+            "oracle",
+            "oracle-single",
+        ],
         description="Methods in rows: conductor:<checkpoint or run folder>, conductor:untrained, single:<worker>, "
-        "reflect:<worker>:<rounds>, moa, router, random, oracle; '*' for a worker means every worker.",
+        "reflect:<worker>:<rounds>, moa, router, random, oracle, oracle-single, optimal (a simulated pool only); "
+        "'*' for a worker means every worker.",
     )
     repeats: int = Field(3, ge=1, description="Samples per question and method (the standard error is over both).")
     limit: int | None = Field(None, ge=1, description="Questions per benchmark (the first N; None: all).")
@@ -352,10 +362,24 @@ class EvaluateConfig(Strict):
     moa_aggregator: str | None = Field(None, description="The MoA aggregator worker (None: the first worker).")
     router_pilot: str | None = Field(
         None,
-        description="A training mixture (conductor-rl data mix) whose pilot verdicts train the router; None: "
-        "a pilot pass of every worker over data.questions (router_pilot_questions of them) is run and cached.",
+        description="A training mixture (conductor-rl data mix) whose pilot verdicts (one per question and "
+        "worker) train the router; None: a pilot pass of every worker over data.questions "
+        "(router_pilot_questions of them, router_pilot_repeats times each) is run and kept with the records.",
     )
     router_pilot_questions: int = Field(200, ge=2, description="Training questions of the router's own pilot pass.")
+    router_pilot_repeats: int = Field(
+        4,
+        ge=1,
+        description="Verdicts per question and worker in the router's own pilot pass: the router learns each "
+        "worker's chance of success, which one verdict says little about.",
+    )
+    cost_weight: float = Field(
+        0.0,
+        ge=0.0,
+        description="Reward per USD that a method's expected cost takes off its expected reward (1 right, 0.5 "
+        "wrong) when the router, oracle-single and optimal choose a worker or plan; 0: accuracy alone. "
+        "The training reward has no cost term.",
+    )
     progress: bool = Field(True, description="Show a progress bar on stderr.")
     preflight: bool = Field(
         True, description="Probe every worker before the first sample (conductor-rl check); --no-check skips it."

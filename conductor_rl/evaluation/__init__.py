@@ -1,12 +1,14 @@
 """Evaluation: an evaluation resolved and checked before any actor starts
 (`prepare`), the methods `conductor-rl evaluate` compares (`methods`), the
-baselines as plans (`baselines`, `plans`), the router (`router`), the records
-and their summary (`summary`), the result files (`report`), the resumable
-record store (`store`), and a batch of samples run and graded (`runner`)."""
+baselines as plans (`baselines`, `plans`), the router (`router`), the exact best
+plan of a simulated pool (`optimal`), the records and their summary (`summary`),
+the result files (`report`), the resumable record store (`store`), and a batch
+of samples run and graded (`runner`)."""
 
 from conductor_rl.evaluation.baselines import (
     best_worker,
     moa_plan,
+    optimal_plan,
     oracle_worker,
     price_key,
     random_lengths_label,
@@ -65,6 +67,7 @@ __all__ = [
     "expand_methods",
     "markdown_table",
     "moa_plan",
+    "optimal_plan",
     "oracle_worker",
     "parse_method",
     "parse_methods",

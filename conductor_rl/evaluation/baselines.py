@@ -32,6 +32,11 @@ Decisions:
   output dollars per million tokens), then the lower index; pilot ``error``
   verdicts are not verdicts. A question no worker solved goes to the cheapest
   worker (every choice is wrong; the bound should not pay more than it must).
+- The best plan of a simulated pool (`optimal_plan`, from conductor_rl/evaluation/optimal.py): a
+  solving step's subtask is the question and its answer instruction, as a single worker's; a
+  checking step's starts with a check word (`CHECK`) before the question; each reads exactly the
+  steps the optimum's step reads. `wording` says what the simulator makes of those subtasks, so the
+  optimum is searched among the plans this conversion can write.
 - Every builder takes the question's answer kind (`answer_instruction`); without
   one it asks for a short final answer ("freeform"), which graders of every
   non-code kind can read.
@@ -46,19 +51,24 @@ from typing import TYPE_CHECKING, Literal
 
 from conductor_rl.plan import Plan, Step
 from conductor_rl.plan.prompts import answer_instruction
+from conductor_rl.workers.sim_rules import has_check_word, on_task
 
 if TYPE_CHECKING:
     from conductor_rl.config import Price
+    from conductor_rl.evaluation.optimal import PlanStep
 
 __all__ = [
     "best_worker",
+    "correct_tally",
     "moa_plan",
+    "optimal_plan",
     "oracle_worker",
     "price_key",
     "random_lengths_label",
     "random_plan",
     "reflection_plan",
     "single_plan",
+    "wording",
 ]
 
 # The answer form asked for when the caller names none: a short final answer, which any question has.
@@ -76,6 +86,11 @@ PROPOSE_AGAIN = (
 AGGREGATE = (
     "The steps above hold candidate answers from several assistants to the question below; some may be wrong. "
     "Judge them critically, combine what is correct, and write one final, complete answer to the question."
+)
+# A checking step of `optimal_plan`: the simulator judges the latest answer a check reads.
+CHECK = (
+    "Check the last of the earlier answers above and correct it if it is wrong, then write the complete "
+    "answer to the question below."
 )
 
 
@@ -143,6 +158,23 @@ def random_plan(
     return Plan(tuple(Step(rng.randrange(n_workers), subtask, access(i)) for i in range(n)))
 
 
+def optimal_plan(steps: Sequence[PlanStep], question: str, answer_kind: str = DEFAULT_KIND) -> Plan:
+    """A plan of optimal.py's family as the engine runs it: solving steps ask the question as
+    `single_plan` does, checking steps ask to check the latest answer they read (`CHECK`), and every
+    step reads exactly the steps it reads there."""
+    solve, check = _ask(question, answer_kind), _ask(question, answer_kind, CHECK)
+    return Plan(tuple(Step(s.worker, check if s.role == "check" else solve, sorted(s.reads)) for s in steps))
+
+
+def wording(question: str, answer_kind: str = DEFAULT_KIND) -> tuple[bool, bool]:
+    """What the simulator (conductor_rl/workers/sim_rules.py) makes of `optimal_plan`'s subtasks for
+    this question: whether they are on task (the question has a content word), and whether a solving
+    step that reads earlier answers stays a solve (its subtask holds no check word, which a question
+    may: "verify which ..."). The `on_task` and `solve_reads` of optimal.py."""
+    solve = _ask(question, answer_kind)
+    return on_task(solve, question), not has_check_word(solve)
+
+
 def random_lengths_label(lengths: Sequence[int], max_steps: int = 5) -> str:
     """Where `random_plan`'s lengths come from, for the report."""
     if lengths:
@@ -156,18 +188,26 @@ Judged = str | float | Sequence[object] | None
 share of correct repeats (a number from 0 to 1); None or [] when it has none."""
 
 
-def _correct_share(judged: Judged) -> Fraction | None:
+def correct_tally(judged: Judged) -> tuple[Fraction, Fraction] | None:
+    """(correct, scored) verdicts of one worker's evidence on one question; a flag or a share counts
+    as one verdict (a share is a fraction of one correct); ``error`` verdicts are not verdicts. None
+    when there is no evidence."""
     if judged is None:
         return None
     if isinstance(judged, bool):
-        return Fraction(int(judged))
+        return Fraction(int(judged)), Fraction(1)
     if isinstance(judged, (int, float)):
         if not 0 <= judged <= 1:
             raise ValueError(f"a worker's share of correct repeats must be from 0 to 1, got {judged}")
-        return Fraction(judged)
+        return Fraction(judged), Fraction(1)
     verdicts = [judged] if isinstance(judged, str) else list(judged)  # one verdict, not its letters
     scored = [str(v) for v in verdicts if str(v) != "error"]
-    return Fraction(scored.count("correct"), len(scored)) if scored else None
+    return (Fraction(scored.count("correct")), Fraction(len(scored))) if scored else None
+
+
+def _correct_share(judged: Judged) -> Fraction | None:
+    tally = correct_tally(judged)
+    return None if tally is None else tally[0] / tally[1]
 
 
 def price_key(price: float | Price) -> float:

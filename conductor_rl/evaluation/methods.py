@@ -12,10 +12,16 @@ name                       what answers a question
 ``reflect:<worker>[:<n>]`` one worker, then n-1 rounds of critique and
                            revision of its own answer (n calls; default 5)
 ``moa``                    Mixture-of-Agents (`baselines.moa_plan`)
-``router``                 a text classifier's pick of one worker (`router`)
+``router``                 the worker with the best predicted success less
+                           cost (`router`)
 ``random``                 a random valid plan (`baselines.random_plan`)
-``oracle``                 the best single worker per question, from pilot
-                           verdicts: an upper bound of routing
+``oracle``                 the best single worker per question, from its
+                           single-worker runs: an upper bound of routing
+``oracle-single``          the single worker with the highest expected
+                           success per question (exact in a simulated pool,
+                           else as ``oracle``): an upper bound of any router
+``optimal``                the exact best plan per question (`optimal`; a
+                           simulated pool only): an upper bound of any plan
 =========================  ===================================================
 
 Decisions:
@@ -50,6 +56,7 @@ __all__ = [
     "DEFAULT_ROUNDS",
     "KINDS",
     "MAX_ROUNDS",
+    "UPPER_BOUNDS",
     "Method",
     "MethodError",
     "default_methods",
@@ -59,19 +66,31 @@ __all__ = [
     "resolve_checkpoint",
 ]
 
-Kind = Literal["conductor", "single", "reflect", "moa", "router", "random", "oracle"]
-KINDS: tuple[str, ...] = ("conductor", "single", "reflect", "moa", "router", "random", "oracle")
+Kind = Literal["conductor", "single", "reflect", "moa", "router", "random", "oracle", "oracle-single", "optimal"]
+KINDS: tuple[str, ...] = (
+    "conductor",
+    "single",
+    "reflect",
+    "moa",
+    "router",
+    "random",
+    "oracle",
+    "oracle-single",
+    "optimal",
+)
 DEFAULT_ROUNDS = 5  # the paper's "GPT-5 with 5x self-reflection" (Table 7)
 MAX_ROUNDS = 20
 MAX_DEPTH = 8  # conductor.max_depth's own limit
 UNTRAINED = "untrained"
 # The rows of the paper's comparison (Table 7), one per worker where a worker is named: evaluate.methods' default.
 DEFAULT_METHODS: tuple[str, ...] = tuple(EvaluateConfig().methods)
-_NO_ARGUMENT = ("moa", "router", "random", "oracle")
+_NO_ARGUMENT = ("moa", "router", "random", "oracle", "oracle-single", "optimal")
 _ALLOWED = (
     "conductor:<checkpoint or run folder>[@depth=N], conductor:untrained, single:<worker>, "
-    "reflect:<worker>[:<rounds>], moa, router, random, oracle"
+    "reflect:<worker>[:<rounds>], moa, router, random, oracle, oracle-single, optimal"
 )
+#: Methods that pick with knowledge no method has (the questions' outcomes or the simulator's rules).
+UPPER_BOUNDS: tuple[str, ...] = ("oracle", "oracle-single", "optimal")
 _WEIGHTS = ("*.safetensors", "*.bin")
 
 

@@ -9,6 +9,12 @@ The family (`plan_family`): every plan of 1 to `max_steps` steps, each step any 
 reading any subset of the earlier steps, worded as a check or as a solve when it reads something
 (as a solve when it reads nothing), with every subtask carrying the question's content; plans with
 a step whose answer nothing after it reads are left out, since such a step only costs.
+
+Two facts of a question's wording narrow what a plan can be, and the search takes them: a question
+with no content word cannot be on task (the simulator scales every solving step by `off_task_factor`:
+`on_task=False`), and a solving step that reads earlier answers is a check in the simulator's eyes
+when its subtask, which carries the question, holds a check word (`solve_reads=False` leaves such
+steps out of the family).
 """
 
 from __future__ import annotations
@@ -76,9 +82,9 @@ def _check(steps: Sequence[PlanStep], n_workers: int) -> None:
 _Chances = dict[tuple[int, Role, bool, bool], float]
 
 
-def _chances(specs: Sequence[SimSpec], domain: str, difficulty: float) -> _Chances:
+def _chances(specs: Sequence[SimSpec], domain: str, difficulty: float, on_task: bool = True) -> _Chances:
     return {
-        (w, role, reads, right): success_chance(spec, domain, difficulty, role, True, reads, right)
+        (w, role, reads, right): success_chance(spec, domain, difficulty, role, on_task, reads, right)
         for w, spec in enumerate(specs)
         for role in ("solve", "check")
         for reads in (False, True)
@@ -136,26 +142,33 @@ def _spec(worker: WorkerConfig) -> SimSpec:
     return worker.sim
 
 
-def plan_family(n_workers: int, max_steps: int) -> Iterator[tuple[PlanStep, ...]]:
+def simulated_pool(workers: Sequence[WorkerConfig]) -> bool:
+    """Whether every worker is simulated (provider "sim"), so that plans have exact accuracies."""
+    return all(w.provider == "sim" and w.sim is not None for w in workers)
+
+
+def plan_family(n_workers: int, max_steps: int, solve_reads: bool = True) -> Iterator[tuple[PlanStep, ...]]:
     """Every plan of the family in this module's docstring: shorter plans first, then by worker,
-    reads and role of the first step, the second, and so on."""
+    reads and role of the first step, the second, and so on. `solve_reads=False`: a step that reads
+    earlier answers is always a check."""
     if n_workers < 1 or max_steps < 1:
         raise ValueError(f"need at least one worker and one step, got {n_workers} workers and {max_steps} steps")
     for length in range(1, max_steps + 1):
-        options = [_step_options(n_workers, i) for i in range(length)]
+        options = [_step_options(n_workers, i, solve_reads) for i in range(length)]
         for steps in itertools.product(*options):
             read = {j for step in steps for j in step.reads}
             if all(i in read for i in range(length - 1)):
                 yield steps
 
 
-def _step_options(n_workers: int, index: int) -> list[PlanStep]:
+def _step_options(n_workers: int, index: int, solve_reads: bool = True) -> list[PlanStep]:
     subsets = [tuple(reads) for size in range(index + 1) for reads in itertools.combinations(range(index), size)]
+    reading: tuple[Role, ...] = ("solve", "check") if solve_reads else ("check",)
     return [
         PlanStep(worker, reads, role)
         for worker in range(n_workers)
         for reads in subsets
-        for role in (("solve", "check") if reads else ("solve",))
+        for role in (reading if reads else ("solve",))
     ]
 
 
@@ -177,8 +190,9 @@ def _search(
     difficulty: float,
     question_chars: int,
     cost_weight: float,
+    on_task: bool = True,
 ) -> OptimalPlan:
-    chances = _chances([_spec(w) for w in workers], domain, difficulty)
+    chances = _chances([_spec(w) for w in workers], domain, difficulty, on_task)
     best: OptimalPlan | None = None
     for steps in plans:
         accuracy = _accuracy(steps, chances)
@@ -197,12 +211,17 @@ def best_plan(
     question_chars: int,
     max_steps: int,
     cost_weight: float = 0.0,
+    *,
+    on_task: bool = True,
+    solve_reads: bool = True,
 ) -> OptimalPlan:
     """The plan of the family with the highest value (`value_of`) for a question of `domain`,
-    `difficulty` and `question_chars` characters; `cost_weight` in reward per USD."""
+    `difficulty` and `question_chars` characters; `cost_weight` in reward per USD; `on_task` and
+    `solve_reads` as in this module's docstring."""
     for w in workers:
         _spec(w)
-    return _search(plan_family(len(workers), max_steps), workers, domain, difficulty, question_chars, cost_weight)
+    family = plan_family(len(workers), max_steps, solve_reads)
+    return _search(family, workers, domain, difficulty, question_chars, cost_weight, on_task)
 
 
 def best_single(
@@ -211,14 +230,17 @@ def best_single(
     difficulty: float,
     question_chars: int,
     cost_weight: float = 0.0,
+    *,
+    on_task: bool = True,
 ) -> OptimalPlan:
     """The best one-step plan: the value of always asking the one right worker (`oracle-single`)."""
-    return best_plan(workers, domain, difficulty, question_chars, 1, cost_weight)
+    return best_plan(workers, domain, difficulty, question_chars, 1, cost_weight, on_task=on_task)
 
 
 class PoolOptimum:
-    """`best_plan` and `best_single` for one pool, question length and cost weight, remembered per
-    (domain, difficulty): a loop over questions meets few distinct pairs."""
+    """`best_plan` and `best_single` for one pool, step limit and cost weight, remembered per question
+    kind (domain, difficulty, length, wording facts): a loop over questions meets few distinct ones.
+    `question_chars` is the length used when a call names none."""
 
     def __init__(
         self, workers: Sequence[WorkerConfig], question_chars: int, max_steps: int, cost_weight: float = 0.0
@@ -229,21 +251,40 @@ class PoolOptimum:
         self.question_chars = question_chars
         self.max_steps = max_steps
         self.cost_weight = cost_weight
-        self._best: dict[tuple[str, float], OptimalPlan] = {}
-        self._single: dict[tuple[str, float], OptimalPlan] = {}
+        self._best: dict[tuple[str, float, int, bool, bool], OptimalPlan] = {}
+        self._single: dict[tuple[str, float, int, bool], OptimalPlan] = {}
 
-    def best(self, domain: str, difficulty: float) -> OptimalPlan:
-        key = (domain, difficulty)
+    def best(
+        self,
+        domain: str,
+        difficulty: float,
+        question_chars: int | None = None,
+        *,
+        on_task: bool = True,
+        solve_reads: bool = True,
+    ) -> OptimalPlan:
+        chars = self.question_chars if question_chars is None else question_chars
+        key = (domain, difficulty, chars, on_task, solve_reads)
         if key not in self._best:
             self._best[key] = best_plan(
-                self.workers, domain, difficulty, self.question_chars, self.max_steps, self.cost_weight
+                self.workers,
+                domain,
+                difficulty,
+                chars,
+                self.max_steps,
+                self.cost_weight,
+                on_task=on_task,
+                solve_reads=solve_reads,
             )
         return self._best[key]
 
-    def single(self, domain: str, difficulty: float) -> OptimalPlan:
-        key = (domain, difficulty)
+    def single(
+        self, domain: str, difficulty: float, question_chars: int | None = None, *, on_task: bool = True
+    ) -> OptimalPlan:
+        chars = self.question_chars if question_chars is None else question_chars
+        key = (domain, difficulty, chars, on_task)
         if key not in self._single:
-            self._single[key] = best_single(self.workers, domain, difficulty, self.question_chars, self.cost_weight)
+            self._single[key] = best_single(self.workers, domain, difficulty, chars, self.cost_weight, on_task=on_task)
         return self._single[key]
 
 

@@ -4,23 +4,28 @@ one per (question, repeat), built from what the evaluation knows so far.
 The Conductor's samples come from its generator (jobs/evaluate.py); the rest
 are built here from `baselines`: `single` and `reflect` from the method alone,
 `moa` from the configured layers, `random` from the lengths of the Conductor's
-plans, `oracle` from the single-worker verdicts on the same questions, and
-`router` from a router trained on a pilot pass over training questions.
+plans, `oracle` from the single-worker verdicts on the same questions, `router`
+from a router trained on a pilot pass over training questions, and, in a pool of
+simulated workers, `oracle-single` and `optimal` from the exact optimum
+(conductor_rl/evaluation/optimal.py); with a real worker in the pool,
+`oracle-single` picks as `oracle` does.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from conductor_rl.config import Price
+from conductor_rl.config import Config, Price
 from conductor_rl.data import Question
+from conductor_rl.data.difficulty import difficulty_of
 from conductor_rl.grading.verdict import SCORED_VERDICTS
 
-from .baselines import moa_plan, oracle_worker, random_plan, reflection_plan, single_plan
+from .baselines import moa_plan, optimal_plan, oracle_worker, random_plan, reflection_plan, single_plan, wording
 from .methods import Method
+from .optimal import OptimalPlan, PoolOptimum, simulated_pool
 from .router import Router
 from .runner import Sample
 
@@ -45,6 +50,43 @@ class BaselineContext:
     # verdicts[benchmark][question id][worker name] = share of repeats correct (for `oracle`).
     single_verdicts: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     router: Router | None = None
+    # The exact optimum of a pool of simulated workers (for `oracle-single`, `optimal`); None: a real worker.
+    optimum: PoolOptimum | None = None
+
+
+def baseline_context(config: Config) -> BaselineContext:
+    """The context of an evaluation's baselines, before any cell has run."""
+    names = [w.name for w in config.workers]
+    e = config.evaluate
+    optimum = None
+    if simulated_pool(config.workers):
+        optimum = PoolOptimum(config.workers, 0, config.conductor.max_steps, e.cost_weight)
+    return BaselineContext(
+        names,
+        [w.price for w in config.workers],
+        config.conductor.max_steps,
+        e.moa_layers,
+        None if e.moa_proposers is None else [names.index(n) for n in e.moa_proposers],
+        names.index(e.moa_aggregator) if e.moa_aggregator else 0,
+        config.conductor.seed,
+        optimum=optimum,
+    )
+
+
+def oracle_single_label(config: Config) -> str:
+    """How `oracle-single` picks in this pool, for the report."""
+    if simulated_pool(config.workers):
+        return "exact: the highest expected success (less cost) by the simulator's rules"
+    return "estimated: the share of correct single:<worker> repeats, as oracle"
+
+
+def exact_optimum(question: Question, optimum: PoolOptimum, single: bool) -> OptimalPlan:
+    """The best one-step plan (`single`) or the best plan of the family for `question`."""
+    topical, solve_reads = wording(question.question, question.answer_kind)
+    difficulty, chars = difficulty_of(question.source, question.meta), len(question.question)
+    if single:
+        return optimum.single(question.domain, difficulty, chars, on_task=topical)
+    return optimum.best(question.domain, difficulty, chars, on_task=topical, solve_reads=solve_reads)
 
 
 def _rng(seed: int, method: str, question_id: str, repeat: int) -> random.Random:
@@ -73,18 +115,15 @@ def baseline_samples(
             raise MissingEvidenceError("the router baseline needs a trained router (a pilot pass): none was given")
         picks = ctx.router.route([q.question for q in questions])
         plans = [single_plan(q.question, w, q.answer_kind) for q, w in zip(questions, picks)]
-    elif method.kind == "oracle":
-        verdicts = ctx.single_verdicts.get(benchmark, {})
-        plans = []
-        for q in questions:
-            by_worker = verdicts.get(q.id)
-            if not by_worker or len(by_worker) < n:
-                raise MissingEvidenceError(
-                    f"oracle: question {q.id} of {benchmark} lacks single-worker results for every worker "
-                    f"(have {sorted(by_worker or {})}); the oracle picks from single:<worker> runs"
-                )
-            best = oracle_worker([by_worker[name] for name in ctx.worker_names], ctx.prices)
-            plans.append(single_plan(q.question, 0 if best is None else best, q.answer_kind))
+    elif method.kind == "optimal":
+        if ctx.optimum is None:
+            raise MissingEvidenceError("optimal: the best plan is computable only for a pool of simulated workers")
+        plans = [optimal_plan(exact_optimum(q, ctx.optimum, False).steps, q.question, q.answer_kind) for q in questions]
+    elif method.kind == "oracle-single" and ctx.optimum is not None:
+        picks = [exact_optimum(q, ctx.optimum, True).steps[0].worker for q in questions]
+        plans = [single_plan(q.question, w, q.answer_kind) for q, w in zip(questions, picks)]
+    elif method.kind in ("oracle", "oracle-single"):
+        plans = [single_plan(q.question, _oracle_pick(method, benchmark, q, ctx), q.answer_kind) for q in questions]
     elif method.kind == "random":
         return [
             [
@@ -107,19 +146,57 @@ def baseline_samples(
     return [[Sample.of_plan(plan)] * repeats for plan in plans]
 
 
+def _oracle_pick(method: Method, benchmark: str, q: Question, ctx: BaselineContext) -> int:
+    by_worker = ctx.single_verdicts.get(benchmark, {}).get(q.id)
+    if not by_worker or len(by_worker) < len(ctx.worker_names):
+        raise MissingEvidenceError(
+            f"{method.name}: question {q.id} of {benchmark} lacks single-worker results for every worker "
+            f"(have {sorted(by_worker or {})}); the oracle picks from single:<worker> runs"
+        )
+    best = oracle_worker([by_worker[name] for name in ctx.worker_names], ctx.prices)
+    return 0 if best is None else best
+
+
+def _single_records(records: Sequence, worker_names: Sequence[str], repeats: int | None = None) -> Iterator:
+    """(worker, record) of the `single:<worker>` records of the pool's workers (repeats below `repeats`)."""
+    for r in records:
+        worker = r.method.split(":", 1)[1] if r.method.startswith("single:") else None
+        if worker in worker_names and (repeats is None or r.repeat < repeats):
+            yield worker, r
+
+
+def single_verdict_lists(
+    records: Sequence, worker_names: Sequence[str], repeats: int | None = None
+) -> dict[str, dict[str, dict[str, list[str]]]]:
+    """Per benchmark and question, each worker's scored verdicts in the `single:<worker>` records
+    (repeats below `repeats`, when given)."""
+    lists: dict[str, dict[str, dict[str, list[str]]]] = {}
+    for worker, r in _single_records(records, worker_names, repeats):
+        if r.verdict in SCORED_VERDICTS:
+            lists.setdefault(r.benchmark, {}).setdefault(r.question_id, {}).setdefault(worker, []).append(r.verdict)
+    return lists
+
+
 def single_verdicts_of(records: Sequence, worker_names: Sequence[str]) -> dict[str, dict[str, dict[str, float]]]:
     """Per benchmark and question, each worker's share of correct repeats in the `single:<worker>` records."""
-    tally: dict[str, dict[str, dict[str, list[int]]]] = {}
-    for r in records:
-        if not r.method.startswith("single:") or r.verdict not in SCORED_VERDICTS:
-            continue
-        worker = r.method.split(":", 1)[1]
-        if worker not in worker_names:
-            continue
-        counts = tally.setdefault(r.benchmark, {}).setdefault(r.question_id, {}).setdefault(worker, [0, 0])
-        counts[0] += r.verdict == "correct"
-        counts[1] += 1
-    return {b: {q: {w: c / t for w, (c, t) in ws.items()} for q, ws in qs.items()} for b, qs in tally.items()}
+    lists = single_verdict_lists(records, worker_names)
+    return {
+        b: {q: {w: v.count("correct") / len(v) for w, v in ws.items()} for q, ws in qs.items()}
+        for b, qs in lists.items()
+    }
+
+
+def call_costs_of(
+    records: Sequence, worker_names: Sequence[str], benchmark: str, repeats: int | None = None
+) -> list[float | None]:
+    """Each worker's mean USD per call in its `single:<worker>` records of `benchmark` (repeats below
+    `repeats`, when given); None: it made no call there."""
+    spent = {w: [0.0, 0] for w in worker_names}
+    for worker, r in _single_records(records, worker_names, repeats):
+        if r.benchmark == benchmark:
+            spent[worker][0] += r.cost_usd
+            spent[worker][1] += r.calls
+    return [usd / calls if calls else None for usd, calls in spent.values()]
 
 
 def conductor_lengths_of(records: Sequence) -> list[int]:

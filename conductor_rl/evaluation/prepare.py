@@ -16,8 +16,10 @@ from conductor_rl.data import Question, load_dataset
 from conductor_rl.data.overlap import ContaminationError, check_disjoint
 
 from .methods import Method, MethodError, parse_method, parse_methods
+from .optimal import simulated_pool
 
-KIND_ORDER = ("conductor", "single", "reflect", "moa", "router", "random", "oracle")  # the order methods run in
+# The order methods run in: the oracles after the single-worker runs they pick from.
+KIND_ORDER = ("conductor", "single", "reflect", "moa", "router", "random", "oracle", "oracle-single", "optimal")
 
 
 class EvaluationError(ValueError):
@@ -53,7 +55,16 @@ def prepare_evaluation(config: Config) -> Evaluation:
         raise EvaluationError(str(err)) from None
     if not methods:
         raise EvaluationError("evaluate.methods is empty: name at least one method, e.g. --method single:*")
-    if any(m.kind == "oracle" for m in methods):  # the oracle picks from every worker's single runs
+    simulated = simulated_pool(config.workers)
+    if any(m.kind == "optimal" for m in methods) and not simulated:
+        real = [w.name for w in config.workers if w.provider != "sim"]
+        raise EvaluationError(
+            f"method 'optimal' needs a pool of simulated workers (provider: sim), whose best plan can be "
+            f"computed; {', '.join(real)} {'is' if len(real) == 1 else 'are'} not simulated: drop optimal "
+            "from evaluate.methods, or pick simulated workers with --workers"
+        )
+    # The oracle picks from every worker's single runs; so does oracle-single in a pool with a real worker.
+    if any(m.kind == "oracle" or (m.kind == "oracle-single" and not simulated) for m in methods):
         have = {m.name for m in methods}
         methods += [parse_method(f"single:{n}", names) for n in names if f"single:{n}" not in have]
     methods.sort(key=lambda m: KIND_ORDER.index(m.kind))
@@ -137,7 +148,10 @@ def check_contamination(ev: Evaluation) -> None:
 def settings_of(ev: Evaluation) -> dict[str, Any]:
     """What must not change between a stopped evaluation and its resumption (methods and benchmarks may grow)."""
     c, e = ev.config, ev.config.evaluate
+    # cost_weight only when set: a folder started before it existed (weight 0) still resumes.
+    weighted = {"cost_weight": e.cost_weight} if e.cost_weight else {}
     return {
+        **weighted,
         "workers": [w.model_dump(mode="json") for w in c.workers],
         "repeats": e.repeats,
         "limit": e.limit,

@@ -28,7 +28,8 @@ from conductor_rl.config import SimSpec
 Role = Literal["solve", "check"]
 
 #: Words that make a step reading earlier answers a check of them (whole words, any case).
-_CHECK_WORDS = "check verify review confirm correct fix improve refine critique validate audit proofread recheck"
+# Not "correct": questions and answer instructions use it as an adjective ("the correct option").
+_CHECK_WORDS = "check verify review confirm fix improve refine critique validate audit proofread recheck"
 CHECK_WORDS = frozenset(_CHECK_WORDS.split())
 
 #: Words that say nothing about a question's content: common English function words and the
