@@ -236,7 +236,7 @@ def test_recursion_at_inference_ends_each_plan_below_the_depth_with_a_call_to_th
         worker["sim"].update({"latency_s": 0.0})
     overrides = ["conductor.model=tiny-qwen2", "conductor.max_depth=2", "ask.temperature=1.0"]
     with Orchestrator.from_config(validate_config(raw), overrides=overrides) as o:
-        answers = o.answer_many(list(load_dataset("samples:gsm8k", limit=4)))
+        answers = o.answer_many(list(load_dataset("samples:gsm8k", limit=8)))
     assert {a.steps[-1].inner["kept"] for a in answers} == {True, False}, "both outcomes must be seen"
     for answer in answers:
         assert answer.plan_error is None and answer.infrastructure_error is None
