@@ -158,8 +158,9 @@ def build_run(
     from conductor_rl.run.state import RunState
     from conductor_rl.system import System
     from jobs.iteration import TrainingRun
+    from jobs.ray_cluster import start_ray
     from jobs.run_control import StopSignal
-    from jobs.training_system import build_system, start_ray
+    from jobs.training_system import build_system
 
     t = config.train
     questions = load_dataset(config.data.questions, limit=config.data.limit)

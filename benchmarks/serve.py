@@ -109,8 +109,9 @@ def main() -> int:
     from conductor_rl.orchestrator import Orchestrator, in_process_workers
     from conductor_rl.policy.conductor import EngineConductor
     from conductor_rl.system import System
+    from jobs.ray_cluster import start_ray
     from jobs.serve import start_serving
-    from jobs.training_system import start_generators, start_ray
+    from jobs.training_system import start_generators
 
     os.environ["CONDUCTOR_RL_SERVE_TOKENS"] = f"benchmark:{TOKEN}"
     n_workers = len(load_config(None).workers)

@@ -94,7 +94,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     import ray
 
     from conductor_rl.orchestrator import BudgetSpentError, Orchestrator
-    from jobs.training_system import start_ray, start_worker_pools
+    from jobs.ray_cluster import start_ray
+    from jobs.training_system import start_worker_pools
 
     started_ray = not ray.is_initialized()
     log("starting Ray ..." if started_ray else "joining the running Ray cluster ...")

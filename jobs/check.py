@@ -49,7 +49,8 @@ def preflight(config: Config, pools: Sequence[Provider], timeout_s: float = 120.
 
 def check(config: Config) -> tuple[list[WorkerCheck], float]:
     """Start the cluster's worker pools, probe them, stop them; (checks, seconds)."""
-    from jobs.training_system import start_ray, start_worker_pools
+    from jobs.ray_cluster import start_ray
+    from jobs.training_system import start_worker_pools
 
     check_workers_before_start(config)
     start_ray(config)

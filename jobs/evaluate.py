@@ -87,7 +87,7 @@ def run_evaluation(
 ) -> tuple[str, float, RecordStore]:
     """Run every cell of `ev` not yet in `out`'s records, on the cluster; returns how it
     ended ("finished", "budget" or a signal's name), the money the workers spent and the records."""
-    from jobs.training_system import start_ray
+    from jobs.ray_cluster import start_ray
 
     store = RecordStore(out)
     store.check_settings(settings_of(ev))

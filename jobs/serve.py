@@ -117,7 +117,7 @@ def start_serving(config: Config) -> Served:
     The tokens and the port are checked before anything starts (TokensError, PortInUseError)."""
     from ray import serve
 
-    from jobs.training_system import start_ray
+    from jobs.ray_cluster import start_ray
 
     s = config.serve
     tokens = load_tokens(config)

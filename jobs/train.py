@@ -83,7 +83,8 @@ def train(config: Config, resume: bool = False) -> dict:
         return {"stopped": "finished", "iterations": start}
 
     from actors.train_metrics import TrainMetrics
-    from jobs.training_system import build_system, start_ray
+    from jobs.ray_cluster import start_ray
+    from jobs.training_system import build_system
 
     ray = start_ray(config)
     model = str(checkpoints.latest() / "model") if saved else config.conductor.model

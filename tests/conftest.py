@@ -24,10 +24,15 @@ SLOW_FIXTURES = {"ray_cluster", "tiny_qwen2", "smollm2"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses a slow fixture, directly or through another fixture, is marked slow."""
+    """A test that uses a slow fixture, directly or through another fixture, is marked slow. Under
+    pytest-xdist (`-n 2 --dist loadgroup`, scripts/test.sh) every slow test runs in one worker, in
+    order, so that they share one Ray cluster and their module fixtures; the quick tests fill the
+    other worker, while the slow ones wait on processes, servers and timeouts."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group("slow"))
 
 
 @pytest.fixture(scope="session")
@@ -94,12 +99,13 @@ def fresh(server, monkeypatch):
 def no_cluster(monkeypatch):
     """Fail the test if the job gets as far as starting Ray or any actor; afterwards, Ray is as it was."""
     import jobs.evaluate as je
+    import jobs.ray_cluster as rc
     import jobs.training_system as ts
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("the job went on to start Ray and its actors instead of failing first")
 
-    monkeypatch.setattr(ts, "start_ray", refuse)
+    monkeypatch.setattr(rc, "start_ray", refuse)
     monkeypatch.setattr(ts, "build_system", refuse)
     monkeypatch.setattr(ts, "start_worker_pools", refuse)
     monkeypatch.setattr(je, "Runner", refuse)

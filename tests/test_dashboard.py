@@ -17,7 +17,7 @@ START_AND_ASK = textwrap.dedent("""
     from io import StringIO
 
     from conductor_rl.config import load_config
-    from jobs.training_system import start_ray
+    from jobs.ray_cluster import start_ray
 
     config = load_config(None, ["cluster.dashboard=true", "cluster.local_cpus=1"])
     printed = StringIO()

@@ -90,7 +90,7 @@ def test_write_results_writes_four_parseable_files(tmp_path):
     assert "**Simulated workers**: 1 of 6 samples used simulated workers (their workers: a)" in markdown
     assert markdown_table(cells) in markdown and "| conductor:run | 50.0 ± 50.0 |" in markdown
     assert "| single:a | 0.0010 |" in markdown  # $/sample, over the scored samples
-    assert "| conductor:run | math | 2 | 1.50 | a 67%, b 33% |" in markdown
+    assert "| conductor:run | math | unknown | 2 | 1.50 | 50% | 50% | 0% | a 67%, b 33% |" in markdown
     assert "| repeats | 1 |" in markdown
     table = pq.read_table(paths["records.parquet"])
     assert table.num_rows == len(RECORDS)

@@ -8,7 +8,9 @@ import math
 import pytest
 
 from conductor_rl.evaluation import EvalRecord, strategy, summarise
-from conductor_rl.evaluation.summary import MAX_ANSWER_CHARS
+from conductor_rl.evaluation.summary import MAX_ANSWER_CHARS, band_of, plan_shape
+
+C = "conductor:run"
 
 
 def rec(question: str, repeat: int, verdict: str, method: str = "m", benchmark: str = "b", **fields) -> EvalRecord:
@@ -59,8 +61,8 @@ def test_a_cell_of_errors_only_has_no_accuracy():
 
 def test_strategy_per_conductor_method_and_domain():
     records = [
-        rec("q1", 0, "correct", method="conductor:run", steps=3, workers=("a", "b", "a")),
-        rec("q2", 0, "wrong", method="conductor:run", steps=1, workers=("a",)),
+        rec("q1", 0, "correct", method=C, steps=3, workers=("a", "b", "a")),
+        rec("q2", 0, "wrong", method=C, steps=1, workers=("a",)),
         rec("q3", 0, "plan_error", method="conductor:run"),
         rec("q4", 0, "correct", method="conductor:run", domain="code", steps=2, workers=("c", "b")),
         rec("q1", 0, "correct", method="single:a", steps=1, workers=("a",)),
@@ -69,6 +71,59 @@ def test_strategy_per_conductor_method_and_domain():
     assert (math_row.method, math_row.domain, math_row.plans, math_row.mean_steps) == ("conductor:run", "math", 2, 2.0)
     assert math_row.worker_shares == {"a": 0.75, "b": 0.25}
     assert (code_row.domain, code_row.worker_shares) == ("code", {"b": 0.5, "c": 0.5})
+
+
+def step(subtask: str, access) -> dict:
+    return {"model_id": 0, "worker": "a", "subtask": subtask, "access": access}
+
+
+def test_strategy_gives_plan_shapes_per_difficulty_band():
+    C = "conductor:run"
+    solve, check = step("Count the apples.", []), step("Check the count above.", [0])
+    records = [
+        # Hard (0.75): a solve then a check; a solve then a reading solve; one step.
+        rec(
+            "h1",
+            0,
+            "correct",
+            method="conductor:run",
+            steps=2,
+            workers=("a", "a"),
+            plan=[solve, check],
+            difficulty=0.75,
+        ),
+        rec(
+            "h2",
+            0,
+            "wrong",
+            method="conductor:run",
+            steps=2,
+            workers=("a", "a"),
+            plan=[solve, step("Count again.", "all")],
+            difficulty=0.75,
+        ),
+        rec("h3", 0, "wrong", method=C, steps=1, workers=("a",), plan=[solve], difficulty=1.0),
+        # Easy (0.1): one step, its "all" on the first step reads nothing; one check.
+        rec(
+            "e1",
+            0,
+            "correct",
+            method="conductor:run",
+            steps=1,
+            workers=("a",),
+            plan=[step("Check the apples.", "all")],
+            difficulty=0.1,
+        ),
+        rec("e2", 0, "correct", method=C, steps=2, workers=("a", "a"), plan=[solve, check], difficulty=0.1),
+        rec("u1", 0, "correct", method=C, steps=1, workers=("a",), plan=[solve]),  # an older record
+    ]
+    rows = {r.band: r for r in strategy(records)}
+    assert set(rows) == {"hard", "easy", "unknown"}
+    hard, easy = rows["hard"], rows["easy"]
+    assert (hard.plans, hard.single_step_share, hard.reading_share, hard.checking_share) == (3, 1 / 3, 2 / 3, 1 / 3)
+    assert (easy.plans, easy.single_step_share, easy.reading_share, easy.checking_share) == (2, 0.5, 0.5, 0.5)
+    assert rows["unknown"].plans == 1 and band_of(None) == "unknown" and band_of(0.5) == "hard"
+    assert plan_shape([solve, check]) == (True, True) and plan_shape([step("Verify it.", "all")]) == (False, False)
 
 
 def test_records_go_through_json_unchanged_and_keep_the_end_of_long_answers():

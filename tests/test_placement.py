@@ -1,5 +1,5 @@
 """Will the job fit? The check before any actor starts (conductor_rl/run/placement.py), with
-the demands gathered from the configuration (jobs/training_system.py `job_demands`), and once
+the demands gathered from the configuration (conductor_rl/run/demands.py `job_demands`), and once
 on a real 2-CPU Ray cluster, where the job must stop at once with the numbers instead of
 waiting forever for its learner's placement group."""
 
@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from conductor_rl.config import ServeSpec, load_config
+from conductor_rl.run.demands import job_demands, local_cpu_demand
 from conductor_rl.run.placement import ClusterTooSmallError, Demand, Node, check_fit, require_fit
-from jobs.training_system import job_demands, local_cpu_demand
 
 REPO = Path(__file__).resolve().parent.parent
 # The new user's head: `ray start --head` on a 2-core machine, and the embedded default's actors
@@ -189,7 +189,7 @@ def test_a_local_cluster_is_sized_by_the_same_demands():
 def test_an_asynchronous_run_splits_a_cpu_machine_between_generator_and_learner(monkeypatch):
     """Taking turns, each gets every CPU; running at once (train.max_staleness >= 1), half each, so
     their threads do not fight over the cores. cluster.* still decides when set."""
-    import jobs.training_system as ts
+    import conductor_rl.run.demands as ts
 
     monkeypatch.setattr(ts.os, "cpu_count", lambda: 8)
     synchronous, asynchronous = load_config(None, []), load_config(None, ["train.max_staleness=1"])

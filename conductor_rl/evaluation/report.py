@@ -70,6 +70,7 @@ SCHEMA = pa.schema(
         ("final_answer", pa.string()),
         ("plan", pa.string()),
         ("error", pa.string()),
+        ("difficulty", pa.float64()),
     ]
 )
 
@@ -189,13 +190,18 @@ def _strategy_table(rows: Sequence[StrategyRow]) -> str:
         [
             r.method,
             r.domain,
+            r.band,
             r.plans,
             f"{r.mean_steps:.2f}",
+            f"{100 * r.single_step_share:.0f}%",
+            f"{100 * r.reading_share:.0f}%",
+            f"{100 * r.checking_share:.0f}%",
             ", ".join(f"{w} {100 * s:.0f}%" for w, s in r.worker_shares.items()),
         ]
         for r in rows
     ]
-    return "\n".join(table_lines(["method", "domain", "plans", "steps", "share of calls"], body))
+    header = ["method", "domain", "difficulty", "plans", "steps", "one step", "reads", "checks", "share of calls"]
+    return "\n".join(table_lines(header, body))
 
 
 def render_markdown(

@@ -154,4 +154,5 @@ def record_of(method: str, benchmark: str, rollout: Rollout, prices: Sequence[Pr
         if plan is None
         else tuple({"model_id": s.model_id, "subtask": s.subtask, "access": s.access} for s in plan.steps),
         error=rollout.plan_error or rollout.infrastructure_error,
+        difficulty=rollout.task.difficulty,
     )

@@ -3,7 +3,9 @@
 An `EvalRecord` is one sample: one method's answer to one question of one
 benchmark, in one repeat. `summarise` turns records into one `Cell` per
 (method, benchmark); `strategy` gives the paper's strategy analysis of the
-Conductor's plans (steps and worker shares per domain).
+Conductor's plans (steps and worker shares per domain) and their shapes per
+domain and difficulty: the share of one-step plans, of plans with a step that
+reads an earlier answer, and of plans with a step that checks one.
 
 Decisions:
 
@@ -18,6 +20,12 @@ Decisions:
   which covers both the question sample and the repeats' noise; 0 for one question.
 - Calls, tokens and dollars are means per scored sample; steps are the mean
   over samples that had a plan (a plan error has none).
+- A plan's step reads an earlier answer when its access list names an earlier
+  step ("all" on the first step names none); it checks one when it also holds a
+  check word (conductor_rl/workers/sim_rules.py: the simulator's own rule, which
+  says what a plan asks for whatever the pool). Difficulty bands are
+  conductor_rl/data/difficulty.py's: hard from `HARD_FROM`, easy below; records
+  written before records carried a difficulty are "unknown".
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from conductor_rl.data.difficulty import is_hard
 from conductor_rl.grading.verdict import SCORED_VERDICTS
+from conductor_rl.workers.sim_rules import has_check_word
 
 __all__ = [
     "MAX_ANSWER_CHARS",
@@ -65,6 +75,7 @@ class EvalRecord:
     final_answer: str | None = None
     plan: tuple[dict[str, Any], ...] | None = None  # steps: model_id, worker, subtask, access
     error: str | None = None
+    difficulty: float | None = None  # the question's (conductor_rl/data/difficulty.py); None in older records
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -185,16 +196,38 @@ def summarise(records: Iterable[EvalRecord]) -> list[Cell]:
 
 @dataclass(frozen=True)
 class StrategyRow:
-    """How a Conductor plans in one domain: mean steps, and each worker's share of calls."""
+    """How a Conductor plans in one domain and difficulty band: mean steps, each worker's share of
+    calls, and the plans' shapes (shares of the band's plans)."""
 
     method: str
     domain: str
     plans: int
     mean_steps: float
     worker_shares: dict[str, float]  # worker name -> share of the plans' steps, largest first
+    band: str = "unknown"  # "easy", "hard" or "unknown" (conductor_rl/data/difficulty.py)
+    single_step_share: float = 0.0  # plans of one step
+    reading_share: float = 0.0  # plans with a step that reads an earlier answer
+    checking_share: float = 0.0  # plans with a step that reads an earlier answer and asks to check it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def band_of(difficulty: float | None) -> str:
+    """A record's difficulty band in the strategy table."""
+    if difficulty is None:
+        return "unknown"
+    return "hard" if is_hard(difficulty) else "easy"
+
+
+def plan_shape(plan: Sequence[Mapping[str, Any]]) -> tuple[bool, bool]:
+    """(a step reads an earlier answer, a step reads one and asks to check it) for a recorded plan."""
+    reading = [
+        s
+        for i, s in enumerate(plan)
+        if (s.get("access") == "all" and i > 0) or (isinstance(s.get("access"), list) and s["access"])
+    ]
+    return bool(reading), any(has_check_word(str(s.get("subtask", ""))) for s in reading)
 
 
 def _is_conductor(method: str) -> bool:
@@ -202,15 +235,29 @@ def _is_conductor(method: str) -> bool:
 
 
 def strategy(records: Iterable[EvalRecord]) -> list[StrategyRow]:
-    """For each Conductor method and domain, over its scored samples with a plan."""
+    """For each Conductor method, domain and difficulty band, over its scored samples with a plan."""
     planned = [r for r in records if _is_conductor(r.method) and r.verdict in SCORED_VERDICTS and r.steps]
     rows = []
-    for (method, domain), rs in _grouped(planned, lambda r: (r.method, r.domain)).items():
+    groups = _grouped(planned, lambda r: (r.method, r.domain, band_of(r.difficulty)))
+    for (method, domain, band), rs in groups.items():
         counts: dict[str, int] = defaultdict(int)
         for r in rs:
             for worker in r.workers:
                 counts[worker] += 1
         total = sum(counts.values())
         shares = {w: c / total for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
-        rows.append(StrategyRow(method, domain, len(rs), _mean([r.steps for r in rs]), shares))
+        shapes = [plan_shape(r.plan or ()) for r in rs]
+        rows.append(
+            StrategyRow(
+                method,
+                domain,
+                len(rs),
+                _mean([r.steps for r in rs]),
+                shares,
+                band,
+                _mean([float(r.steps == 1) for r in rs]),
+                _mean([float(reads) for reads, _ in shapes]),
+                _mean([float(checks) for _, checks in shapes]),
+            )
+        )
     return rows
