@@ -1,13 +1,36 @@
 #!/usr/bin/env bash
-# Sets everything up (scripts/setup.sh) and runs the test suite, offline, naming the 25 slowest tests.
-# Two pytest-xdist workers: every slow test in one, in order (they share one Ray cluster), the quick
-# ones in the other while the slow ones wait (tests/conftest.py); add -n 0 to run in one process.
-#   bash scripts/test.sh                  # all tests
-#   bash scripts/test.sh -m "not slow"    # the quick subset for iteration: no real model, Ray, vLLM or
-#                                         # training subprocess, nothing over a couple of seconds
-#   bash scripts/test.sh -k plan -x       # extra arguments go to pytest
+# Sets everything up (scripts/setup.sh) and runs the test suite, offline.
+# With no arguments, two pytest processes side by side: the slow tests (real models, Ray, vLLM,
+# training subprocesses; tests/conftest.py marks them) in one, in order, naming the 25 slowest; the
+# quick tests in the other, its log printed at the end. Never two slow tests at once: each may start
+# a Ray cluster, a vLLM server or a learner, and two together can exhaust a 24 GiB machine.
+#   bash scripts/test.sh                        # all tests
+#   bash scripts/test.sh -m "not slow" -n 2     # the quick subset for iteration, two xdist workers
+#   bash scripts/test.sh -k plan -x             # with arguments: one pytest process, they go to it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=25 "$@"
+pytest=(.venv/bin/python -m pytest -q -p no:cacheprovider)
+if (($# > 0)); then
+  exec "${pytest[@]}" "$@"
+fi
+
+quick_log=$(mktemp -t conductor-quick-tests.XXXXXX.log)
+"${pytest[@]}" -m "not slow" >"$quick_log" 2>&1 &
+quick_pid=$!
+slow_rc=0
+"${pytest[@]}" -m slow --durations=25 || slow_rc=$?
+quick_rc=0
+wait "$quick_pid" || quick_rc=$?
+
+echo
+echo "=== the quick tests (run beside the slow ones; log: $quick_log) ==="
+if ((quick_rc != 0)); then
+  cat "$quick_log"
+else
+  tail -n 1 "$quick_log"
+fi
+echo "slow tests: exit $slow_rc; quick tests: exit $quick_rc"
+if ((slow_rc != 0)); then exit "$slow_rc"; fi
+exit "$quick_rc"

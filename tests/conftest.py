@@ -4,7 +4,7 @@ model are marked slow. Worker doubles are in conductor_rl/testing/workers.py.
 
 `-m "not slow"` leaves out whatever loads a real model, starts Ray or vLLM, runs a
 training job in a subprocess or otherwise takes more than a couple of seconds:
-`bash scripts/test.sh -m "not slow"` is the quick subset for iteration."""
+`bash scripts/test.sh -m "not slow" -n 2` is the quick subset for iteration."""
 
 import os
 import sys
@@ -23,16 +23,15 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 SLOW_FIXTURES = {"ray_cluster", "tiny_qwen2", "smollm2"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by the mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses a slow fixture, directly or through another fixture, is marked slow. Under
-    pytest-xdist (`-n 2 --dist loadgroup`, scripts/test.sh) every slow test runs in one worker, in
-    order, so that they share one Ray cluster and their module fixtures; the quick tests fill the
-    other worker, while the slow ones wait on processes, servers and timeouts."""
+    """A test that uses a slow fixture, directly or through another fixture, is marked slow.
+    scripts/test.sh runs the slow tests in one process, in order, so that they share one Ray cluster
+    and their module fixtures, and never two at once; the quick ones run in a second process beside
+    them, while the slow ones wait on processes, servers and timeouts."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("slow") is not None:
-            item.add_marker(pytest.mark.xdist_group("slow"))
 
 
 @pytest.fixture(scope="session")
