@@ -1,4 +1,5 @@
-"""Does the embedded default learn? Runs `conductor-rl train` on configs/local.yaml
+"""Does the embedded default learn? Runs `conductor-rl train` on configs/local-routing.yaml
+(the embedded default with the domain-only pool, where routing is what there is to learn)
 with two seeds and reports, per seed and on average: the mean reward of the
 first three and the last three iterations, and at the end the share of plans
 whose last step goes to the domain's best worker (the simulated pool declares
@@ -24,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from conductor_rl.config import load_config  # noqa: E402
+
+ROUTING = ROOT / "configs" / "local-routing.yaml"
 from conductor_rl.run.log import records  # noqa: E402
 
 
@@ -32,7 +35,7 @@ def run_seed(seed: int, overrides: list[str], out: Path) -> dict:
 
     shutil.rmtree(out, ignore_errors=True)
     config = load_config(
-        None,
+        ROUTING,
         [f"train.seed={seed}", f"conductor.seed={seed}", f"train.output_dir={out}", "train.progress=false", *overrides],
     )
     started = time.perf_counter()
@@ -81,7 +84,7 @@ def main() -> int:
     share = statistics.fmean(r["final_best_worker_share"] or 0.0 for r in runs)
     figures = {
         "benchmark": "learning",
-        "config": "configs/local.yaml",
+        "config": "configs/local-routing.yaml",
         "overrides": args.overrides,
         "runs": runs,
         "mean_first3_reward": statistics.fmean(r["first3_reward"] for r in runs),

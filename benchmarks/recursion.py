@@ -11,7 +11,7 @@ through the evaluation harness (`conductor-rl evaluate --method conductor:<ckpt>
    its answer and writes a new plan or three empty lists (keep the answer).
 
 The paper: more recursion, more test-time compute, better scores, with fewer than twice
-the agent calls. Workers are SIMULATED (configs/local.yaml): the figures measure how the
+the agent calls. Workers are SIMULATED (configs/local-routing.yaml, the domain-only pool): the figures measure how the
 Conductor spends calls on declared skills, not real models.
 
     .venv/bin/python benchmarks/recursion.py --json
@@ -46,7 +46,7 @@ BENCHMARKS = ["gsm8k:test", "mmlu:eval"]  # the training domains of the embedded
 
 def base_config(args: argparse.Namespace) -> Config:
     shrunk = train_then_evaluate_overrides(args, BENCHMARKS)
-    return load_config(None, [*shrunk, *args.overrides])
+    return load_config(ROOT / "configs" / "local-routing.yaml", [*shrunk, *args.overrides])
 
 
 def fine_tune(config: Config, out: Path) -> dict[str, Any]:
@@ -157,7 +157,7 @@ def main() -> int:
         )
     figures = {
         "benchmark": "recursion",
-        "config": "configs/local.yaml",
+        "config": "configs/local-routing.yaml",
         "simulated": True,
         "checkpoint": checkpoint,
         "fine_tuning": training,

@@ -70,7 +70,7 @@ BENCHMARKS = ["gsm8k:test", "mmlu:eval"]
 def pool_config(args: argparse.Namespace) -> Config:
     """The embedded default with the fourth worker and the shrunk settings; the user's
     overrides last, so they can change any of it (`workers.3.sim.accuracy.math=0.5`)."""
-    raw = load_config(None).model_dump(mode="json")
+    raw = load_config(ROOT / "configs" / "local-routing.yaml").model_dump(mode="json")
     raw["workers"].append(ALLROUNDER)
     # Four iterations instead of the default's ten: twice its lr (the same cosine down to 0.2 of it) gives
     # about the same sum of step sizes. In a trial a constant 2e-4 swung the policy between iterations
@@ -276,7 +276,7 @@ def main() -> int:
     table = table_of("accuracy")
     figures = {
         "benchmark": "subsets",
-        "config": "configs/local.yaml + sim-allrounder (4 simulated workers)",
+        "config": "configs/local-routing.yaml + sim-allrounder (4 simulated workers)",
         "simulated": True,
         "pool": pool,
         "evaluated_subset": subset,

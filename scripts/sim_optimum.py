@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Print the best plans of a simulated pool for a few kinds of question, computed exactly
-(conductor_rl/evaluation/optimal.py), as the markdown table of docs/guide/simulator.md.
+"""Print a simulated pool's settings and its best plans for a few kinds of question, computed
+exactly (conductor_rl/evaluation/optimal.py), as the markdown tables of docs/guide/simulator.md.
 
-The pool is a `workers:` list in YAML, as in a configuration file: a YAML file, or a markdown
-file whose first ```yaml block holds it (by default the guide's own).
+The pool is the `workers:` list of a configuration file (by default the embedded
+configs/local.yaml), or of a markdown file whose first ```yaml block holds one.
 
-    python scripts/sim_optimum.py                               # the pool in docs/guide/simulator.md
+    python scripts/sim_optimum.py                               # the pool of configs/local.yaml
     python scripts/sim_optimum.py my_pool.yaml --cost-weight 20 --max-steps 4
 """
 
@@ -27,6 +27,7 @@ from conductor_rl.data.difficulty import difficulty_of  # noqa: E402
 from conductor_rl.evaluation.optimal import PoolOptimum, describe  # noqa: E402
 
 GUIDE = REPO / "docs" / "guide" / "simulator.md"
+EMBEDDED = REPO / "configs" / "local.yaml"
 # (label, domain, source, meta): the kinds of question of the guide's table.
 QUESTIONS = [
     ("easy maths (GSM8K)", "math", "gsm8k", {}),
@@ -49,6 +50,28 @@ def read_pool(path: Path) -> list[WorkerConfig]:
     return [WorkerConfig.model_validate(w) for w in data["workers"]]
 
 
+def settings_table(workers: list[WorkerConfig]) -> str:
+    """Each simulated worker's price and plan-sensitive settings, a row per domain."""
+    rows = [
+        "| worker | USD per M tokens in / out | domain | accuracy (easy) | accuracy (hard) | keep | repair |"
+        " off task |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for worker in workers:
+        spec = worker.sim
+        if spec is None:
+            continue
+        for domain, easy in spec.accuracy.items():
+            hard = (spec.hard_accuracy or {}).get(domain, easy)
+            rows.append(
+                f"| {worker.name} | {worker.price.input:g} / {worker.price.output:g} | {domain} | {easy:g} | {hard:g} "
+                f"| {spec.keep_rate if spec.keep_rate is not None else '-'} "
+                f"| {spec.repair_rate if spec.repair_rate is not None else '-'} "
+                f"| {spec.off_task_factor if spec.off_task_factor is not None else '-'} |"
+            )
+    return "\n".join(rows)
+
+
 def table(workers: list[WorkerConfig], question_chars: int, max_steps: int, cost_weight: float) -> str:
     free = PoolOptimum(workers, question_chars, max_steps)
     priced = PoolOptimum(workers, question_chars, max_steps, cost_weight)
@@ -69,12 +92,14 @@ def table(workers: list[WorkerConfig], question_chars: int, max_steps: int, cost
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("pool", nargs="?", type=Path, default=GUIDE, help="YAML or markdown file with the pool")
+    parser.add_argument("pool", nargs="?", type=Path, default=EMBEDDED, help="YAML or markdown file with the pool")
     parser.add_argument("--question-chars", type=int, default=400)
     parser.add_argument("--max-steps", type=int, default=3)
     parser.add_argument("--cost-weight", type=float, default=10.0, help="reward points per USD")
     args = parser.parse_args(argv)
-    print(table(read_pool(args.pool), args.question_chars, args.max_steps, args.cost_weight))
+    workers = read_pool(args.pool)
+    print(settings_table(workers), end="\n\n")
+    print(table(workers, args.question_chars, args.max_steps, args.cost_weight))
     return 0
 
 

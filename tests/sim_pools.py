@@ -1,5 +1,6 @@
 """Simulated workers the tests share: one of given skill and price, and the plan-sensitive pool of
-docs/guide/simulator.md, read from its yaml block as scripts/sim_optimum.py reads it."""
+the embedded default (configs/local.yaml, described in docs/guide/simulator.md), read as
+scripts/sim_optimum.py reads it."""
 
 from __future__ import annotations
 
@@ -35,6 +36,6 @@ def sim_optimum_script() -> ModuleType:
 
 
 def guide_pool() -> list[WorkerConfig]:
-    """The plan-sensitive pool of docs/guide/simulator.md, read from its yaml block."""
+    """The plan-sensitive pool of configs/local.yaml, which docs/guide/simulator.md describes."""
     script = sim_optimum_script()
-    return script.read_pool(script.GUIDE)
+    return script.read_pool(script.EMBEDDED)

@@ -467,3 +467,32 @@ def test_assignment_is_validated():
         config.conductor.temperature = -1.0
     with pytest.raises(ValueError):
         config.workers = []
+
+
+def test_a_config_file_may_start_from_a_base_merging_sections_key_by_key(tmp_path):
+    (tmp_path / "base.yaml").write_text("train:\n  iterations: 3\n  seed: 7\ndata:\n  questions: samples:gsm8k\n")
+    (tmp_path / "top.yaml").write_text("base: base.yaml\ntrain:\n  iterations: 5\n")
+    config = load_config(tmp_path / "top.yaml")
+    assert (config.train.iterations, config.train.seed, config.data.questions) == (5, 7, "samples:gsm8k")
+
+
+def test_a_base_that_leads_back_to_its_file_or_is_missing_is_refused_by_name(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match="leads back to itself"):
+        load_config(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("base: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match="nowhere.yaml does not exist"):
+        load_config(tmp_path / "c.yaml")
+    (tmp_path / "d.yaml").write_text("base: [local.yaml]\n")
+    with pytest.raises(ConfigError, match="base must name another config file"):
+        load_config(tmp_path / "d.yaml")
+
+
+def test_the_routing_preset_is_the_embedded_default_with_the_domain_only_pool():
+    routing, embedded = load_config(CONFIG_DIR / "local-routing.yaml"), load_config()
+    assert [w.name for w in routing.workers] == [w.name for w in embedded.workers]
+    assert all(w.sim.keep_rate is None and w.sim.hard_accuracy is None for w in routing.workers)
+    assert all(w.sim.keep_rate is not None and w.sim.hard_accuracy for w in embedded.workers)
+    assert routing.conductor == embedded.conductor and routing.learner == embedded.learner
+    assert not routing.train.subtask_text_in_loss and embedded.train.subtask_text_in_loss

@@ -7,8 +7,9 @@ import math
 
 import pytest
 
+from conductor_rl.data.difficulty import band_of
 from conductor_rl.evaluation import EvalRecord, strategy, summarise
-from conductor_rl.evaluation.summary import MAX_ANSWER_CHARS, band_of, plan_shape
+from conductor_rl.evaluation.summary import MAX_ANSWER_CHARS, recorded_plan_shape
 
 C = "conductor:run"
 
@@ -123,7 +124,8 @@ def test_strategy_gives_plan_shapes_per_difficulty_band():
     assert (hard.plans, hard.single_step_share, hard.reading_share, hard.checking_share) == (3, 1 / 3, 2 / 3, 1 / 3)
     assert (easy.plans, easy.single_step_share, easy.reading_share, easy.checking_share) == (2, 0.5, 0.5, 0.5)
     assert rows["unknown"].plans == 1 and band_of(None) == "unknown" and band_of(0.5) == "hard"
-    assert plan_shape([solve, check]) == (True, True) and plan_shape([step("Verify it.", "all")]) == (False, False)
+    assert recorded_plan_shape([solve, check]) == (True, True)
+    assert recorded_plan_shape([step("Verify it.", "all")]) == (False, False)
 
 
 def test_records_go_through_json_unchanged_and_keep_the_end_of_long_answers():

@@ -489,3 +489,34 @@ def test_truncated_answers_are_counted_apart_in_the_iteration_metrics():
     record = iteration_metrics([empty, fine, fine, fine], ["thinker"])
     assert record["truncated_rate"] == 0.25 and record["empty_after_length_steps"] == 1
     assert record["reward_mean"] == grading.REWARD_WRONG and record["infra_error_rate"] == 0.0
+
+
+def test_the_iteration_metrics_give_plan_shapes_per_domain_and_difficulty_and_the_summary_a_line():
+    from dataclasses import replace
+
+    from conductor_rl.rollout.rollouts import run_rollout
+    from conductor_rl.run.metrics import iteration_metrics
+    from conductor_rl.run.report import plans_learnt
+
+    workers = [thinking_worker("a"), thinking_worker("b")]
+    hard = replace(TASK, id="q-hard", difficulty=1.0)
+    one_step = render_plan(plan_of((0, "Multiply six by seven", [])))
+    checked = render_plan(plan_of((0, "Multiply six by seven", []), (1, "Check the product", [0])))
+    read_not_checked = render_plan(plan_of((0, "Multiply six by seven", []), (1, "Say it again", "all")))
+    rollouts = [
+        asyncio.run(run_rollout(one_step, replace(TASK, difficulty=0.1), workers)),
+        asyncio.run(run_rollout(checked, hard, workers)),
+        asyncio.run(run_rollout(read_not_checked, hard, workers)),
+        asyncio.run(run_rollout("not a plan", hard, workers)),
+    ]
+    shapes = iteration_metrics(rollouts, ["a", "b"])["plan_shapes"]
+    assert shapes == {
+        "math/easy": {"plans": 1, "steps": 1.0, "single_step_share": 1.0, "checking_share": 0.0, "final_worker": "a"},
+        "math/hard": {"plans": 2, "steps": 2.0, "single_step_share": 0.0, "checking_share": 0.5, "final_worker": "b"},
+    }
+    line = plans_learnt({"iteration": 4, "plan_shapes": shapes})
+    assert line == (
+        "iteration 4: math/easy 1.0 steps (100% one step, 0% check an earlier answer), ending on a; "
+        "math/hard 2.0 steps (0% one step, 50% check an earlier answer), ending on b"
+    )
+    assert plans_learnt({"iteration": 0}) is None

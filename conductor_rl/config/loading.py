@@ -97,7 +97,9 @@ def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
     return raw
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A configuration file's mapping. A file may start from another (`base: local.yaml`, a path
+    relative to the file): its sections are merged into the base's, key by key; a list replaces."""
     if not path.is_file():
         raise ConfigError(
             f"config file {path} does not exist (shipped configs: {sorted(p.name for p in CONFIG_DIR.glob('*.yaml'))})"
@@ -108,7 +110,27 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
-    return data
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"config file {path}: base must name another config file, e.g. `base: local.yaml`")
+    base_path = (path.parent / base).resolve()
+    if base_path in seen or base_path == path.resolve():
+        raise ConfigError(
+            f"config file {path}: base {base} leads back to itself; a base may not have this file as base"
+        )
+    return _merged(_read_yaml(base_path, (*seen, path.resolve())), data)
+
+
+def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
 
 
 def _describe(err: ValidationError) -> str:

@@ -254,8 +254,9 @@ class TrainConfig(Strict):
     subtask_text_in_loss: bool = Field(
         True,
         description="With conductor.constrain_format: train the subtask text the Conductor writes, not only "
-        "its structural choices (workers, steps, access). Off where the reward cannot depend on a subtask's "
-        "wording (simulated workers): those tokens then add only variance to the gradient.",
+        "its structural choices (workers, steps, access), as the paper trains the whole completion. Turn it off "
+        "only where the reward cannot depend on a subtask's wording (the domain-only simulated pool of "
+        "configs/local-routing.yaml): those tokens then add only variance to the gradient.",
     )
     balance_domains: bool = Field(
         False,

@@ -15,7 +15,7 @@ CSV). `overlap` refuses evaluation questions that the training data contains
 """
 
 from .bigcodebench import bigcodebench_question, load_bigcodebench
-from .difficulty import HARD_FROM, difficulty_of, is_hard
+from .difficulty import HARD_FROM, band_of, difficulty_of, is_hard
 from .files import (
     ENV_VAR,
     DataFormatError,
@@ -51,6 +51,7 @@ __all__ = [
     "DataFormatError",
     "HubUnavailableError",
     "Question",
+    "band_of",
     "bigcodebench_question",
     "check_disjoint",
     "data_dir_candidates",

@@ -61,3 +61,10 @@ def difficulty_of(source: str, meta: Mapping[str, Any]) -> float:
 def is_hard(difficulty: float) -> bool:
     """Whether a question of this difficulty counts as hard in reports."""
     return difficulty >= HARD_FROM
+
+
+def band_of(difficulty: float | None) -> str:
+    """A question's difficulty band in reports: "easy", "hard", or "unknown" where none was recorded."""
+    if difficulty is None:
+        return "unknown"
+    return "hard" if is_hard(difficulty) else "easy"

@@ -36,9 +36,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from conductor_rl.data.difficulty import is_hard
+from conductor_rl.data.difficulty import band_of
 from conductor_rl.grading.verdict import SCORED_VERDICTS
-from conductor_rl.workers.sim_rules import has_check_word
+from conductor_rl.workers.sim_rules import plan_shape
 
 __all__ = [
     "MAX_ANSWER_CHARS",
@@ -213,21 +213,13 @@ class StrategyRow:
         return asdict(self)
 
 
-def band_of(difficulty: float | None) -> str:
-    """A record's difficulty band in the strategy table."""
-    if difficulty is None:
-        return "unknown"
-    return "hard" if is_hard(difficulty) else "easy"
+def recorded_plan_shape(plan: Sequence[Mapping[str, Any]]) -> tuple[bool, bool]:
+    """`plan_shape` (conductor_rl/workers/sim_rules.py) of a plan as a record holds it."""
 
+    def reads(i: int, access: object) -> list[int]:
+        return list(range(i)) if access == "all" else list(access) if isinstance(access, list) else []
 
-def plan_shape(plan: Sequence[Mapping[str, Any]]) -> tuple[bool, bool]:
-    """(a step reads an earlier answer, a step reads one and asks to check it) for a recorded plan."""
-    reading = [
-        s
-        for i, s in enumerate(plan)
-        if (s.get("access") == "all" and i > 0) or (isinstance(s.get("access"), list) and s["access"])
-    ]
-    return bool(reading), any(has_check_word(str(s.get("subtask", ""))) for s in reading)
+    return plan_shape([(str(s.get("subtask", "")), reads(i, s.get("access"))) for i, s in enumerate(plan)])
 
 
 def _is_conductor(method: str) -> bool:
@@ -246,7 +238,7 @@ def strategy(records: Iterable[EvalRecord]) -> list[StrategyRow]:
                 counts[worker] += 1
         total = sum(counts.values())
         shares = {w: c / total for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
-        shapes = [plan_shape(r.plan or ()) for r in rs]
+        shapes = [recorded_plan_shape(r.plan or ()) for r in rs]
         rows.append(
             StrategyRow(
                 method,

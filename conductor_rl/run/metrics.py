@@ -1,6 +1,6 @@
 """What one training iteration did, as numbers: reward, accuracy, format
 failures, dropped rollouts, plan length, which worker each domain went to,
-tokens and cost. The loop adds the learner's and the phases' figures; the
+the plans' shapes per domain and difficulty, tokens and cost. The loop adds the learner's and the phases' figures; the
 record goes to metrics.jsonl, TensorBoard and the Ray dashboard."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from conductor_rl.config import WorkerConfig
+from conductor_rl.data.difficulty import band_of
 from conductor_rl.grading import Verdict
 from conductor_rl.rollout.rollouts import Rollout
+from conductor_rl.workers.sim_rules import plan_shape
 
 
 def best_workers(workers: Sequence[WorkerConfig]) -> dict[str, str]:
@@ -37,6 +39,29 @@ def final_worker(rollout: Rollout, worker_names: Sequence[str]) -> str | None:
     if plan is None or not plan.steps:
         return None
     return worker_names[plan.steps[-1].model_id]
+
+
+def plan_shapes(rollouts: Sequence[Rollout], worker_names: Sequence[str]) -> dict[str, dict]:
+    """How the parsed plans look per question domain and difficulty band ("math/hard"): how many,
+    their mean steps, the share of one-step plans and of plans with a step that checks an earlier
+    answer (conductor_rl/workers/sim_rules.py says what a check is), and the worker most plans end on."""
+    groups: dict[str, list[Rollout]] = defaultdict(list)
+    for r in rollouts:
+        if r.pool_plan is not None and r.pool_plan.steps:
+            groups[f"{r.task.domain}/{band_of(r.task.difficulty)}"].append(r)
+    shapes = {}
+    for key, group in sorted(groups.items()):
+        plans = [r.pool_plan for r in group if r.pool_plan is not None]
+        checks = [plan_shape([(s.subtask, p.visible(i)) for i, s in enumerate(p.steps)])[1] for p in plans]
+        ends = Counter(final_worker(r, worker_names) for r in group)
+        shapes[key] = {
+            "plans": len(plans),
+            "steps": statistics.fmean(len(p.steps) for p in plans),
+            "single_step_share": sum(len(p.steps) == 1 for p in plans) / len(plans),
+            "checking_share": sum(checks) / len(plans),
+            "final_worker": ends.most_common(1)[0][0],
+        }
+    return shapes
 
 
 def listed(rollout: Rollout, worker_names: Sequence[str]) -> list[str]:
@@ -88,6 +113,7 @@ def iteration_metrics(
             domain: {name: counts[name] / max(sum(counts.values()), 1) for name in worker_names}
             for domain, counts in sorted(by_domain.items())
         },
+        "plan_shapes": plan_shapes(parsed, worker_names),
     }
     if any(r.roster is not None for r in rollouts):
         # Adaptive pools: how many workers the prompts listed, and how often each one was.

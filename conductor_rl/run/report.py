@@ -104,7 +104,24 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "wait_means": {
             name: mean for name in WAITS if (mean := _mean([_num(r, f"time_{name}_s") for r in records])) is not None
         },
+        "plans_learnt": plans_learnt(records[-1]),
     }
+
+
+def plans_learnt(record: Mapping[str, Any]) -> str | None:
+    """One line on how the iteration's plans look per domain and difficulty band (`plan_shapes`)."""
+    shapes = record.get("plan_shapes")
+    if not isinstance(shapes, Mapping) or not shapes:
+        return None
+    parts = []
+    for key, shape in shapes.items():
+        if not isinstance(shape, Mapping):
+            continue
+        parts.append(
+            f"{key} {_num(shape, 'steps'):.1f} steps ({_num(shape, 'single_step_share'):.0%} one step, "
+            f"{_num(shape, 'checking_share'):.0%} check an earlier answer), ending on {shape.get('final_worker')}"
+        )
+    return f"iteration {record.get('iteration')}: " + "; ".join(parts) if parts else None
 
 
 # ---- plots ----------------------------------------------------------------------------------
@@ -299,6 +316,8 @@ def _summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("mean iteration time (s)", _fmt(summary["mean_iteration_s"], ".2f")),
     ]
     rows += [(f"mean time: {name} (s)", _fmt(mean, ".2f")) for name, mean in summary["phase_means"].items()]
+    if summary.get("plans_learnt"):
+        rows.append(("plans, last iteration (per domain/difficulty)", summary["plans_learnt"]))
     if summary.get("mean_overlap") is not None:
         rows.append(("mean overlap of phases (asynchronous)", _fmt(summary["mean_overlap"], ".2f")))
     rows += [

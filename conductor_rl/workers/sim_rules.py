@@ -21,6 +21,7 @@ With `hard_accuracy`, `keep_rate` and `off_task_factor` left unset, the chance i
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 from conductor_rl.config import SimSpec
@@ -64,6 +65,13 @@ def has_check_word(subtask: str) -> bool:
 def step_role(subtask: str, reads_answer: bool) -> Role:
     """ "check" when the step reads at least one earlier answer and its subtask asks to check it."""
     return "check" if reads_answer and has_check_word(subtask) else "solve"
+
+
+def plan_shape(steps: Sequence[tuple[str, Sequence[int]]]) -> tuple[bool, bool]:
+    """A plan's shape from each step's (subtask, earlier steps it reads): (a step reads an earlier
+    answer, a step reads one and is worded as a check of it)."""
+    reading = [subtask for subtask, reads in steps if reads]
+    return bool(reading), any(has_check_word(subtask) for subtask in reading)
 
 
 def on_task(subtask: str, question: str) -> bool:

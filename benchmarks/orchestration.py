@@ -1,0 +1,228 @@
+"""Does the Conductor learn to orchestrate, measured against the best plans? Trains the embedded
+default (configs/local.yaml: SIMULATED workers, a plan-sensitive pool; docs/guide/simulator.md) on
+three quarters of the shipped sample questions (GSM8K, MATH-500, MMLU), evaluates the trained
+Conductor and the baselines on the held-out quarter, and compares them with the pool's best plans,
+which for a simulated pool are computed exactly (conductor_rl/evaluation/optimal.py).
+
+The figures measure how well training finds the plans this testbed rewards, not real models.
+
+    .venv/bin/python benchmarks/orchestration.py                    # two seeds, JSON on the last line
+    .venv/bin/python benchmarks/orchestration.py --seeds 1 --iterations 10 train.rollouts_per_question=4
+
+Goals (issue 27), each reported reached or not: the Conductor's mean reward >= 0.9 of the best
+plans' expected reward; its accuracy >= oracle-single's + 5 points; its cost per sample <= half of
+MoA's; on hard questions >= 50 % of its plans check an earlier answer (>= 2 steps); on easy
+questions >= 80 % of its plans are one step; the router beats random plans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from conductor_rl.config import Config, WorkerConfig, load_config  # noqa: E402
+from conductor_rl.data import Question, band_of, difficulty_of, load_dataset  # noqa: E402
+from conductor_rl.evaluation.optimal import PoolOptimum, value_of  # noqa: E402
+from conductor_rl.evaluation.summary import EvalRecord, recorded_plan_shape, summarise  # noqa: E402
+from conductor_rl.grading.verdict import reward  # noqa: E402
+
+SOURCES = ("samples:gsm8k", "samples:math500", "samples:mmlu")
+HELD_OUT_SHARE = 0.25
+BASELINES = ["conductor:untrained", "single:*", "moa", "router", "random", "oracle-single", "optimal"]
+GOALS = {
+    "fraction_of_optimal_reward": 0.9,
+    "accuracy_over_oracle_single": 0.05,
+    "cost_share_of_moa": 0.5,
+    "hard_multi_step_share": 0.5,
+    "easy_single_step_share": 0.8,
+}
+
+
+def split_samples(folder: Path) -> tuple[Path, Path]:
+    """The sample questions split by a hash of their id (the same split on every machine): a quarter
+    of each source held out. Returns the jsonl files of the training and the held-out questions."""
+    train, held_out = [], []
+    for spec in SOURCES:
+        questions = sorted(load_dataset(spec), key=lambda q: hashlib.sha256(q.id.encode()).hexdigest())
+        cut = round(len(questions) * HELD_OUT_SHARE)
+        held_out += questions[:cut]
+        train += questions[cut:]
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = folder / "train.jsonl", folder / "held_out.jsonl"
+    for path, questions in zip(paths, (train, held_out), strict=True):
+        path.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in questions))
+    return paths
+
+
+def train_seed(seed: int, iterations: int, train_file: Path, overrides: Sequence[str], out: Path) -> Config:
+    from jobs.train import train
+
+    shutil.rmtree(out, ignore_errors=True)
+    config = load_config(
+        None,
+        [
+            f"data.questions=jsonl:{train_file}",
+            f"train.iterations={iterations}",
+            f"train.checkpoint_every={iterations}",
+            f"train.seed={seed}",
+            f"conductor.seed={seed}",
+            f"train.output_dir={out}",
+            "train.progress=false",
+            *overrides,
+        ],
+    )
+    train(config)
+    return config
+
+
+def evaluate_seed(trained: Config, held_out: Path, repeats: int, out: Path) -> list[EvalRecord]:
+    from jobs.evaluate import evaluate
+
+    shutil.rmtree(out, ignore_errors=True)
+    methods = [f"conductor:{trained.train.output_dir}", *BASELINES]
+    config = load_config(
+        trained,
+        [
+            f"evaluate.benchmarks=[jsonl:{held_out}]",
+            f"evaluate.methods={json.dumps(methods)}",
+            f"evaluate.repeats={repeats}",
+            f"evaluate.output_dir={out}",
+            "evaluate.preflight=false",
+        ],
+    )
+    evaluate(config)
+    return [EvalRecord.from_dict(json.loads(line)) for line in (out / "records.jsonl").read_text().splitlines()]
+
+
+def optimum_of(questions: Sequence[Question], workers: Sequence[WorkerConfig], max_steps: int) -> tuple[float, float]:
+    """The best plans' expected accuracy and reward (training's reward: no cost term), averaged over questions."""
+    optimum = PoolOptimum(workers, 400, max_steps)
+    best = [optimum.best(q.domain, difficulty_of(q.source, q.meta)) for q in questions]
+    return statistics.fmean(b.accuracy for b in best), statistics.fmean(value_of(b.accuracy, 0.0) for b in best)
+
+
+def figures(records: Sequence[EvalRecord], optimal_accuracy: float, optimal_reward: float) -> dict[str, float | None]:
+    """One seed's figures from its evaluation records (one benchmark) and the pool's optimum."""
+    cells = {c.method: c for c in summarise(records)}
+    conductor = next(m for m in cells if m.startswith("conductor:") and m != "conductor:untrained")
+    mine = [r for r in records if r.method == conductor and r.verdict != "error"]
+    rewards = [reward(r.verdict != "plan_error", r.verdict) or 0.0 for r in mine]
+    planned = [r for r in mine if r.plan]
+    hard = [r for r in planned if band_of(r.difficulty) == "hard"]
+    easy = [r for r in planned if band_of(r.difficulty) == "easy"]
+
+    def accuracy(method: str) -> float | None:
+        return cells[method].accuracy if method in cells else None
+
+    oracle_single = next((m for m in cells if m.startswith("oracle-single")), "oracle-single")
+    return {
+        "fraction_of_optimal_reward": statistics.fmean(rewards) / optimal_reward if rewards else None,
+        "accuracy": accuracy(conductor),
+        "untrained_accuracy": accuracy("conductor:untrained"),
+        "optimal_accuracy": optimal_accuracy,
+        "optimal_run_accuracy": accuracy("optimal"),
+        "oracle_single_accuracy": accuracy(oracle_single),
+        "router_accuracy": accuracy("router"),
+        "random_accuracy": accuracy("random"),
+        "moa_accuracy": accuracy("moa"),
+        "best_single_accuracy": max(
+            (c.accuracy or 0.0 for m, c in cells.items() if m.startswith("single:")), default=None
+        ),
+        "cost_per_sample_usd": cells[conductor].cost_usd,
+        "moa_cost_per_sample_usd": cells["moa"].cost_usd if "moa" in cells else None,
+        "steps_per_sample": cells[conductor].steps,
+        "hard_multi_step_share": _share(hard, lambda r: r.steps >= 2 and recorded_plan_shape(r.plan or ())[1]),
+        "easy_single_step_share": _share(easy, lambda r: r.steps == 1),
+    }
+
+
+def _share(records: Sequence[EvalRecord], test) -> float | None:
+    return sum(bool(test(r)) for r in records) / len(records) if records else None
+
+
+def goals(mean: dict[str, float | None]) -> dict[str, bool | None]:
+    """Each goal reached (True), missed (False), or unknown where a figure is missing (None)."""
+
+    def reached(test, *keys: str) -> bool | None:
+        values = [mean.get(k) for k in keys]
+        return None if any(v is None for v in values) else bool(test(*values))
+
+    return {
+        "fraction_of_optimal_reward": reached(
+            lambda f: f >= GOALS["fraction_of_optimal_reward"], "fraction_of_optimal_reward"
+        ),
+        "accuracy_over_oracle_single": reached(
+            lambda a, o: a >= o + GOALS["accuracy_over_oracle_single"], "accuracy", "oracle_single_accuracy"
+        ),
+        "cost_share_of_moa": reached(
+            lambda c, m: c <= GOALS["cost_share_of_moa"] * m, "cost_per_sample_usd", "moa_cost_per_sample_usd"
+        ),
+        "hard_multi_step_share": reached(lambda s: s >= GOALS["hard_multi_step_share"], "hard_multi_step_share"),
+        "easy_single_step_share": reached(lambda s: s >= GOALS["easy_single_step_share"], "easy_single_step_share"),
+        "router_beats_random": reached(lambda r, x: r > x, "router_accuracy", "random_accuracy"),
+    }
+
+
+def mean_over_seeds(runs: Sequence[dict]) -> dict[str, float | None]:
+    """Each figure's mean over the seeds; None where a seed lacks it."""
+    keys = dict.fromkeys(k for r in runs for k in r if k not in ("seed", "train_s", "wall_s"))
+    return {
+        k: statistics.fmean(vals) if len(vals := [r[k] for r in runs if r.get(k) is not None]) == len(runs) else None
+        for k in keys
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="configuration overrides for training (key.sub=value)")
+    parser.add_argument("--seeds", type=int, default=2, help="how many seeds (0, 1, ...)")
+    parser.add_argument("--iterations", type=int, default=20, help="training iterations per seed")
+    parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-orchestration")
+    args = parser.parse_args(argv)
+
+    train_file, held_out = split_samples(args.out)
+    questions = load_dataset(f"jsonl:{held_out}")
+    runs = []
+    for seed in range(args.seeds):
+        print(f"seed {seed}: training {args.iterations} iterations ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        trained = train_seed(seed, args.iterations, train_file, args.overrides, args.out / f"seed-{seed}" / "run")
+        trained_s = time.perf_counter() - started
+        print(f"seed {seed}: evaluating on {len(questions)} held-out questions ...", file=sys.stderr, flush=True)
+        records = evaluate_seed(trained, held_out, args.repeats, args.out / f"seed-{seed}" / "eval")
+        optimal_accuracy, optimal_reward = optimum_of(questions, trained.workers, trained.conductor.max_steps)
+        run = {"seed": seed, **figures(records, optimal_accuracy, optimal_reward)}
+        run["train_s"], run["wall_s"] = round(trained_s, 1), round(time.perf_counter() - started, 1)
+        runs.append(run)
+        print(f"seed {seed}: {json.dumps(run)}", file=sys.stderr, flush=True)
+    mean = mean_over_seeds(runs)
+    result = {
+        "benchmark": "orchestration",
+        "simulated": True,
+        "config": "configs/local.yaml",
+        "overrides": args.overrides,
+        "iterations": args.iterations,
+        "held_out_questions": len(questions),
+        "repeats": args.repeats,
+        **mean,
+        "goals": GOALS,
+        "goals_reached": goals(mean),
+        "seeds": runs,
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""benchmarks/orchestration.py: its held-out split, the figures it reads from an evaluation's records
+and the pool's optimum, and the goals it reports. (The benchmark itself trains and evaluates for
+tens of minutes; its figures are in docs/results.md.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from conductor_rl.config import load_config
+from conductor_rl.data import load_dataset
+from conductor_rl.evaluation.summary import EvalRecord
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_orchestration", REPO / "benchmarks" / "orchestration.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_quarter_of_each_source_is_held_out_the_same_way_every_time(bench, tmp_path):
+    train, held_out = bench.split_samples(tmp_path / "a")
+    again = bench.split_samples(tmp_path / "b")
+    assert [p.read_text() for p in (train, held_out)] == [p.read_text() for p in again]
+    train_ids = {q.id for q in load_dataset(f"jsonl:{train}")}
+    held = load_dataset(f"jsonl:{held_out}")
+    assert len(held) == 30 and len(train_ids) == 90 and not train_ids & {q.id for q in held}
+    assert {q.source for q in held} == {"gsm8k", "math500", "mmlu"}
+    assert any(q.meta.get("level") for q in held)  # the difficulty survives the file
+
+
+def record(method: str, verdict: str, steps: int = 1, difficulty: float = 0.1, check: bool = False, **kw) -> EvalRecord:
+    plan = [{"model_id": 0, "subtask": "Solve the triangle", "access": []}]
+    plan += [{"model_id": 0, "subtask": "Check it" if check else "Again", "access": [i]} for i in range(steps - 1)]
+    return EvalRecord(
+        method, "jsonl:held_out", f"q{kw.pop('q', 0)}", "math", kw.pop("repeat", 0), verdict,
+        steps=steps, workers=("w",) * steps, calls=steps, cost_usd=kw.pop("cost", 0.01) * steps,
+        plan=tuple(plan) if verdict != "plan_error" else None, difficulty=difficulty,
+    )  # fmt: skip
+
+
+def test_the_figures_compare_the_conductor_with_the_optimum_and_the_baselines(bench):
+    conductor = "conductor:runs/x/run"
+    records = [
+        record(conductor, "correct", 1, 0.1, q=0),
+        record(conductor, "wrong", 1, 0.1, q=1),
+        record(conductor, "correct", 3, 1.0, check=True, q=2),
+        record(conductor, "plan_error", 0, 1.0, q=3),
+        record(conductor, "correct", 2, 0.75, q=4),  # two steps, no check
+        record("moa", "correct", 4, 0.1, cost=0.02),
+        record("router", "correct"),
+        record("random", "wrong"),
+        record("oracle-single", "correct"),
+        record("conductor:untrained", "plan_error", 0),
+    ]
+    got = bench.figures(records, optimal_accuracy=0.8, optimal_reward=0.9)
+    assert got["fraction_of_optimal_reward"] == pytest.approx((1 + 0.5 + 1 + 0 + 1) / 5 / 0.9)
+    assert got["accuracy"] == pytest.approx(3 / 5) and got["optimal_accuracy"] == 0.8
+    assert (got["router_accuracy"], got["random_accuracy"], got["oracle_single_accuracy"]) == (1.0, 0.0, 1.0)
+    assert got["hard_multi_step_share"] == 0.5  # of the two hard plans, one checks
+    assert got["easy_single_step_share"] == 1.0
+    assert got["moa_cost_per_sample_usd"] == pytest.approx(0.08)
+
+
+def test_goals_are_reached_missed_or_unknown(bench):
+    mean = {
+        "fraction_of_optimal_reward": 0.95, "accuracy": 0.80, "oracle_single_accuracy": 0.78,
+        "cost_per_sample_usd": 0.004, "moa_cost_per_sample_usd": 0.01, "hard_multi_step_share": None,
+        "easy_single_step_share": 0.9, "router_accuracy": 0.7, "random_accuracy": 0.5,
+    }  # fmt: skip
+    assert bench.goals(mean) == {
+        "fraction_of_optimal_reward": True,
+        "accuracy_over_oracle_single": False,
+        "cost_share_of_moa": True,
+        "hard_multi_step_share": None,
+        "easy_single_step_share": True,
+        "router_beats_random": True,
+    }
+    runs = [
+        {"seed": 0, "accuracy": 0.6, "hard_multi_step_share": None},
+        {"seed": 1, "accuracy": 0.8, "hard_multi_step_share": 0.5},
+    ]
+    assert bench.mean_over_seeds(runs) == {"accuracy": pytest.approx(0.7), "hard_multi_step_share": None}
+
+
+def test_the_best_plans_of_the_embedded_pool_beat_its_best_single_workers_on_the_held_out_questions(bench, tmp_path):
+    _, held_out = bench.split_samples(tmp_path)
+    workers = load_config().workers
+    accuracy, expected_reward = bench.optimum_of(load_dataset(f"jsonl:{held_out}"), workers, 3)
+    assert expected_reward == pytest.approx(0.5 + 0.5 * accuracy)
+    assert 0.7 < accuracy < 1.0
+    assert json.dumps(bench.GOALS)  # the goals print with the figures
