@@ -1,8 +1,9 @@
 """Does the Conductor learn to orchestrate, measured against the best plans? Trains the embedded
 default (configs/local.yaml: SIMULATED workers, a plan-sensitive pool; docs/guide/simulator.md) on
-three quarters of the shipped sample questions (GSM8K, MATH-500, MMLU), evaluates the trained
-Conductor and the baselines on the held-out quarter, and compares them with the pool's best plans,
-which for a simulated pool are computed exactly (conductor_rl/evaluation/optimal.py).
+its training questions (three quarters of the shipped GSM8K, MATH-500 and MMLU samples), evaluates
+the trained Conductor and the baselines on its evaluation benchmarks (the quarter held out), and
+compares them with the pool's best plans, which for a simulated pool are computed exactly
+(conductor_rl/evaluation/optimal.py).
 
 The figures measure how well training finds the plans this testbed rewards, not real models.
 
@@ -18,7 +19,6 @@ questions >= 80 % of its plans are one step; the router beats random plans.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import statistics
@@ -33,11 +33,9 @@ sys.path.insert(0, str(ROOT))
 from conductor_rl.config import Config, WorkerConfig, load_config  # noqa: E402
 from conductor_rl.data import Question, band_of, difficulty_of, load_dataset  # noqa: E402
 from conductor_rl.evaluation.optimal import PoolOptimum, value_of  # noqa: E402
-from conductor_rl.evaluation.summary import EvalRecord, recorded_plan_shape, summarise  # noqa: E402
+from conductor_rl.evaluation.summary import EvalRecord, recorded_plan_shape  # noqa: E402
 from conductor_rl.grading.verdict import reward  # noqa: E402
 
-SOURCES = ("samples:gsm8k", "samples:math500", "samples:mmlu")
-HELD_OUT_SHARE = 0.25
 BASELINES = ["conductor:untrained", "single:*", "moa", "router", "random", "oracle-single", "optimal"]
 GOALS = {
     "fraction_of_optimal_reward": 0.9,
@@ -48,30 +46,13 @@ GOALS = {
 }
 
 
-def split_samples(folder: Path) -> tuple[Path, Path]:
-    """The sample questions split by a hash of their id (the same split on every machine): a quarter
-    of each source held out. Returns the jsonl files of the training and the held-out questions."""
-    train, held_out = [], []
-    for spec in SOURCES:
-        questions = sorted(load_dataset(spec), key=lambda q: hashlib.sha256(q.id.encode()).hexdigest())
-        cut = round(len(questions) * HELD_OUT_SHARE)
-        held_out += questions[:cut]
-        train += questions[cut:]
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = folder / "train.jsonl", folder / "held_out.jsonl"
-    for path, questions in zip(paths, (train, held_out), strict=True):
-        path.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in questions))
-    return paths
-
-
-def train_seed(seed: int, iterations: int, train_file: Path, overrides: Sequence[str], out: Path) -> Config:
+def train_seed(seed: int, iterations: int, overrides: Sequence[str], out: Path) -> Config:
     from jobs.train import train
 
     shutil.rmtree(out, ignore_errors=True)
     config = load_config(
         None,
         [
-            f"data.questions=jsonl:{train_file}",
             f"train.iterations={iterations}",
             f"train.checkpoint_every={iterations}",
             f"train.seed={seed}",
@@ -85,7 +66,7 @@ def train_seed(seed: int, iterations: int, train_file: Path, overrides: Sequence
     return config
 
 
-def evaluate_seed(trained: Config, held_out: Path, repeats: int, out: Path) -> list[EvalRecord]:
+def evaluate_seed(trained: Config, repeats: int, out: Path) -> list[EvalRecord]:
     from jobs.evaluate import evaluate
 
     shutil.rmtree(out, ignore_errors=True)
@@ -93,7 +74,6 @@ def evaluate_seed(trained: Config, held_out: Path, repeats: int, out: Path) -> l
     config = load_config(
         trained,
         [
-            f"evaluate.benchmarks=[jsonl:{held_out}]",
             f"evaluate.methods={json.dumps(methods)}",
             f"evaluate.repeats={repeats}",
             f"evaluate.output_dir={out}",
@@ -112,38 +92,55 @@ def optimum_of(questions: Sequence[Question], workers: Sequence[WorkerConfig], m
 
 
 def figures(records: Sequence[EvalRecord], optimal_accuracy: float, optimal_reward: float) -> dict[str, float | None]:
-    """One seed's figures from its evaluation records (one benchmark) and the pool's optimum."""
-    cells = {c.method: c for c in summarise(records)}
-    conductor = next(m for m in cells if m.startswith("conductor:") and m != "conductor:untrained")
-    mine = [r for r in records if r.method == conductor and r.verdict != "error"]
-    rewards = [reward(r.verdict != "plan_error", r.verdict) or 0.0 for r in mine]
+    """One seed's figures from its evaluation records (every benchmark together) and the pool's optimum."""
+    scored = [r for r in records if r.verdict != "error"]  # a plan error scores 0, an infrastructure error nothing
+    by_method: dict[str, list[EvalRecord]] = {}
+    for r in scored:
+        by_method.setdefault(r.method, []).append(r)
+    conductor = next(m for m in by_method if m.startswith("conductor:") and m != "conductor:untrained")
+    mine = by_method[conductor]
     planned = [r for r in mine if r.plan]
-    hard = [r for r in planned if band_of(r.difficulty) == "hard"]
-    easy = [r for r in planned if band_of(r.difficulty) == "easy"]
 
     def accuracy(method: str) -> float | None:
-        return cells[method].accuracy if method in cells else None
+        return _accuracy(by_method[method]) if method in by_method else None
 
-    oracle_single = next((m for m in cells if m.startswith("oracle-single")), "oracle-single")
+    def cost(method: str) -> float | None:
+        return statistics.fmean(r.cost_usd for r in by_method[method]) if method in by_method else None
+
+    singles = [_accuracy(rs) for m, rs in by_method.items() if m.startswith("single:")]
     return {
-        "fraction_of_optimal_reward": statistics.fmean(rewards) / optimal_reward if rewards else None,
+        "fraction_of_optimal_reward": statistics.fmean(
+            reward(r.verdict != "plan_error", r.verdict) or 0.0 for r in mine
+        )
+        / optimal_reward,
         "accuracy": accuracy(conductor),
         "untrained_accuracy": accuracy("conductor:untrained"),
         "optimal_accuracy": optimal_accuracy,
         "optimal_run_accuracy": accuracy("optimal"),
-        "oracle_single_accuracy": accuracy(oracle_single),
+        "oracle_single_accuracy": accuracy(next((m for m in by_method if m.startswith("oracle-single")), "-")),
         "router_accuracy": accuracy("router"),
         "random_accuracy": accuracy("random"),
         "moa_accuracy": accuracy("moa"),
-        "best_single_accuracy": max(
-            (c.accuracy or 0.0 for m, c in cells.items() if m.startswith("single:")), default=None
+        "best_single_accuracy": max(singles) if singles else None,
+        "cost_per_sample_usd": cost(conductor),
+        "moa_cost_per_sample_usd": cost("moa"),
+        "steps_per_sample": statistics.fmean(r.steps for r in planned) if planned else None,
+        "hard_multi_step_share": _share(
+            [r for r in planned if band_of(r.difficulty) == "hard"],
+            lambda r: r.steps >= 2 and recorded_plan_shape(r.plan or ())[1],
         ),
-        "cost_per_sample_usd": cells[conductor].cost_usd,
-        "moa_cost_per_sample_usd": cells["moa"].cost_usd if "moa" in cells else None,
-        "steps_per_sample": cells[conductor].steps,
-        "hard_multi_step_share": _share(hard, lambda r: r.steps >= 2 and recorded_plan_shape(r.plan or ())[1]),
-        "easy_single_step_share": _share(easy, lambda r: r.steps == 1),
+        "easy_single_step_share": _share(
+            [r for r in planned if band_of(r.difficulty) == "easy"], lambda r: r.steps == 1
+        ),
     }
+
+
+def _accuracy(records: Sequence[EvalRecord]) -> float:
+    """The mean over questions of each question's share of right answers over its repeats."""
+    by_question: dict[tuple[str, str], list[bool]] = {}
+    for r in records:
+        by_question.setdefault((r.benchmark, r.question_id), []).append(r.verdict == "correct")
+    return statistics.fmean(statistics.fmean(v) for v in by_question.values())
 
 
 def _share(records: Sequence[EvalRecord], test) -> float | None:
@@ -191,16 +188,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-orchestration")
     args = parser.parse_args(argv)
 
-    train_file, held_out = split_samples(args.out)
-    questions = load_dataset(f"jsonl:{held_out}")
+    base = load_config(None, args.overrides)
+    questions = [q for spec in base.evaluate.benchmarks for q in load_dataset(spec)]
     runs = []
     for seed in range(args.seeds):
         print(f"seed {seed}: training {args.iterations} iterations ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        trained = train_seed(seed, args.iterations, train_file, args.overrides, args.out / f"seed-{seed}" / "run")
+        trained = train_seed(seed, args.iterations, args.overrides, args.out / f"seed-{seed}" / "run")
         trained_s = time.perf_counter() - started
         print(f"seed {seed}: evaluating on {len(questions)} held-out questions ...", file=sys.stderr, flush=True)
-        records = evaluate_seed(trained, held_out, args.repeats, args.out / f"seed-{seed}" / "eval")
+        records = evaluate_seed(trained, args.repeats, args.out / f"seed-{seed}" / "eval")
         optimal_accuracy, optimal_reward = optimum_of(questions, trained.workers, trained.conductor.max_steps)
         run = {"seed": seed, **figures(records, optimal_accuracy, optimal_reward)}
         run["train_s"], run["wall_s"] = round(trained_s, 1), round(time.perf_counter() - started, 1)

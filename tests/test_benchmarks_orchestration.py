@@ -1,4 +1,4 @@
-"""benchmarks/orchestration.py: its held-out split, the figures it reads from an evaluation's records
+"""benchmarks/orchestration.py: the figures it reads from an evaluation's records
 and the pool's optimum, and the goals it reports. (The benchmark itself trains and evaluates for
 tens of minutes; its figures are in docs/results.md.)"""
 
@@ -25,22 +25,11 @@ def bench():
     return module
 
 
-def test_a_quarter_of_each_source_is_held_out_the_same_way_every_time(bench, tmp_path):
-    train, held_out = bench.split_samples(tmp_path / "a")
-    again = bench.split_samples(tmp_path / "b")
-    assert [p.read_text() for p in (train, held_out)] == [p.read_text() for p in again]
-    train_ids = {q.id for q in load_dataset(f"jsonl:{train}")}
-    held = load_dataset(f"jsonl:{held_out}")
-    assert len(held) == 30 and len(train_ids) == 90 and not train_ids & {q.id for q in held}
-    assert {q.source for q in held} == {"gsm8k", "math500", "mmlu"}
-    assert any(q.meta.get("level") for q in held)  # the difficulty survives the file
-
-
 def record(method: str, verdict: str, steps: int = 1, difficulty: float = 0.1, check: bool = False, **kw) -> EvalRecord:
     plan = [{"model_id": 0, "subtask": "Solve the triangle", "access": []}]
     plan += [{"model_id": 0, "subtask": "Check it" if check else "Again", "access": [i]} for i in range(steps - 1)]
     return EvalRecord(
-        method, "jsonl:held_out", f"q{kw.pop('q', 0)}", "math", kw.pop("repeat", 0), verdict,
+        method, "samples:math500:eval", f"q{kw.pop('q', 0)}", "math", kw.pop("repeat", 0), verdict,
         steps=steps, workers=("w",) * steps, calls=steps, cost_usd=kw.pop("cost", 0.01) * steps,
         plan=tuple(plan) if verdict != "plan_error" else None, difficulty=difficulty,
     )  # fmt: skip
@@ -90,10 +79,10 @@ def test_goals_are_reached_missed_or_unknown(bench):
     assert bench.mean_over_seeds(runs) == {"accuracy": pytest.approx(0.7), "hard_multi_step_share": None}
 
 
-def test_the_best_plans_of_the_embedded_pool_beat_its_best_single_workers_on_the_held_out_questions(bench, tmp_path):
-    _, held_out = bench.split_samples(tmp_path)
-    workers = load_config().workers
-    accuracy, expected_reward = bench.optimum_of(load_dataset(f"jsonl:{held_out}"), workers, 3)
+def test_the_optimum_of_the_embedded_pool_on_its_evaluation_questions(bench):
+    config = load_config()
+    questions = [q for spec in config.evaluate.benchmarks for q in load_dataset(spec)]
+    accuracy, expected_reward = bench.optimum_of(questions, config.workers, 3)
     assert expected_reward == pytest.approx(0.5 + 0.5 * accuracy)
     assert 0.7 < accuracy < 1.0
     assert json.dumps(bench.GOALS)  # the goals print with the figures

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import gzip
+import hashlib
 import importlib.util
 import json
 import subprocess
@@ -599,3 +600,23 @@ def test_hf_specs_go_through_the_datasets_library(tmp_path):
     ]
     with pytest.raises(HubUnavailableError, match="Hub"):
         load_dataset("hf:no-such-owner/no-such-dataset:test")
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "math500", "mmlu"])
+def test_a_sample_sets_train_and_eval_splits_are_disjoint_fixed_and_in_file_order(name):
+    whole = [q.id for q in load_samples(name)]
+    train = [q.id for q in load_dataset(f"samples:{name}:train")]
+    held_out = [q.id for q in load_dataset(f"samples:{name}:eval")]
+    assert len(held_out) == round(len(whole) / 4) and sorted(train + held_out) == sorted(whole)
+    assert train == [i for i in whole if i in set(train)] and held_out == [i for i in whole if i in set(held_out)]
+    assert [q.id for q in load_samples(name, split="eval", limit=3)] == held_out[:3]
+    # The split goes by a hash of the id alone: the same on every machine, whatever the file order.
+    ranked = sorted(whole, key=lambda i: hashlib.sha256(i.encode()).hexdigest())
+    assert set(held_out) == set(ranked[: len(held_out)])
+
+
+def test_an_unknown_sample_split_is_refused_naming_the_splits():
+    with pytest.raises(ValueError, match=r"only the splits \['train', 'eval'\]"):
+        load_dataset("samples:gsm8k:test")
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        load_samples("gsm8k", split="dev")

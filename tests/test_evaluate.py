@@ -277,16 +277,15 @@ def test_a_checkpoint_is_not_evaluated_on_its_own_training_data(tmp_path, no_clu
 def test_training_on_an_evaluation_benchmark_is_refused_before_ray(tmp_path, no_cluster):
     from jobs.train import main
 
-    # HumanEval ships in a package, so this holds without the shared data directory too.
-    assert "humaneval" in load_config(None).evaluate.benchmarks
+    # The embedded default evaluates on the held-out quarter of the shipped samples; all of a sample set overlaps it.
+    assert "samples:math500:eval" in load_config(None).evaluate.benchmarks
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as exit_info:
-        main(["data.questions=samples:humaneval", f"train.output_dir={out}", "train.progress=false"])
+        main(["data.questions=samples:math500", f"train.output_dir={out}", "train.progress=false"])
     message = exit_info.value.code
     assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
-    assert "'humaneval' shares 20 of its 164 questions" in message and "data.questions=samples:humaneval" in message, (
-        message
-    )
+    assert "'samples:math500:eval' shares 10 of its 10 questions" in message, message
+    assert "data.questions=samples:math500" in message and "samples:math500:train" in message, message
     assert not (out / "metrics.jsonl").exists() and not (out / "config.json").exists()
 
 

