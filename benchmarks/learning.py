@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from conductor_rl.config import load_config  # noqa: E402
-
-ROUTING = ROOT / "configs" / "local-routing.yaml"
+from conductor_rl.config.loading import CONFIG_DIR  # noqa: E402
 from conductor_rl.run.log import records  # noqa: E402
+
+ROUTING = CONFIG_DIR / "local-routing.yaml"
 
 
 def run_seed(seed: int, overrides: list[str], out: Path) -> dict:

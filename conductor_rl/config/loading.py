@@ -115,12 +115,13 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         return data
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(f"config file {path}: base must name another config file, e.g. `base: local.yaml`")
+    seen = (*seen, path.resolve())
     base_path = (path.parent / base).resolve()
-    if base_path in seen or base_path == path.resolve():
+    if base_path in seen:
         raise ConfigError(
             f"config file {path}: base {base} leads back to itself; a base may not have this file as base"
         )
-    return _merged(_read_yaml(base_path, (*seen, path.resolve())), data)
+    return _merged(_read_yaml(base_path, seen), data)
 
 
 def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

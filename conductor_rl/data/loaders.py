@@ -94,7 +94,7 @@ def load_samples(name: str, limit: int | None = None, split: str | None = None) 
     ranked = sorted(questions, key=lambda q: hashlib.sha256(q.id.encode()).hexdigest())
     held_out = {q.id for q in ranked[: round(len(ranked) * SAMPLES_EVAL_SHARE)]}
     chosen = [q for q in questions if (q.id in held_out) == (split == "eval")]
-    return chosen[: check_limit(limit)] if limit is not None else chosen
+    return chosen[: check_limit(limit)]
 
 
 def _spec_error(spec: str, why: str) -> ValueError:

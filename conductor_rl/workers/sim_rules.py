@@ -71,7 +71,7 @@ def plan_shape(steps: Sequence[tuple[str, Sequence[int]]]) -> tuple[bool, bool]:
     """A plan's shape from each step's (subtask, earlier steps it reads): (a step reads an earlier
     answer, a step reads one and is worded as a check of it)."""
     reading = [subtask for subtask, reads in steps if reads]
-    return bool(reading), any(has_check_word(subtask) for subtask in reading)
+    return bool(reading), any(step_role(subtask, reads_answer=True) == "check" for subtask in reading)
 
 
 def on_task(subtask: str, question: str) -> bool:
