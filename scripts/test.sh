@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets everything up (scripts/setup.sh) and runs the test suite, offline.
-# With no arguments, two pytest processes side by side: the slow tests (real models, Ray, vLLM,
+# With no arguments, two pytest processes side by side: the heavy slow tests (Ray, vLLM, learners,
 # training subprocesses; tests/conftest.py marks them) in one, in order, naming the 25 slowest; the
-# quick tests in the other, its log printed at the end. Never two slow tests at once: each may start
-# a Ray cluster, a vLLM server or a learner, and two together can exhaust a 24 GiB machine.
+# quick tests and the `light` slow ones (real models in process, sandboxes, timeouts) in the other, its
+# log printed at the end. Never two heavy tests at once: each may start a Ray cluster, a vLLM server
+# or a learner, and two together can exhaust a 24 GiB machine.
 #   bash scripts/test.sh                        # all tests
 #   bash scripts/test.sh -m "not slow" -n 2     # the quick subset for iteration, two xdist workers
 #   bash scripts/test.sh -k plan -x             # with arguments: one pytest process, they go to it
@@ -17,15 +18,15 @@ if (($# > 0)); then
 fi
 
 quick_log=$(mktemp -t conductor-quick-tests.XXXXXX.log)
-"${pytest[@]}" -m "not slow" >"$quick_log" 2>&1 &
+"${pytest[@]}" -m "not slow or light" >"$quick_log" 2>&1 &
 quick_pid=$!
 slow_rc=0
-"${pytest[@]}" -m slow --durations=25 || slow_rc=$?
+"${pytest[@]}" -m "slow and not light" --durations=25 || slow_rc=$?
 quick_rc=0
 wait "$quick_pid" || quick_rc=$?
 
 echo
-echo "=== the quick tests (run beside the slow ones; log: $quick_log) ==="
+echo "=== the quick and light tests (run beside the heavy ones; log: $quick_log) ==="
 if ((quick_rc != 0)); then
   cat "$quick_log"
 else

@@ -28,10 +28,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses a slow fixture, directly or through another fixture, is marked slow.
     scripts/test.sh runs the slow tests in one process, in order, so that they share one Ray cluster
     and their module fixtures, and never two at once; the quick ones run in a second process beside
-    them, while the slow ones wait on processes, servers and timeouts."""
+    them, while the slow ones wait on processes, servers and timeouts. Slow tests marked `light` (real
+    models in this process, sandboxes, timeouts; no Ray, vLLM, learner or training process) run in the
+    quick process, after the quick tests."""
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if SLOW_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
+        # `light` slow tests run beside the heavy ones, so they may not start a Ray cluster.
+        if item.get_closest_marker("light") and "ray_cluster" in fixtures:
+            raise pytest.UsageError(f"{item.nodeid} is marked light but uses ray_cluster: a light test starts no Ray")
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from conductor_rl.plan import parse_plan
 from conductor_rl.plan.constrained import PlanConstraint, PlanFormat
 from tests.logprob_reference import completion_logprobs
 
-pytestmark = pytest.mark.slow  # samples a real model
+pytestmark = [pytest.mark.slow, pytest.mark.light]  # samples a real model in this process
 PROMPTS = ["<|im_start|>user\nWrite a plan.<|im_end|>\n<|im_start|>assistant\n", "Hi", "one two three four five"]
 
 

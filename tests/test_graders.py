@@ -37,6 +37,10 @@ from conductor_rl.grading import (
 )
 from conductor_rl.grading.math import MAX_BOXED_CHARS, TEST_HANG_ENV
 
+# Slow (real models, sandboxes, timeouts) but starts no Ray, vLLM, learner or training process: runs
+# beside the heavy tests (tests/conftest.py).
+pytestmark = pytest.mark.light
+
 ROOT = Path(__file__).resolve().parents[1]
 MATH500 = ROOT.parent / "shared" / "data" / "math500" / "test.jsonl"
 

@@ -14,6 +14,10 @@ from conductor_rl.plan import parse_plan
 from conductor_rl.policy.conductor import Conductor, plan_finished
 from conductor_rl.workers.providers import WorkerRequest, build_provider
 
+# Slow (real models, sandboxes, timeouts) but starts no Ray, vLLM, learner or training process: runs
+# beside the heavy tests (tests/conftest.py).
+pytestmark = pytest.mark.light
+
 
 @pytest.fixture(scope="module")
 def tiny():

@@ -8,6 +8,10 @@ from conductor_rl.plan import parse_plan
 from conductor_rl.plan.constrained import PlanFormat, PlanFormatError
 from conductor_rl.policy.conductor import Conductor
 
+# Slow (real models, sandboxes, timeouts) but starts no Ray, vLLM, learner or training process: runs
+# beside the heavy tests (tests/conftest.py).
+pytestmark = pytest.mark.light
+
 
 @pytest.mark.parametrize(
     "n_workers, max_steps, prefix", [(3, 5, "model_id = ["), (1, 1, ""), (2, 3, "model_"), (12, 4, "")]
