@@ -59,7 +59,9 @@ def test_fork_bomb(box):
 
 
 def test_memory_bomb(box):
-    r = box.run("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 1024 * 1024))\n")
+    # Up to the hang guard, not the 2 s timeout: beside the heavy tests a loaded machine can take longer
+    # than that to fill 512 MB, and the test is about the memory limit.
+    r = box.run("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 1024 * 1024))\n", timeout_s=HANG_GUARD_S)
     assert not r.ok and "MemoryError" in r.stderr
 
 
