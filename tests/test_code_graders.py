@@ -18,9 +18,7 @@ from conductor_rl.rollout.rollouts import grade_answer, run_rollout
 from conductor_rl.rollout.workflow import Task
 from conductor_rl.testing.workers import ScriptedWorker
 
-# Slow (real models, sandboxes, timeouts) but starts no Ray, vLLM, learner or training process: runs
-# beside the heavy tests (tests/conftest.py).
-pytestmark = pytest.mark.light
+pytestmark = pytest.mark.light  # starts no Ray, vLLM or learner: runs beside the heavy tests (conftest.py)
 
 BOX = Sandbox(timeout_s=5)
 

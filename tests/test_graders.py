@@ -37,9 +37,7 @@ from conductor_rl.grading import (
 )
 from conductor_rl.grading.math import MAX_BOXED_CHARS, TEST_HANG_ENV
 
-# Slow (real models, sandboxes, timeouts) but starts no Ray, vLLM, learner or training process: runs
-# beside the heavy tests (tests/conftest.py).
-pytestmark = pytest.mark.light
+pytestmark = pytest.mark.light  # starts no Ray, vLLM or learner: runs beside the heavy tests (conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 MATH500 = ROOT.parent / "shared" / "data" / "math500" / "test.jsonl"

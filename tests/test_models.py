@@ -14,9 +14,7 @@ from conductor_rl.plan import parse_plan
 from conductor_rl.policy.conductor import Conductor, plan_finished
 from conductor_rl.workers.providers import WorkerRequest, build_provider
 
-# Slow (real models, sandboxes, timeouts) but starts no Ray, vLLM, learner or training process: runs
-# beside the heavy tests (tests/conftest.py).
-pytestmark = pytest.mark.light
+pytestmark = pytest.mark.light  # starts no Ray, vLLM or learner: runs beside the heavy tests (conftest.py)
 
 
 @pytest.fixture(scope="module")

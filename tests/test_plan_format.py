@@ -8,9 +8,7 @@ from conductor_rl.plan import parse_plan
 from conductor_rl.plan.constrained import PlanFormat, PlanFormatError
 from conductor_rl.policy.conductor import Conductor
 
-# Slow (real models, sandboxes, timeouts) but starts no Ray, vLLM, learner or training process: runs
-# beside the heavy tests (tests/conftest.py).
-pytestmark = pytest.mark.light
+pytestmark = pytest.mark.light  # starts no Ray, vLLM or learner: runs beside the heavy tests (conftest.py)
 
 
 @pytest.mark.parametrize(

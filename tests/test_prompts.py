@@ -7,9 +7,7 @@ from conductor_rl.models import load_causal_lm
 from conductor_rl.plan import parse_plan
 from conductor_rl.plan.prompts import EXAMPLES, apply_chat_template, conductor_messages, worker_messages
 
-# Slow (real models, sandboxes, timeouts) but starts no Ray, vLLM, learner or training process: runs
-# beside the heavy tests (tests/conftest.py).
-pytestmark = pytest.mark.light
+pytestmark = pytest.mark.light  # starts no Ray, vLLM or learner: runs beside the heavy tests (conftest.py)
 
 
 def test_four_worked_examples_are_valid_plans_outside_the_training_domains():

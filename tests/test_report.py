@@ -15,9 +15,7 @@ from conductor_rl.run import report
 from conductor_rl.run.log import METRICS_FILE, RunLog
 from conductor_rl.run.report import ReportError, summarize, write_report
 
-# Slow (real models, sandboxes, timeouts) but starts no Ray, vLLM, learner or training process: runs
-# beside the heavy tests (tests/conftest.py).
-pytestmark = pytest.mark.light
+pytestmark = pytest.mark.light  # starts no Ray, vLLM or learner: runs beside the heavy tests (conftest.py)
 
 PHASES = {"time_generate_s": 3.0, "time_execute_s": 1.0, "time_grade_s": 0.5, "time_learn_s": 20.0, "time_sync_s": 1.5}
 

@@ -9,9 +9,7 @@ from conductor_rl.policy.batch import rollout_batch
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.rollout.workflow import Task
 
-# Slow (real models, sandboxes, timeouts) but starts no Ray, vLLM, learner or training process: runs
-# beside the heavy tests (tests/conftest.py).
-pytestmark = pytest.mark.light
+pytestmark = pytest.mark.light  # starts no Ray, vLLM or learner: runs beside the heavy tests (conftest.py)
 
 PROMPTS = [[1, 2, 3], [4, 5], [6], [7, 8]]
 

@@ -21,7 +21,7 @@ from conductor_rl.grading.sandbox import Sandbox
 TIMEOUT = 2.0
 
 # Each case runs a program until the sandbox stops it (often at its timeout), twice.
-pytestmark = [pytest.mark.slow, pytest.mark.light]  # light: starts no Ray, vLLM or learner (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.light]  # light: as above, and starts no Ray, vLLM or learner
 
 
 @pytest.fixture(params=["bwrap", "rlimits"])
