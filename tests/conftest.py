@@ -26,11 +26,12 @@ SLOW_FIXTURES = {"ray_cluster", "tiny_qwen2", "smollm2"}
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by the mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses a slow fixture, directly or through another fixture, is marked slow.
-    scripts/test.sh runs the slow tests in one process, in order, so that they share one Ray cluster
-    and their module fixtures, and never two at once; the quick ones run in a second process beside
-    them, while the slow ones wait on processes, servers and timeouts. Slow tests marked `light` (real
-    models in this process, sandboxes, timeouts; no Ray, vLLM, learner or training process) run in the
-    quick process, after the quick tests."""
+    scripts/test.sh runs the heavy slow tests on two pytest-xdist workers, a module whole on one, so that
+    a module's tests share its fixtures and each worker its Ray cluster; the quick ones run in a third
+    process beside them, while the slow ones wait on processes, servers and timeouts. Slow tests marked
+    `light` (real models in this process, sandboxes, timeouts; no Ray, vLLM, learner or training process)
+    run in the quick process, after the quick tests; those marked `alone` (most of the machine's memory)
+    run last, with nothing beside them."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if SLOW_FIXTURES & fixtures:

@@ -423,6 +423,7 @@ def test_a_plan_runs_on_served_smollm2_replicas_and_the_ledger_matches_the_serve
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # two vLLM servers beside the job's generator and learner
 def test_train_an_iteration_with_served_workers(tmp_path):
     """configs/local-real.yaml end to end: served SmolLM2 and Gemma workers, an iteration (its learner step
     and weight sync), a checkpoint, and no vLLM server left behind."""
