@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     process beside them, while the slow ones wait on processes, servers and timeouts. Slow tests marked
     `light` (real models in this process, sandboxes, timeouts; no Ray, vLLM, learner or training process)
     run in the quick process, after the quick tests; those marked `alone` (most of the machine's memory)
-    run last, with nothing beside them."""
+    run before the heavy ones, with only the quick process beside them."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if SLOW_FIXTURES & fixtures:
