@@ -8,11 +8,14 @@ against the in-process `local` provider on the same prompts (same run).
    one at a time and all at once (what a training iteration does), against
    the `local` provider (transformers in this process, one request at a time:
    it cannot batch) on the same prompts and output budget; ratios to it.
-3. The same served figures with vLLM's CPU threads on every core
-   (`VLLM_CPU_NUM_OF_RESERVED_CPU=0`; by default vLLM keeps one core free for
-   its server process, which on two cores leaves one for the model).
+3. The same served figures in vLLM's own process layout on a CPU
+   (`VLLM_ENABLE_V1_MULTIPROCESSING=1`: the model in a third process, pinned to
+   the cores vLLM does not keep for its server process, one of two here), and
+   in that layout with every core (`VLLM_CPU_NUM_OF_RESERVED_CPU=0`). The job's
+   default runs the model in the engine process
+   (conductor_rl/workers/serving.py, CPU_SERVER_ENV).
 
-    python benchmarks/served_worker.py [--json] [--prompts 8] [--tokens 64] [--no-all-cores]
+    python benchmarks/served_worker.py [--json] [--prompts 8] [--tokens 64] [--no-layouts]
 
 Prints human-readable lines; with --json the last line is one JSON object.
 """
@@ -128,10 +131,10 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument(
-        "--no-all-cores",
-        dest="all_cores",
+        "--no-layouts",
+        dest="layouts",
         action="store_false",
-        help="skip the run with VLLM_CPU_NUM_OF_RESERVED_CPU=0",
+        help="skip the runs in vLLM's own process layout (with and without a reserved core)",
     )
     args = parser.parse_args()
 
@@ -161,9 +164,13 @@ def main() -> int:
 
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
-        runs = {"default": {}}
-        if args.all_cores:
-            runs["all_cores"] = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+        runs: dict[str, dict[str, str]] = {"default": {}}
+        if args.layouts:
+            runs["three_processes"] = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+            runs["three_processes_all_cores"] = {
+                "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+                "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            }
         for label, env in runs.items():
             served = served_figures(label, env, batch, log)
             prefix = "served" if label == "default" else f"served_{label}"

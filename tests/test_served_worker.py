@@ -144,6 +144,13 @@ def test_the_server_environment_adds_serve_env_and_finds_the_guard():
     assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/x"]
 
 
+def test_a_cpu_replica_runs_its_model_in_the_engine_process_unless_serve_env_says_otherwise():
+    base = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # whatever the job's own environment holds
+    assert server_env(spec(), base=base)["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert server_env(spec(env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}))["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in server_env(spec(gpus=1), base={})
+
+
 # --- deployments -------------------------------------------------------------------------------
 
 

@@ -41,6 +41,10 @@ VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 OWNED_ARGS = frozenset({"model", "served_model_name", "host", "port"})
 #: Added unless engine_args say otherwise: an access-log line per call would fill the log in a training run.
 DEFAULT_ENGINE_ARGS: dict[str, Any] = {"disable_uvicorn_access_log": True}
+#: Added to a CPU replica's environment unless `serve.env` sets it: vLLM then runs the model in its engine
+#: process instead of a third process pinned to one core; it starts sooner and uses every core
+#: (benchmarks/served_worker.py measures both; docs/decisions.md).
+CPU_SERVER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 PORT_ATTEMPTS = 3
 LOG_TAIL_LINES = 40
 STOP_GRACE_S = 10.0
@@ -220,12 +224,14 @@ def guarded_command(
 
 
 def server_env(spec: ServeSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: this process's (Ray's GPU assignment, offline flags), then `serve.env`.
-    The project root goes on PYTHONPATH so the guard module imports wherever the job's code lives
-    (a `ray job submit` working directory is not installed)."""
+    """The server's environment: this process's (Ray's GPU assignment, offline flags), `CPU_SERVER_ENV`
+    for a replica without GPUs, then `serve.env`. The project root goes on PYTHONPATH so the guard module
+    imports wherever the job's code lives (a `ray job submit` working directory is not installed)."""
     env = dict(os.environ if base is None else base)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    if spec.gpus == 0:
+        env.update(CPU_SERVER_ENV)
     env.update(spec.env)
     return env
 
