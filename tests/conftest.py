@@ -39,6 +39,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # `light` slow tests run beside the heavy ones, so they may not start a Ray cluster.
         if item.get_closest_marker("light") and "ray_cluster" in fixtures:
             raise pytest.UsageError(f"{item.nodeid} is marked light but uses ray_cluster: a light test starts no Ray")
+        # scripts/test.sh finds the `alone` tests' modules by the mark's text, without collecting every module.
+        if item.get_closest_marker("alone") and "pytest.mark.alone" not in item.path.read_text():
+            raise pytest.UsageError(f"{item.nodeid} is marked alone, but not as `@pytest.mark.alone` in its module")
 
 
 @pytest.fixture(scope="session")
