@@ -12,10 +12,11 @@ policy never samples gets no reward signal, so these shares bound what training 
 - `on_task_share`: solving steps whose subtask shares a content word with the question;
 - `parse_errors`: completions that are not plans.
 
-    .venv/bin/python benchmarks/exploration.py                      # 0 and 4 worked examples, JSON last
+    .venv/bin/python benchmarks/exploration.py --json               # 0 and 4 worked examples, JSON last
     .venv/bin/python benchmarks/exploration.py --examples 0 2 --questions 4 --samples 16
 
 The questions are the first `--questions` of each training sample set (GSM8K, MATH-500, MMLU).
+Progress on stderr; with --json the last line on stdout is one JSON object.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.measure import machine
+from benchmarks.measure import log, machine
+from conductor_rl.config import Config, load_config
 from conductor_rl.plan import PlanError, parse_plan
 from conductor_rl.workers.sim_rules import has_check_word, on_task
 
@@ -71,15 +74,13 @@ def exploration_shares(questions: Sequence[str], plans: Sequence[Sequence[str]],
     }
 
 
-def sample_plans(examples: int, questions: Sequence[str], samples: int, seed: int) -> tuple[list[list[str]], int]:
-    """`samples` completions per question from the untrained Conductor with `examples` worked
-    examples; and the prompt's length in tokens."""
-    from conductor_rl.config import load_config
-    from conductor_rl.models import load_causal_lm
+def sample_plans(
+    config: Config, model: Any, tokenizer: Any, questions: Sequence[str], samples: int, seed: int
+) -> tuple[list[list[str]], int]:
+    """`samples` completions per question from the untrained Conductor of `config`; and the prompt's
+    length in tokens."""
     from conductor_rl.policy.conductor import Conductor
 
-    config = load_config(None, [f"conductor.n_examples={examples}"])
-    model, tokenizer = load_causal_lm(config.conductor.model, config.conductor.dtype)
     conductor = Conductor(config.conductor, model, tokenizer)
     n_workers = len(config.workers)
     groups = conductor.write_plans_many(questions, n_workers, n=samples, seed=seed)
@@ -96,19 +97,18 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr if args.json else sys.stdout, flush=True)
-
-    from conductor_rl.config import load_config
     from conductor_rl.data import load_dataset
+    from conductor_rl.models import load_causal_lm
 
     questions = [q.question for spec in TRAINING_SETS for q in load_dataset(spec, limit=args.questions)]
-    n_workers = len(load_config(None).workers)
+    base = load_config(None)
+    model, tokenizer = load_causal_lm(base.conductor.model, base.conductor.dtype)
     figures: dict = {**machine(), "questions": len(questions), "samples": args.samples, "by_examples": {}}
     for examples in args.examples:
         started = time.perf_counter()
-        plans, prompt_tokens = sample_plans(examples, questions, args.samples, args.seed)
-        shares = exploration_shares(questions, plans, n_workers)
+        config = load_config(base, [f"conductor.n_examples={examples}"])
+        plans, prompt_tokens = sample_plans(config, model, tokenizer, questions, args.samples, args.seed)
+        shares = exploration_shares(questions, plans, len(config.workers))
         shares.update(prompt_tokens=prompt_tokens, seconds=round(time.perf_counter() - started, 1))
         figures["by_examples"][str(examples)] = shares
         log(
