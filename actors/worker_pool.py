@@ -51,6 +51,7 @@ from conductor_rl.workers.ledger import CostLedger
 from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits
 from conductor_rl.workers.providers import (
     OFFLINE_PROVIDERS,
+    CallKey,
     ProviderError,
     Secret,
     Usage,
@@ -95,37 +96,64 @@ class RateLimiterActor:
 
 @ray.remote(num_cpus=0)
 class LedgerActor:
-    def __init__(self, budget_usd: float | None) -> None:
-        self._ledger = CostLedger(budget_usd)
+    """The run's `CostLedger`; with `journal`, it continues that spend journal (its one writer) and
+    answers a call's open or outcome only once it is on disk."""
+
+    def __init__(self, budget_usd: float | None, journal: str | None = None, job: str = "") -> None:
+        self._ledger = CostLedger.from_journal(journal, budget_usd, job=job) if journal else CostLedger(budget_usd)
+
+    async def _durable(self, fsync: bool = True) -> None:
+        if self._ledger.journal is not None:
+            await self._ledger.journal.durable(fsync)
 
     async def admit(self) -> None:
         self._ledger.admit()
 
     async def record(
-        self, worker: str, provider: str, usage: Usage, cost_usd: float, call_id: str | None = None
+        self, worker: str, provider: str, usage: Usage, cost_usd: float, call_id: str | None = None, model: str = ""
     ) -> bool:
-        return self._ledger.record(worker, provider, usage, cost_usd, call_id=call_id)
+        exhausted = self._ledger.record(worker, provider, usage, cost_usd, call_id=call_id, model=model)
+        await self._durable()
+        return exhausted
 
     async def open_call(
-        self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True
+        self,
+        call_id: str,
+        worker: str,
+        provider: str,
+        max_cost_usd: float,
+        admit: bool = True,
+        model: str = "",
+        key: CallKey | None = None,
     ) -> None:
-        self._ledger.open_call(call_id, worker, provider, max_cost_usd, admit)
+        self._ledger.open_call(call_id, worker, provider, max_cost_usd, admit, model, key)
+        await self._durable(fsync=False)  # written before the call is sent; on disk within milliseconds
 
-    async def open_calls(self, calls: list[tuple[str, str, str, float]]) -> None:
-        for call_id, worker, provider, max_cost_usd in calls:
-            self._ledger.open_call(call_id, worker, provider, max_cost_usd, admit=False)
+    async def open_calls(self, calls: list[tuple[str, str, str, float, str, CallKey | None]]) -> None:
+        for call_id, worker, provider, max_cost_usd, model, key in calls:
+            self._ledger.open_call(call_id, worker, provider, max_cost_usd, False, model, key)
+        await self._durable(fsync=False)
 
-    async def close_call(self, call_id: str) -> None:
-        self._ledger.close_call(call_id)
+    async def close_call(self, call_id: str, outcome: str = "error") -> None:
+        self._ledger.close_call(call_id, outcome)
+        await self._durable()
 
     async def settle_open_calls(self) -> int:
-        return self._ledger.settle_open_calls()
+        settled = self._ledger.settle_open_calls()
+        await self._durable()
+        return settled
 
     async def start_iteration(self, iteration: int) -> None:
         self._ledger.start_iteration(iteration)
 
+    async def start_cell(self, cell: str | None) -> None:
+        self._ledger.start_cell(cell)
+
     async def budget(self) -> float | None:
         return self._ledger.budget_usd
+
+    async def journaled(self) -> bool:
+        return self._ledger.journal is not None
 
     async def summary(self) -> dict:
         return self._ledger.summary()
@@ -170,11 +198,14 @@ def get_rate_limiter(
     raise RuntimeError(f"worker {config.name!r}: could not start its rate limiter actor; is the Ray cluster healthy?")
 
 
-def get_ledger(budget_usd: float | None = None, name: str = LEDGER_NAME) -> ActorHandle:
-    """The run's ledger (created with `budget_usd` by its first caller)."""
+def get_ledger(
+    budget_usd: float | None = None, name: str = LEDGER_NAME, journal: str | None = None, job: str = ""
+) -> ActorHandle:
+    """The run's ledger (created with `budget_usd` by its first caller). `journal`: the spend journal
+    it continues (a path on this node, the driver's), as a session of `job`."""
     return LedgerActor.options(
         name=name, namespace=NAMESPACE, get_if_exists=True, max_concurrency=MAX_WAITERS, **on_this_node()
-    ).remote(budget_usd)
+    ).remote(budget_usd, journal, job)
 
 
 class _Remote:
@@ -199,28 +230,56 @@ def actor_name(handle: ActorHandle) -> str:
 
 
 class _LedgerClient(_Remote):
-    """The ledger actor as GuardedProvider calls it. Opens that need no answer
+    """The ledger actor as GuardedProvider calls it. Opens that need no admission
     (no budget to check) leave in batches, one message per event-loop turn:
     one message each would queue hundreds of calls that start at once behind
-    one another."""
+    one another. With `confirm` (the ledger writes a spend journal) each such open
+    is awaited all the same, so that no call is sent before its open is on disk:
+    the calls of a batch share the batch's answer."""
 
-    def __init__(self, handle: ActorHandle) -> None:
+    def __init__(self, handle: ActorHandle, confirm: bool = False) -> None:
         super().__init__(handle)
-        self._pending: list[tuple[str, str, str, float]] = []
+        self._confirm = confirm
+        self._pending: list[tuple[str, str, str, float, str, CallKey | None]] = []
+        self._answer: asyncio.Future | None = None  # the pending batch's, when it is confirmed
+        self._relays: set[asyncio.Task] = set()
 
     def open_call(
-        self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True
-    ) -> ObjectRef | None:
-        if admit:
-            return self._handle.open_call.remote(call_id, worker, provider, max_cost_usd, True)
+        self,
+        call_id: str,
+        worker: str,
+        provider: str,
+        max_cost_usd: float,
+        admit: bool = True,
+        model: str = "",
+        key: CallKey | None = None,
+    ) -> ObjectRef | asyncio.Future | None:
+        if admit:  # an admission has an answer of its own (it may refuse)
+            return self._handle.open_call.remote(call_id, worker, provider, max_cost_usd, admit, model, key)
+        loop = asyncio.get_running_loop()
         if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append((call_id, worker, provider, max_cost_usd))
-        return None
+            loop.call_soon(self._flush)
+            self._answer = loop.create_future() if self._confirm else None
+        self._pending.append((call_id, worker, provider, max_cost_usd, model, key))
+        return self._answer
 
     def _flush(self) -> None:
         batch, self._pending = self._pending, []
-        self._handle.open_calls.remote(batch)
+        sent = self._handle.open_calls.remote(batch)
+        if self._answer is not None:
+            answer, self._answer = self._answer, None
+            relay = asyncio.ensure_future(_relay(sent, answer))
+            self._relays.add(relay)
+            relay.add_done_callback(self._relays.discard)
+
+
+async def _relay(sent: ObjectRef, answer: asyncio.Future) -> None:
+    try:
+        await sent
+    except Exception as err:
+        answer.set_exception(err)
+    else:
+        answer.set_result(None)
 
 
 @ray.remote
@@ -234,6 +293,7 @@ class WorkerActor:
         policy: RetryPolicy,
         seed: int = 0,
         check_budget: bool = True,
+        journaled: bool = False,
     ) -> None:
         # Names, not handles: Ray cannot restart an actor whose constructor took actor handles
         # (they live in the object store), and replicas must be restartable.
@@ -244,11 +304,13 @@ class WorkerActor:
             provider,
             provider_kind=config.provider,
             limiter=_Remote(limiter) if limiter is not None else None,
-            ledger=_LedgerClient(ledger) if ledger is not None else None,
+            ledger=_LedgerClient(ledger, confirm=journaled) if ledger is not None else None,
             policy=policy,
             observer=RayMetricsObserver(),
             check_budget=check_budget,
             price=config.price,
+            model=config.model,
+            journaled=journaled,
         )
 
     async def complete(self, request: WorkerRequest) -> WorkerResponse:
@@ -301,6 +363,7 @@ class WorkerPool:
         )
         self.ledger = ledger if ledger is not None else get_ledger()
         check_budget = ray.get(self.ledger.budget.remote()) is not None
+        journaled = ray.get(self.ledger.journaled.remote())
         policy = policy or RetryPolicy(max_retries=config.max_retries)
         # A crashed replica is restarted by Ray, and the calls it was serving (or that reached it while it
         # restarted) are sent to it again; past these limits a call fails as `replica_died`.
@@ -325,6 +388,7 @@ class WorkerPool:
                 policy,
                 seed,
                 check_budget,
+                journaled,
             )
             for i in range(replicas)
         ]

@@ -14,14 +14,17 @@ sliding window (60 per 10 s = 360 RPM), and our limiter uses the same window.
    full limit, SDK retries on (the openai SDK's defaults): its share and its 429s.
 3. No limit: calls/s through the pool against the same calls made directly with
    the provider in this process, at the same concurrency (goal: overhead < 5 %).
-4. Across nodes: the share of the limit and the 429s with 1, 4, 16 and 64
+4. The spend journal: calls/s through the pool with the ledger writing its journal
+   (each call's open and outcome on disk, fsync'd, before the call goes on) over
+   calls/s without one, at the same concurrency (goal: >= 0.97).
+5. Across nodes: the share of the limit and the 429s with 1, 4, 16 and 64
    replicas spread evenly over the worker nodes of a Ray cluster of several
    nodes on this machine (tests/ray_clusters.py: a raylet per node; the head
    holds the driver, the limiter, the ledger and the server). Each replica asks
    for 1/k of a node's `conductor_cpu_node`, k replicas per node, so the spread
    is forced, and the figures give the replicas each node got.
 
-    python benchmarks/worker_pool.py [--json] [--windows N] [--part all|local|nodes] [--nodes N]
+    python benchmarks/worker_pool.py [--json] [--windows N] [--part all|local|journal|nodes] [--nodes N]
 
 With --json the last line is one JSON object.
 """
@@ -51,6 +54,7 @@ LIMIT = 60
 LATENCY_S = 0.2
 GOAL_SHARE = 0.95
 GOAL_OVERHEAD = 0.05
+GOAL_JOURNAL_SHARE = 0.97
 KEY_ENV = "CONDUCTOR_BENCH_KEY"
 
 
@@ -209,13 +213,80 @@ def overhead_run(server, n: int, concurrency: int, rounds: int = 3) -> dict:
     }
 
 
-def local_parts(n: int) -> dict:
+def journal_run(server, n: int, concurrency: int, rounds: int = 5) -> dict:
+    """Part 4: the pool with a journaling ledger against the pool without, best of `rounds` interleaved;
+    without a budget (calls are opened in the ledger without waiting, unless it journals) and with one
+    (each call waits for its admission anyway)."""
+    import tempfile
+
+    from actors.worker_pool import WorkerPool, get_ledger
+    from conductor_rl.workers.spend_journal import JOURNAL_FILE
+
+    server.reset(latency_s=LATENCY_S, rpm=None)
+    cfg = config(server)
+    folder = Path(tempfile.mkdtemp(prefix="journal-bench-"))
+
+    def pool(budget: float | None, journal: bool) -> WorkerPool:
+        name = uuid.uuid4().hex
+        path = str(folder / name / JOURNAL_FILE) if journal else None
+        return WorkerPool(cfg, replicas=1, ledger=get_ledger(budget, name=name, journal=path, job="bench"))
+
+    pools = {(budget, journal): pool(budget, journal) for budget in (None, 1e6) for journal in (False, True)}
+
+    async def bounded(pool) -> float:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(i):
+            async with gate:
+                return await pool.complete(request(i))
+
+        results, took = await timed([one(i) for i in range(n)])
+        assert not [r for r in results if isinstance(r, Exception)], results[:3]
+        return took
+
+    async def interleaved() -> dict:
+        times: dict = {key: [] for key in pools}
+        for key in pools:
+            await bounded(pools[key])  # warm: SDK client, connections, the replica
+        for _ in range(rounds):
+            for key in pools:
+                times[key].append(await bounded(pools[key]))
+        for p in pools.values():
+            await p.aclose()
+        return {key: min(t) for key, t in times.items()}
+
+    best = asyncio.run(interleaved())
+    rate = {key: n / took for key, took in best.items()}
+    journal_bytes = sum(f.stat().st_size for f in folder.glob(f"*/{JOURNAL_FILE}"))
+    return {
+        "calls": n,
+        "concurrency": concurrency,
+        "rounds": rounds,
+        "calls_per_s": {"plain": round(rate[(None, False)], 1), "journaled": round(rate[(None, True)], 1)},
+        "budgeted_calls_per_s": {"plain": round(rate[(1e6, False)], 1), "journaled": round(rate[(1e6, True)], 1)},
+        "share": round(rate[(None, True)] / rate[(None, False)], 4),
+        "share_with_budget": round(rate[(1e6, True)] / rate[(1e6, False)], 4),
+        "journal_bytes_per_call": round(journal_bytes / (2 * n * (rounds + 1))),
+    }
+
+
+def local_parts(n: int, journal_only: bool = False) -> dict:
     """Parts 1-3, on a cluster of one node in this process."""
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     from actors.fake_llm_server import RemoteFakeLLMServer
 
     server = RemoteFakeLLMServer()
-    figures: dict = {"pool": {}}
+    figures: dict = {"journal": {}}
+    for concurrency in (16, 64):
+        # Runs of several seconds each: shorter ones differ by 10 % from one to the next on 2 cores.
+        figures["journal"][str(concurrency)] = journal_run(server, n=20 * concurrency, concurrency=concurrency)
+        print(f"spend journal, {concurrency} in flight: {figures['journal'][str(concurrency)]}", file=sys.stderr)
+    figures["min_journal_share"] = min(r["share"] for r in figures["journal"].values())
+    if journal_only:
+        server.stop()
+        ray.shutdown()
+        return figures
+    figures["pool"] = {}
     for replicas in (1, 2, 4):
         figures["pool"][str(replicas)] = limited_run(server, replicas, n)
         print(f"pool, {replicas} replica(s): {figures['pool'][str(replicas)]}", file=sys.stderr)
@@ -234,7 +305,7 @@ MULTINODE_REPLICAS = (1, 4, 16, 64)
 
 
 def multinode_run(nodes: int, n: int) -> dict:
-    """Part 4: the limited pool at each of MULTINODE_REPLICAS replicas, spread over `nodes` worker nodes."""
+    """Part 5: the limited pool at each of MULTINODE_REPLICAS replicas, spread over `nodes` worker nodes."""
     import math
     from collections import Counter
 
@@ -299,11 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=3, help="windows of calls per measurement (default 3)")
     parser.add_argument(
         "--part",
-        choices=("all", "local", "nodes"),
+        choices=("all", "local", "journal", "nodes"),
         default="all",
-        help="local: parts 1-3 (one node); nodes: part 4 (several); default all",
+        help="local: parts 1-4 (one node); journal: part 4 alone; nodes: part 5 (several); default all",
     )
-    parser.add_argument("--nodes", type=int, default=4, help="worker nodes of part 4 (default 4)")
+    parser.add_argument("--nodes", type=int, default=4, help="worker nodes of part 5 (default 4)")
     args = parser.parse_args(argv)
     os.environ[KEY_ENV] = "bench-key-not-secret"
     n = args.windows * LIMIT
@@ -315,11 +386,13 @@ def main(argv: list[str] | None = None) -> int:
         "calls_per_run": n,
         "goal_share": GOAL_SHARE,
     }
-    if args.part in ("all", "local"):
-        figures.update(local_parts(n))
+    if args.part in ("all", "local", "journal"):
+        figures.update(local_parts(n, journal_only=args.part == "journal"))
     if args.part in ("all", "nodes"):
         figures["across_nodes"] = multinode_run(args.nodes, n)
     goals = []
+    if "journal" in figures:
+        goals.append(figures["min_journal_share"] >= GOAL_JOURNAL_SHARE)
     if "pool" in figures:
         goals.append(figures["min_share"] >= GOAL_SHARE and figures["no_limit"]["overhead"] < GOAL_OVERHEAD)
     if "across_nodes" in figures:

@@ -7,6 +7,7 @@
     conductor-rl ask [QUESTION ...] [--config FILE] [key.sub=value ...] [--json]
     conductor-rl serve [--config FILE] [key.sub=value ...]      # an OpenAI-compatible endpoint on Ray Serve
     conductor-rl config [--config FILE] [key.sub=value ...]     # print the resolved configuration
+    conductor-rl spend RUN_DIR [--by GROUP ...] [--csv FILE] [--parquet FILE] [--json]  # the spend journal
 
 `conductor-rl --verbose COMMAND ...` (or CONDUCTOR_RL_VERBOSE=1) also shows what the libraries print
 (Ray, vLLM, transformers: their INFO lines, progress bars and routine warnings), normally kept out.
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 import yaml
 
 from conductor_rl.models import VERBOSE_ENV
-from jobs import ask, check, data, evaluate, serve, train
+from jobs import ask, check, data, evaluate, serve, spend, train
 from jobs.common import add_config_arguments, config_from_args
 
 
@@ -43,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check.main(argv[1:])
     if argv[:1] == ["serve"]:
         return serve.main(argv[1:])
+    if argv[:1] == ["spend"]:
+        return spend.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="conductor-rl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -56,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("data", help="data tools: `data mix` builds the training mixture")
     commands.add_parser("check", help="preflight: one tiny request to every worker, and a table")
     commands.add_parser("serve", help="a trained Conductor behind an OpenAI-compatible endpoint (Ray Serve)")
+    spend.add_arguments(commands.add_parser("spend", help="what a run's worker calls cost, from its spend journal"))
     show = commands.add_parser("config", help="print the resolved configuration as YAML")
     show.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE")
     add_config_arguments(show)

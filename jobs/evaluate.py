@@ -53,6 +53,7 @@ from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.system import System
 from conductor_rl.workers.preflight import PreflightFailed
 from conductor_rl.workers.providers import MissingApiKeyError
+from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
 from jobs.check import preflight
 from jobs.common import add_config_arguments, add_workers_argument, check_workers_before_start, config_from_args, log
 from jobs.evaluation_runner import Runner
@@ -86,7 +87,9 @@ def run_evaluation(
     ev: Evaluation, out: Path, conductors: dict[str, System] | None = None
 ) -> tuple[str, float, RecordStore]:
     """Run every cell of `ev` not yet in `out`'s records, on the cluster; returns how it
-    ended ("finished", "budget" or a signal's name), the money the workers spent and the records."""
+    ended ("finished", "budget" or a signal's name), the money the workers spent in this invocation
+    (the journal's total, `spent_total_usd` in the summary, counts every invocation on `out`) and the
+    records."""
     from jobs.ray_cluster import start_ray
 
     store = RecordStore(out)
@@ -104,7 +107,7 @@ def run_evaluation(
                 how = "finished"
             except StopRun as why:
                 how = str(why)
-        return how, runner.spent(), store
+        return how, runner.spent() - runner.spent_before, store
     finally:
         if runner is not None:
             runner.workers.shutdown()
@@ -129,6 +132,7 @@ def evaluate(config: Config) -> dict:
     info = {
         "stopped": how,
         "spent_usd": spent,
+        "spent_total_usd": read_books(out / JOURNAL_FILE).spent_usd,
         "wall_s": time.perf_counter() - started,
         "methods": [m.name for m in ev.methods],
         "benchmarks": list(ev.benchmarks),

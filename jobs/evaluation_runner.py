@@ -34,6 +34,7 @@ from conductor_rl.grading.verdict import SCORED_VERDICTS
 from conductor_rl.rollout.recursion import Recursion
 from conductor_rl.system import System
 from conductor_rl.workers.providers import cached
+from conductor_rl.workers.spend_journal import JOURNAL_FILE
 from jobs.common import log
 from jobs.run_control import StopSignal, check_budget
 
@@ -85,7 +86,12 @@ class Runner:
         c = ev.config
         self.ev, self.store, self.stop, self.conductors = ev, store, stop, conductors
         budget = c.evaluate.budget_usd
-        self.workers = start_worker_pools(c, budget, c.train.worker_replicas, graders=True)
+        # The spend journal continues over every invocation on this folder: --budget-usd counts them all.
+        journal = store.folder / JOURNAL_FILE
+        self.workers = start_worker_pools(
+            c, budget, c.train.worker_replicas, graders=True, journal=journal, job="evaluate"
+        )
+        self.spent_before = self.spent()  # by the invocations before this one
         self.graders = start_graders(c)
         per_repeat = []
         for r in range(max(c.evaluate.repeats, self.pilot_repeats())):
@@ -112,6 +118,7 @@ class Runner:
         return e.router_pilot_repeats if router and not e.router_pilot else 0
 
     def spent(self) -> float:
+        """What the workers spent, every invocation on this folder counted (its spend journal)."""
         import ray
 
         return ray.get(self.workers.ledger.summary.remote())["total"]["cost_usd"]
@@ -161,6 +168,9 @@ class Runner:
         repeats: int,
         conductor: ConductorEngines | None = None,
     ) -> None:
+        import ray
+
+        ray.get(self.workers.ledger.start_cell.remote(f"{method.name}/{benchmark}"))  # where its calls are charged
         size = self.ev.config.evaluate.batch_questions
         for number, start in enumerate(range(0, len(questions), size)):
             batch = questions[start : start + size]  # fixed by position: a resumed batch samples what it did

@@ -113,13 +113,14 @@ def needs_final_checkpoint(stopped: str, done: int, saved: int, spent_usd: float
     spent_usd: the ledger's total.
 
     Yes when an iteration finished after the last checkpoint. And yes on every
-    stop that has something to keep: an abandoned iteration's worker calls are
-    in the ledger the checkpoint saves, so that a resume does not spend the
-    budget again. That holds when the iteration stopped was the first after a
-    resume (the checkpoint resumed from is written again, with the new ledger),
-    and when it was the run's first, if it spent anything (then the checkpoint is
-    "iteration -1": the starting weights). A run that finished has saved its last
-    iteration already."""
+    stop that has something to keep: the checkpoint's ledger totals then include
+    an abandoned iteration's worker calls (the spend journal holds them anyway,
+    and a resume rebuilds the ledger from it; the totals matter to `state.json`'s
+    readers and to runs from before the journal). That holds when the iteration
+    stopped was the first after a resume (the checkpoint resumed from is written
+    again), and when it was the run's first, if it spent anything (then the
+    checkpoint is "iteration -1": the starting weights). A run that finished has
+    saved its last iteration already."""
     if done > saved:
         return True
     return stopped != "finished" and (done >= 0 or spent_usd > 0)

@@ -41,6 +41,7 @@ from conductor_rl.run.state import RunState
 from conductor_rl.system import System
 from conductor_rl.workers.preflight import PreflightFailed
 from conductor_rl.workers.providers import MissingApiKeyError
+from conductor_rl.workers.spend_journal import JOURNAL_FILE
 from jobs.check import preflight
 from jobs.common import add_config_arguments, config_from_args, log
 from jobs.iteration import TrainingRun, learned_iterations
@@ -89,11 +90,18 @@ def train(config: Config, resume: bool = False) -> dict:
     ray = start_ray(config)
     model = str(checkpoints.latest() / "model") if saved else config.conductor.model
     state = RunState.of(config, saved)
-    actors = build_system(config, model, state.version, total_steps=t.iterations)
+    journal = out / JOURNAL_FILE
+    journaled = journal.exists() or not saved  # a run from before the journal resumes from its checkpoint
+    actors = build_system(config, model, state.version, total_steps=t.iterations, journal=journal)
     if saved:
         actors.learners.load(str(checkpoints.latest()))
-        ray.get(actors.ledger.restore.remote(saved["ledger"]))
-        log(f"resumed from {checkpoints.latest()} (iteration {start - 1} done, cursor {stream.cursor})")
+        if not journaled:
+            ray.get(actors.ledger.restore.remote(saved["ledger"]))
+        spent = ray.get(actors.ledger.summary.remote())["total"]["cost_usd"]
+        log(
+            f"resumed from {checkpoints.latest()} (iteration {start - 1} done, cursor {stream.cursor}); "
+            f"spent so far ${spent:.4f}, from {'the spend journal' if journaled else 'the checkpoint'}"
+        )
     run = TrainingRun(system, actors, stream, state, StopSignal())
     dashboard = TrainMetrics()
     how, done, last_saved = "finished", start - 1, start - 1  # last finished and last checkpointed iteration

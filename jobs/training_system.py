@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conductor_rl.config import Config
@@ -55,12 +56,21 @@ class WorkerPools:
 
 
 def start_worker_pools(
-    config: Config, budget_usd: float | None, replicas: int = 1, *, graders: bool = False, checked: bool = False
+    config: Config,
+    budget_usd: float | None,
+    replicas: int = 1,
+    *,
+    graders: bool = False,
+    checked: bool = False,
+    journal: Path | None = None,
+    job: str = "",
 ) -> WorkerPools:
     """The worker pools on the cluster: `replicas` WorkerActors per worker, placed
     by `cluster.worker`, each behind the cluster's rate limiters and a new ledger
-    capped at `budget_usd` (None: no cap). Served workers (`workers.<i>.serve`) get
-    their vLLM servers first, and their pools one WorkerActor per server at least."""
+    capped at `budget_usd` (None: no cap). `journal`: the spend journal the ledger
+    continues as a session of `job` (its books and budget count what it holds).
+    Served workers (`workers.<i>.serve`) get their vLLM servers first, and their
+    pools one WorkerActor per server at least."""
     from actors.served_worker import ServedWorkers, served_workers_on
     from actors.worker_pool import WorkerPool, get_ledger
     from conductor_rl.workers.providers.conductor import ConductorSeat
@@ -73,7 +83,9 @@ def start_worker_pools(
         )
     served = ServedWorkers.start(config.workers, log=log) if served_workers_on(config.workers) else None
     try:
-        ledger = get_ledger(budget_usd, name=f"ledger-{uuid.uuid4().hex[:12]}")
+        ledger = get_ledger(
+            budget_usd, f"ledger-{uuid.uuid4().hex[:12]}", str(journal) if journal is not None else None, job
+        )
         cpus, _, custom = split_resources(config.cluster.worker)
         # The Conductor's own seat (provider: conductor) is no actor: the workflow engine turns its steps
         # into recursive calls to the generator.
@@ -164,8 +176,11 @@ def start_together(*starts: Callable[[], Any]) -> list[Any]:
     return [f.result() for f in futures]
 
 
-def build_system(config: Config, model: str, weights_version: int, total_steps: int) -> TrainingSystem:
-    """Start every actor; `model` is the Conductor to start from (a checkpoint's HF folder on resume)."""
+def build_system(
+    config: Config, model: str, weights_version: int, total_steps: int, journal: Path | None = None
+) -> TrainingSystem:
+    """Start every actor; `model` is the Conductor to start from (a checkpoint's HF folder on resume);
+    `journal`: the run's spend journal, which the ledger continues."""
     import ray
 
     from actors.learner import LearnerGroup
@@ -195,7 +210,9 @@ def build_system(config: Config, model: str, weights_version: int, total_steps: 
             resources_per_rank=rank,
             past_versions=System(config).learner_past_versions,
         ),
-        lambda: start_worker_pools(config, config.train.budget_usd, config.train.worker_replicas, checked=True),
+        lambda: start_worker_pools(
+            config, config.train.budget_usd, config.train.worker_replicas, checked=True, journal=journal, job="train"
+        ),
         lambda: start_graders(config),
     )
     weight_sync = WeightSync(

@@ -105,6 +105,19 @@ def fresh(server, monkeypatch):
 
 
 @pytest.fixture
+def light_system(monkeypatch):
+    """`build_system` with the real worker pools, cost ledger and grader pool, and stand-ins for
+    the generator and the learner (tests/light_system.py). `light_system.spread` sets which workers
+    the plans use."""
+    import jobs.training_system as ts
+    from tests.light_system import light_build
+
+    build = light_build()
+    monkeypatch.setattr(ts, "build_system", build)
+    return build
+
+
+@pytest.fixture
 def no_cluster(monkeypatch):
     """Fail the test if the job gets as far as starting Ray or any actor; afterwards, Ray is as it was."""
     import jobs.evaluate as je

@@ -34,6 +34,7 @@ import pytest
 from conductor_rl.config import load_config
 from conductor_rl.data import load_dataset
 from conductor_rl.evaluation.methods import KINDS
+from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
 
 REPO = Path(__file__).resolve().parent.parent
 HANG_GUARD_S = 900  # not a speed check: on a loaded 2-core machine a run can take minutes
@@ -501,6 +502,12 @@ def test_an_evaluation_killed_and_resumed_gives_the_uninterrupted_table(straight
     assert len(keys) == len(set(keys)), "a sample recorded before the kill was run again"
     assert len(after) == len(complete_lines(straight.out / "records.jsonl")) > len(killed.at_kill)
     assert_same_cells(cells_of(resumed.out), cells_of(straight.out))
+    # The books: both sessions, every call of the killed one (those it cut off at their worst case).
+    books = read_books(resumed.out / JOURNAL_FILE)
+    assert [s["session"] for s in books.sessions] == [1, 2] and not books.open
+    assert books.spent_usd == pytest.approx(resumed.summary["spent_total_usd"], abs=1e-12)
+    assert resumed.summary["spent_usd"] < resumed.summary["spent_total_usd"]  # this invocation's part
+    assert {e["s"] for e in books.billed} == {1, 2}
     assert results(resumed.out)["strategy"] == results(straight.out)["strategy"]
     assert accuracy_table(resumed.out) == accuracy_table(straight.out)
 
@@ -539,6 +546,9 @@ def test_a_spent_budget_stops_with_what_finished_and_a_larger_one_completes_the_
     assert run_main(out, benchmarks, "--budget-usd", "0.02") == 1
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["stopped"] == "budget" and summary["spent_usd"] >= 0.02, summary
+    books = read_books(out / JOURNAL_FILE)
+    assert books.spent_usd == pytest.approx(summary["spent_usd"], abs=1e-12) and not books.open
+    assert {e["cell"].split("/")[0] for e in books.billed} <= set(BASELINES + EXPANDED)
     first = complete_lines(out / "records.jsonl")
     methods = [m for m in EXPANDED if not m.startswith("conductor:") and m != "router"]
     full = len(methods) * (LIMIT + HUMANEVAL_QUESTIONS) * REPEATS
@@ -550,8 +560,20 @@ def test_a_spent_budget_stops_with_what_finished_and_a_larger_one_completes_the_
 
     assert pq.read_table(out / "records.parquet").num_rows == len(first) and (out / "results.md").is_file()
 
+    # The same budget again: the journal holds what the first invocation spent, so no call starts.
+    assert run_main(out, benchmarks, "--budget-usd", "0.02") == 1
+    assert len(read_books(out / JOURNAL_FILE).billed) == len(books.billed)
+    assert complete_lines(out / "records.jsonl") == first
     assert run_main(out, benchmarks, "--budget-usd", "10") == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["stopped"] == "finished"
+    finished = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert finished["stopped"] == "finished"
+    assert finished["spent_total_usd"] == pytest.approx(read_books(out / JOURNAL_FILE).spent_usd, abs=1e-12)
+    assert finished["spent_usd"] == pytest.approx(finished["spent_total_usd"] - books.spent_usd, abs=1e-12)
+    assert [(e["session"], e["job"]) for e in read_books(out / JOURNAL_FILE).sessions] == [
+        (1, "evaluate"),
+        (2, "evaluate"),
+        (3, "evaluate"),
+    ]
     after = complete_lines(out / "records.jsonl")
     assert after[: len(first)] == first and len(after) == full
     assert cached_run.code == 0

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
 from tests.http_fakes import FAKE_KEY, KEY_ENV, request, worker_config
 from tests.ray_clusters import CPU_NODE, GPU_NODE, LOCAL_RAY, LocalCluster, on_node
 
@@ -281,11 +282,13 @@ def learner_rank(multinode):
     remove_placement_group(group)
 
 
-def test_losing_a_worker_node_mid_iteration_loses_no_rollout_and_no_cost(multinode, server, learner_rank):
+def test_losing_a_worker_node_mid_iteration_loses_no_rollout_and_no_cost(multinode, server, learner_rank, tmp_path):
     """Half the replicas' node goes while every plan's first step is in flight; an autoscaler's
     replacement node joins. The rounds of jobs/train.py execute_and_grade (train.rollout_attempts)
     finish every rollout; the ledger on the head holds every call the provider answered (those of
-    the lost replicas at their worst-case cost); the driver's node and the learner's are untouched."""
+    the lost replicas at their worst-case cost), and so does its spend journal, written by the
+    ledger alone for replicas on three nodes; the driver's node and the learner's are untouched."""
+    from actors.worker_pool import get_ledger
     from conductor_rl.config import load_config
     from conductor_rl.rollout.rollouts import (
         Rollout,
@@ -300,7 +303,9 @@ def test_losing_a_worker_node_mid_iteration_loses_no_rollout_and_no_cost(multino
 
     ray, local = multinode.ray, multinode.local
     server.reset(latency_s=1.5)  # every first step still in flight when the node goes
-    pool, ledger = make_pool(multinode, server, replicas=4, rpm=100_000, scope=unique("loss"))
+    journal = tmp_path / JOURNAL_FILE
+    ledger = get_ledger(name=unique("ledger"), journal=str(journal), job="train")
+    pool, ledger = make_pool(multinode, server, replicas=4, ledger=ledger, rpm=100_000, scope=unique("loss"))
     try:
         nodes = [node_of(ray, r) for r in pool.replicas]
         victim = multinode.cpu["a"]
@@ -364,6 +369,9 @@ def test_losing_a_worker_node_mid_iteration_loses_no_rollout_and_no_cost(multino
         assert settled >= 1, "the lost node's calls in flight left no open call to settle"
         assert len(entries) >= stats.ok, f"the provider answered {stats.ok} calls; the ledger holds {len(entries)}"
         assert sum(e.cost_usd for e in recorded) >= sum(r.workflow.cost_usd for r in rollouts) - 1e-9
+        books = read_books(journal)
+        assert len(books.billed) == len(recorded) and len(books.lost) == settled and not books.open
+        assert books.spent_usd == pytest.approx(sum(e.cost_usd for e in entries), abs=1e-12)
 
         # The lost replicas came back on the new node; the head's actors and the learner rank never moved.
         after = [node_of(ray, r) for r in pool.replicas]

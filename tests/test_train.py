@@ -23,7 +23,6 @@ generator, learner and graders where only train()'s own bookkeeping is tested.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -42,6 +41,7 @@ from conductor_rl.data.question import Question
 from conductor_rl.data.stream import QuestionStream
 from conductor_rl.run.log import records
 from conductor_rl.run.traces import read_traces, trace_files
+from tests.light_system import FakeGenerators, FakeLearners
 
 REPO = Path(__file__).resolve().parent.parent
 ITERATIONS = 2
@@ -499,106 +499,6 @@ def test_resumed_run_samples_what_the_straight_run_sampled_after_weight_updates(
 # ---------------------------------------------------------------- a lighter system
 
 
-class _FakeGenerators:
-    """Stands in for the vLLM engines: sample i of every question is the one-step plan for
-    worker `i % spread` (spread=1: every plan asks worker 0)."""
-
-    def __init__(self, spread: int) -> None:
-        self.spread = spread
-        self.version = 0  # stamped on each sample, as a GeneratorActor does
-
-    def sample(self, prompts, n, *_args, seed=None, shape=None, **_kwargs):
-        from conductor_rl.plan.shape import shape_per_prompt
-        from conductor_rl.policy.sampling import Sample
-
-        def plan(worker: int) -> str:  # what follows the response prefix "model_id = ["
-            return f'{worker}]\nsubtasks = ["Answer the question."]\naccess_list = [[]]'
-
-        def recursive(call_seed: int) -> Sample:  # a recursive call: keep the answer on an even seed
-            text = "]\nsubtasks = []\naccess_list = []\n" if call_seed % 2 == 0 else plan(0)
-            return Sample(text, (21, 22), (-2.0, -2.0), "stop", self.version)
-
-        shapes = shape_per_prompt(shape, len(prompts))
-        return [
-            [recursive(seed[j])]
-            if shapes[j] is not None and shapes[j].allow_empty
-            else [
-                Sample(plan(i % self.spread), (11, 12, 13), (-1.0, -1.0, -1.0), "stop", self.version) for i in range(n)
-            ]
-            for j in range(len(prompts))
-        ]
-
-    def load_weights(self, _weights, version) -> None:
-        self.version = version
-
-    def paused(self):
-        return contextlib.nullcontext()
-
-    def shutdown(self) -> None:
-        pass
-
-
-class _FakeLearners:
-    """Stands in for the DeepSpeed learner group: no step, a one-file checkpoint; keeps the batches."""
-
-    def __init__(self) -> None:
-        self.batches = []
-        self.seconds = 0.0  # how long a step takes (asynchronous runs overlap it with collection)
-
-    def train_step(self, batch):
-        from conductor_rl.policy.learner import StepStats
-
-        time.sleep(self.seconds)
-        self.batches.append(batch)
-
-        return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0.0, sum(map(len, batch.completion_ids)), 0.0)
-
-    def named_weights(self):
-        return None
-
-    def save(self, folder: str) -> str:
-        (Path(folder) / "model").mkdir(parents=True, exist_ok=True)
-        (Path(folder) / "model" / "weights.bin").write_bytes(b"w")
-        return folder
-
-    def load(self, folder: str) -> None:
-        assert (Path(folder) / "model" / "weights.bin").exists(), f"not a checkpoint of this learner: {folder}"
-
-    def shutdown(self) -> None:
-        pass
-
-
-@pytest.fixture
-def light_system(monkeypatch):
-    """`build_system` with the real worker pools, cost ledger and grader pool, and stand-ins for
-    the generator and the learner (whose start is most of a minute): for what train() and
-    train_iteration do around them. `light_system.spread` sets which workers the plans use."""
-    import jobs.training_system as ts
-    from actors.grader import GraderPool
-    from actors.weight_sync import WeightSync
-
-    def build(config, model, weights_version, total_steps):
-        workers = ts.start_worker_pools(config, config.train.budget_usd, config.train.worker_replicas)
-        graders = GraderPool(config.grader, num_cpus=0.5)
-        graders.wait_ready()
-        generators, learners = _FakeGenerators(build.spread), _FakeLearners()
-        learners.seconds = build.learners_seconds
-        build.learners = learners
-        return ts.TrainingSystem(
-            generators,
-            learners,
-            WeightSync(learners, generators, "object_store"),
-            workers.pools,
-            graders,
-            workers.ledger,
-        )
-
-    build.spread = 1
-    build.learners_seconds = 0.0
-    monkeypatch.setattr(ts, "build_system", build)
-    return build
-
-
 # ---------------------------------------------------------------- recursive training
 
 
@@ -760,8 +660,8 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
     from jobs.run_control import Phases, StopSignal
 
     config = make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=false")
-    learners = _FakeLearners()
-    generators = _FakeGenerators(1)
+    learners = FakeLearners()
+    generators = FakeGenerators(1)
     system = type(
         "System",
         (),

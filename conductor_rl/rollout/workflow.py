@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from conductor_rl.data.difficulty import UNKNOWN, difficulty_of
 from conductor_rl.plan import Plan
 from conductor_rl.plan.prompts import worker_messages
-from conductor_rl.workers.providers.base import Provider, ProviderError, TaskHint, Usage, WorkerRequest
+from conductor_rl.workers.providers.base import CallKey, Provider, ProviderError, TaskHint, Usage, WorkerRequest
 
 if TYPE_CHECKING:
     from conductor_rl.config import Config, WorkerConfig
@@ -416,7 +416,13 @@ async def _call_worker(
             difficulty=task.difficulty,
         )
     request = WorkerRequest(
-        trace.messages, limit.max_tokens, limit.temperature, limit.reasoning_budget, hint, reasoning=limit.reasoning
+        trace.messages,
+        limit.max_tokens,
+        limit.temperature,
+        limit.reasoning_budget,
+        hint,
+        reasoning=limit.reasoning,
+        key=CallKey(task.id, sample_key, trace.index),
     )
     trace.started_s = time.perf_counter() - start
     try:

@@ -55,8 +55,12 @@ class GuardedProvider:
         rng: random.Random | None = None,
         check_budget: bool = True,
         price: Price | None = None,
+        model: str = "",
+        journaled: bool = False,
     ) -> None:
-        """`price`: the worker's, for the worst-case cost of a call in flight (none: 0)."""
+        """`price`: the worker's, for the worst-case cost of a call in flight (none: 0).
+        `journaled`: the ledger writes a spend journal, so a call is sent only once its
+        open is on disk (each open is awaited, even without a budget to check)."""
         self.provider = provider
         self.name = provider.name
         self.simulated = provider.simulated
@@ -64,7 +68,9 @@ class GuardedProvider:
         self.limiter, self.ledger, self.policy = limiter, ledger, policy
         # False when the ledger has no budget: saves a round trip per call on a cluster.
         self.check_budget = check_budget
+        self.journaled = journaled
         self.price = price
+        self.model = model
         self.observer = observer or CallObserver()
         self.rng = rng or random.Random()
 
@@ -84,9 +90,15 @@ class GuardedProvider:
         call_id = uuid.uuid4().hex if self.ledger is not None else None
         if self.ledger is not None:
             opened = self.ledger.open_call(
-                call_id, self.name, self.provider_kind, self.worst_case_cost(request), self.check_budget
+                call_id,
+                self.name,
+                self.provider_kind,
+                self.worst_case_cost(request),
+                self.check_budget,
+                self.model,
+                request.key,
             )
-            if self.check_budget:  # admission: no call starts once the budget is spent
+            if self.check_budget or self.journaled:  # admission, and the open on disk, before the call
                 await _maybe_await(opened)
             # else not awaited (a round trip saved): the ledger pairs it with `record` in either order
         grant = None
@@ -105,7 +117,7 @@ class GuardedProvider:
             if self.ledger is not None and isinstance(err, ProviderError):
                 # Refused or failed at the provider: not billed. Anything else (a cancellation)
                 # stays open and is counted at its worst case: it may have been billed.
-                await _maybe_await(self.ledger.close_call(call_id))
+                await _maybe_await(self.ledger.close_call(call_id, err.kind))
             raise
         # From here the call has happened: record it before anything else can fail
         # (both at once: on a cluster each is an actor round trip).
@@ -114,7 +126,12 @@ class GuardedProvider:
             bookkeeping.append(
                 _maybe_await(
                     self.ledger.record(
-                        self.name, self.provider_kind, response.usage, response.cost_usd, call_id=call_id
+                        self.name,
+                        self.provider_kind,
+                        response.usage,
+                        response.cost_usd,
+                        call_id=call_id,
+                        model=self.model,
                     )
                 )
             )

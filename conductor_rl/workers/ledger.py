@@ -12,14 +12,22 @@ process that dies mid-call (a worker replica) closes nothing, and the provider
 may still have billed the call; `settle_open_calls`, run when nothing is in
 flight, counts every call left open at its worst-case cost (`unsettled` in the
 summary), so the spend and the budget never forget it.
+
+With a spend journal (conductor_rl/workers/spend_journal.py) every open, outcome
+and settlement is also written there, and `CostLedger.from_journal` rebuilds the
+ledger from it: a resumed run's books and budget count every call of the runs
+before it, including those of an iteration a crash cut short.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
-from conductor_rl.workers.providers.base import ProviderError, Usage
+from conductor_rl.workers.providers.base import CallKey, ProviderError, Usage
+from conductor_rl.workers.spend_journal import SpendJournal, read_books
 
 
 class BudgetExceededError(ProviderError):
@@ -78,14 +86,20 @@ class OpenCall:
     provider: str
     iteration: int
     max_cost_usd: float
+    model: str = ""
+    cell: str | None = None
 
 
 class CostLedger:
-    def __init__(self, budget_usd: float | None = None) -> None:
+    def __init__(self, budget_usd: float | None = None, journal: SpendJournal | None = None) -> None:
+        """`journal`: where every call is written as well (see `from_journal` to continue one)."""
         if budget_usd is not None and budget_usd < 0:
             raise ValueError(f"budget_usd must be >= 0, got {budget_usd}")
         self.budget_usd = budget_usd
+        self.journal = journal
+        self.session = 0  # the journal's session this ledger writes (0: none)
         self.iteration = 0
+        self.cell: str | None = None  # an evaluation's method/benchmark, where calls are charged
         self.entries: list[LedgerEntry] = []
         self._total = Totals()
         self._by: dict[str, dict[object, Totals]] = {
@@ -95,8 +109,43 @@ class CostLedger:
         self._open: dict[str, OpenCall] = {}
         self._closed_early: set[str] = set()  # closed before their open_call arrived (Ray may reorder them)
 
+    @classmethod
+    def from_journal(
+        cls, path: str | Path, budget_usd: float | None = None, *, job: str, sync: bool = False
+    ) -> CostLedger:
+        """A ledger that continues the journal at `path` (created if missing) as a new session
+        of `job` ("train", "evaluate", "serve", ...): every call the journal holds is on its
+        books, and the budget counts it. A call still open when its session ended (the job
+        died mid-call) is counted at its worst-case cost, and written down as lost."""
+        books = read_books(path)
+        ledger = cls(budget_usd)
+        for event in books.billed:
+            ledger._add(_entry_of(event))
+        for event in books.lost:
+            ledger._add(_entry_of(event), lost=True)
+        session = 1 + max((e["session"] for e in books.sessions), default=0)
+        ledger.journal = SpendJournal(path, sync=sync)
+        ledger.session = session
+        ledger._log("session", session=session, job=job, budget_usd=budget_usd)
+        for event in books.open:
+            ledger._open[event["id"]] = OpenCall(
+                event["worker"],
+                event["provider"],
+                event.get("it", 0),
+                event["max_usd"],
+                event.get("model", ""),
+                event.get("cell"),
+            )
+        ledger.settle_open_calls(why="its session ended before the call did")
+        ledger.journal.flush()
+        return ledger
+
     def start_iteration(self, iteration: int) -> None:
         self.iteration = iteration
+
+    def start_cell(self, cell: str | None) -> None:
+        """An evaluation's calls from here are charged to `cell` (its method and benchmark)."""
+        self.cell = cell
 
     def admit(self) -> None:
         """Raise BudgetExceededError if no new call may start."""
@@ -115,39 +164,57 @@ class CostLedger:
         cost_usd: float,
         iteration: int | None = None,
         call_id: str | None = None,
+        model: str = "",
     ) -> bool:
         """Add one finished call (always accepted), closing `call_id` if it was
         opened. Returns whether the budget is now exhausted."""
         opened = self._close(call_id)
         if iteration is None:
             iteration = opened.iteration if opened is not None else self.iteration
-        self._add(LedgerEntry(worker, provider, iteration, usage, cost_usd))
+        cell = opened.cell if opened is not None else self.cell
+        entry = LedgerEntry(worker, provider, iteration, usage, cost_usd)
+        self._log("billed", id=call_id, outcome="ok", **_fields(entry, model, cell), **_usage_fields(usage))
+        self._add(entry)
         return self.exhausted
 
-    def open_call(self, call_id: str, worker: str, provider: str, max_cost_usd: float, admit: bool = True) -> None:
+    def open_call(
+        self,
+        call_id: str,
+        worker: str,
+        provider: str,
+        max_cost_usd: float,
+        admit: bool = True,
+        model: str = "",
+        key: CallKey | None = None,
+    ) -> None:
         """A call is about to be sent: admit it (BudgetExceededError past the
         budget; skipped with `admit=False`) and hold its worst-case cost until
-        `record` or `close_call` closes it."""
+        `record` or `close_call` closes it. `key`: what the call is for (the journal's)."""
         if admit:
             self.admit()
+        if self.journal is not None:
+            where = {"q": key.question, "rollout": key.rollout, "step": key.step} if key is not None else {}
+            fields = _fields(LedgerEntry(worker, provider, self.iteration, Usage(), max_cost_usd), model, self.cell)
+            self._log("open", id=call_id, max_usd=fields.pop("usd"), **fields, **where)
         if call_id in self._closed_early:
             self._closed_early.discard(call_id)
             return
-        self._open[call_id] = OpenCall(worker, provider, self.iteration, max_cost_usd)
+        self._open[call_id] = OpenCall(worker, provider, self.iteration, max_cost_usd, model, self.cell)
 
-    def close_call(self, call_id: str) -> None:
-        """A call that failed without being billed (the provider refused it)."""
+    def close_call(self, call_id: str, outcome: str = "error") -> None:
+        """A call that failed without being billed (the provider refused it); `outcome`: the error's kind."""
+        self._log("failed", id=call_id, outcome=outcome)
         self._close(call_id)
 
-    def settle_open_calls(self) -> int:
+    def settle_open_calls(self, why: str = "its process died mid-call") -> int:
         """Count each call still open as spent, at its worst-case cost, and
         return how many there were. Only call it when no call is in flight (the
         trainer does, after each round of rollouts): an open call is then one
         whose process died before it could say what happened."""
-        for call in self._open.values():
+        for call_id, call in self._open.items():
             entry = LedgerEntry(call.worker, call.provider, call.iteration, Usage(), call.max_cost_usd)
-            self._add(entry)
-            self._unsettled.add(entry)
+            self._log("lost", id=call_id, outcome=why, **_fields(entry, call.model, call.cell))
+            self._add(entry, lost=True)
         settled, self._open = len(self._open), {}
         return settled
 
@@ -159,7 +226,13 @@ class CostLedger:
             self._closed_early.add(call_id)
         return opened
 
-    def _add(self, entry: LedgerEntry) -> None:
+    def _log(self, event: str, **fields: Any) -> None:
+        if self.journal is not None:
+            self.journal.add({"ev": event, "s": self.session, **{k: v for k, v in fields.items() if v is not None}})
+
+    def _add(self, entry: LedgerEntry, lost: bool = False) -> None:
+        if lost:
+            self._unsettled.add(entry)
         self.entries.append(entry)
         self._total.add(entry)
         self._by["worker"][entry.worker].add(entry)
@@ -196,3 +269,29 @@ class CostLedger:
             "budget_usd": self.budget_usd,
             **{f"by_{k}": {str(n): asdict(t) for n, t in v.items()} for k, v in self._by.items()},
         }
+
+
+def _fields(entry: LedgerEntry, model: str, cell: str | None) -> dict[str, Any]:
+    """A call's journal fields: who made it, where it is charged, its dollars."""
+    return {
+        "worker": entry.worker,
+        "provider": entry.provider,
+        "model": model or None,
+        "it": entry.iteration if cell is None else None,
+        "cell": cell,
+        "usd": entry.cost_usd,
+    }
+
+
+def _usage_fields(usage: Usage) -> dict[str, int]:
+    return {
+        "in": usage.input_tokens,
+        "out": usage.output_tokens,
+        "reasoning": usage.reasoning_tokens,
+        "cached": usage.cached_tokens,
+    }
+
+
+def _entry_of(event: dict[str, Any]) -> LedgerEntry:
+    usage = Usage(event.get("in", 0), event.get("out", 0), event.get("reasoning", 0), event.get("cached", 0))
+    return LedgerEntry(event["worker"], event["provider"], event.get("it", 0), usage, event["usd"])

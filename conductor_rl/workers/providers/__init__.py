@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from conductor_rl.config import HTTP_PROVIDERS, OFFLINE_PROVIDERS, WorkerConfig
 from conductor_rl.workers.providers.base import (
+    CallKey,
     MissingApiKeyError,
     Provider,
     ProviderError,
@@ -26,6 +27,7 @@ from conductor_rl.workers.providers.keys import Secret
 __all__ = [
     "HTTP_PROVIDERS",
     "OFFLINE_PROVIDERS",
+    "CallKey",
     "MissingApiKeyError",
     "Provider",
     "ProviderError",

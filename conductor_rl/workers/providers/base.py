@@ -35,6 +35,15 @@ class TaskHint:
 
 
 @dataclass(frozen=True)
+class CallKey:
+    """What a worker call is for, as the spend journal records it (never sent to a provider)."""
+
+    question: str = ""
+    rollout: str = ""  # the rollout's draw key (conductor_rl/rollout/rollouts.py)
+    step: int = -1
+
+
+@dataclass(frozen=True)
 class WorkerRequest:
     messages: list[dict[str, str]]
     max_tokens: int
@@ -43,6 +52,7 @@ class WorkerRequest:
     hint: TaskHint | None = None
     # "default", "off", "minimal", "low", "medium", "high" (conductor_rl/workers/request_shape.py).
     reasoning: str = "default"
+    key: CallKey | None = None
 
 
 @dataclass(frozen=True)
