@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from conductor_rl.config import Config, ConfigError
 from conductor_rl.run.placement import ClusterTooSmallError
+from conductor_rl.workers.forecast import Forecast
 from conductor_rl.workers.preflight import PreflightFailed, WorkerCheck, check_workers, format_checks
 from conductor_rl.workers.providers import MissingApiKeyError, Provider
 from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
@@ -63,6 +64,20 @@ def check(config: Config) -> tuple[list[WorkerCheck], float]:
     return checks, time.perf_counter() - started
 
 
+def training_forecast_of(config: Config) -> Forecast | None:
+    """What a training run of `config` would cost (None, said why, when its questions cannot be read)."""
+    from conductor_rl.system import System
+    from conductor_rl.workers.forecast import training_forecast
+    from conductor_rl.workers.spend_journal import Books
+
+    try:
+        questions, _ = System(config).training_questions()
+    except (OSError, ValueError, RuntimeError) as err:
+        log(f"no cost forecast: the training questions cannot be read ({err})")
+        return None
+    return training_forecast(config, questions, Books(), 0)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE", help="configuration overrides")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON on the last line")
@@ -86,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, MissingApiKeyError, ClusterTooSmallError) as err:
         raise SystemExit(f"error: {err}") from None
     print(format_checks(checks, seconds))
+    forecast = training_forecast_of(config)
+    if forecast is not None:
+        print(forecast.describe(f"training ({config.train.iterations} iterations)"))
     if args.json:
         print(
             json.dumps(
@@ -93,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
                     "wall_s": seconds,
                     "failed": [c.worker for c in checks if c.failed],
                     "checks": [c.to_dict() for c in checks],
+                    "forecast": forecast.as_dict() if forecast is not None else None,
                 }
             )
         )

@@ -126,8 +126,11 @@ def needs_final_checkpoint(stopped: str, done: int, saved: int, spent_usd: float
     return stopped != "finished" and (done >= 0 or spent_usd > 0)
 
 
-def run_summary(config: Config, out: Path, checkpoints: Checkpoints, how: str, done: int) -> dict:
-    """What the run did, with the report's figures (and the report, if asked for)."""
+def run_summary(
+    config: Config, out: Path, checkpoints: Checkpoints, how: str, done: int, forecast_usd: tuple[float, float]
+) -> dict:
+    """What the run did, with the report's figures (and the report, if asked for, with the cost
+    forecast beside what was spent)."""
     from conductor_rl.run.log import records
     from conductor_rl.run.report import summarize, write_report
 
@@ -145,7 +148,12 @@ def run_summary(config: Config, out: Path, checkpoints: Checkpoints, how: str, d
                 write_report(
                     out,
                     title=f"Training report: {config.conductor.model}",
-                    extra={"stopped": how, "output_dir": str(out), "seed": config.train.seed},
+                    extra={
+                        "stopped": how,
+                        "output_dir": str(out),
+                        "seed": config.train.seed,
+                        "cost forecast (USD)": f"{forecast_usd[0]:.4f}-{forecast_usd[1]:.4f}",
+                    },
                 )
             )
     log(f"run {how} after iteration {done}; checkpoint: {summary['checkpoint']}")

@@ -39,9 +39,10 @@ from conductor_rl.run.log import RunDirError
 from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.run.state import RunState
 from conductor_rl.system import System
+from conductor_rl.workers.forecast import Forecast, ForecastOverBudgetError, training_forecast
 from conductor_rl.workers.preflight import PreflightFailed
 from conductor_rl.workers.providers import MissingApiKeyError
-from conductor_rl.workers.spend_journal import JOURNAL_FILE
+from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
 from jobs.check import preflight
 from jobs.common import add_config_arguments, config_from_args, log
 from jobs.iteration import TrainingRun, learned_iterations
@@ -57,9 +58,10 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------- the run
 
 
-def train(config: Config, resume: bool = False) -> dict:
+def train(config: Config, resume: bool = False, force: bool = False) -> dict:
     """Run (or resume) training; returns a summary. Everything that can be
-    checked without the cluster is checked before any actor starts."""
+    checked without the cluster is checked before any actor starts, the forecast
+    of its cost against its budget among them (`force`: start all the same)."""
     from conductor_rl.run.log import RunLog
     from conductor_rl.run.traces import TraceWriter, remove_after
 
@@ -67,8 +69,10 @@ def train(config: Config, resume: bool = False) -> dict:
     out, checkpoints, saved = open_run(config, resume)
     start = saved["iteration"] + 1 if saved else 0
     system = System(config)
+    questions = training_questions(system)
+    forecast = forecast_of(config, questions, out / JOURNAL_FILE, start, force)
     stream = QuestionStream(
-        training_questions(system),
+        questions,
         seed=t.seed,
         cursor=saved["cursor"] if saved else 0,
         balance_domains=t.balance_domains,
@@ -140,7 +144,8 @@ def train(config: Config, resume: bool = False) -> dict:
     finally:
         run_log.close()
         actors.shutdown()
-    summary = run_summary(config, out, checkpoints, how, done)
+    summary = run_summary(config, out, checkpoints, how, done, (forecast.usd.low, forecast.usd.high))
+    summary["forecast"], summary["spent_usd"] = forecast.as_dict(), read_books(out / JOURNAL_FILE).spent_usd
     if failure:
         summary["error"] = failure
     return summary
@@ -176,6 +181,17 @@ def training_questions(system: System) -> list[Question]:
     return kept
 
 
+def forecast_of(config: Config, questions: Sequence[Question], journal: Path, start: int, force: bool) -> Forecast:
+    """The run's cost forecast, logged; a run that has spent nothing yet and whose low forecast is over
+    its budget is refused (ForecastOverBudgetError) unless `force`."""
+    books = read_books(journal)
+    forecast = training_forecast(config, questions, books, start)
+    log(forecast.describe(f"iterations {start}-{config.train.iterations - 1}"))
+    if not force and books.spent_usd == 0:
+        forecast.check_budget(config.train.budget_usd, "train.budget_usd")
+    return forecast
+
+
 def save_checkpoint(checkpoints: Checkpoints, run: TrainingRun, iteration: int, ledger: dict) -> Path:
     state = run.state.checkpoint(iteration, run.config, ledger)
     return checkpoints.save(iteration, state, lambda folder: run.actors.learners.save(str(folder)))
@@ -190,6 +206,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume", action="store_true", help="continue the run in train.output_dir from its last checkpoint"
     )
     parser.add_argument("--json", action="store_true", help="print the run's summary as JSON on the last line")
+    parser.add_argument(
+        "--force", action="store_true", help="start even when the cost forecast is over train.budget_usd"
+    )
     add_config_arguments(parser)
     parser.add_argument(
         "--dashboard",
@@ -220,8 +239,9 @@ def run(args: argparse.Namespace) -> int:
     if rest:
         raise SystemExit(f"error: not configuration overrides: {rest} (use key.sub=value)")
     try:
-        summary = train(config, resume=args.resume)
+        summary = train(config, resume=args.resume, force=args.force)
     except (
+        ForecastOverBudgetError,
         CheckpointError,
         ConfigError,
         RunDirError,

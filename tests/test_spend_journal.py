@@ -212,3 +212,16 @@ def test_spend_command_totals_groups_and_exports_a_crashed_run(tmp_path, capsys)
 
     with pytest.raises(SystemExit, match="no spend journal"):
         main([str(tmp_path / "elsewhere")])
+
+
+def test_the_training_report_shows_the_journal_spend_by_worker(tmp_path):
+    from conductor_rl.run.report import spend_lines
+
+    assert spend_lines(tmp_path) == []  # no journal, no section
+    ledger = CostLedger.from_journal(tmp_path / JOURNAL_FILE, job="train", sync=True)
+    ledger.record("solver", "openai", Usage(100, 20), 0.25)
+    ledger.open_call("x", "checker", "anthropic", 0.5)
+    CostLedger.from_journal(tmp_path / JOURNAL_FILE, job="train", sync=True)  # a resume settles x as lost
+    text = "\n".join(spend_lines(tmp_path))
+    assert "$0.7500 over 1 calls billed and 1 lost" in text and "2 session(s)" in text
+    assert "| checker | 1 | 1 | 0 | 0 | 0.5000 |" in text and "| solver | 1 | 0 | 100 | 20 | 0.2500 |" in text

@@ -270,6 +270,18 @@ def test_missing_api_key_fails_before_any_actor_starts(tmp_path, monkeypatch, no
     assert "CONDUCTOR_RL_TEST_UNSET_KEY" in str(err.code), err.code
 
 
+def test_a_budget_below_the_cost_forecast_is_refused_before_any_actor_starts_unless_forced(
+    tmp_path, no_cluster, capsys
+):
+    out = tmp_path / "run"
+    err = run_main(overrides(out, "train.budget_usd=0.000001"))
+    assert "the run would cost at least $" in str(err.code) and "train.budget_usd" in str(err.code), err.code
+    assert "--force" in str(err.code)
+    assert "forecast for iterations 0-" in capsys.readouterr().err
+    with pytest.raises(AssertionError, match="went on to start Ray"):  # forced: it goes on to the cluster
+        run_main([*overrides(out, "train.budget_usd=0.000001"), "--force"])
+
+
 # ---------------------------------------------------------------- full runs
 
 

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from conductor_rl.run.log import METRICS_FILE, is_number
 from conductor_rl.run.log import records as read_records
+from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books, totals_by
 
 REPORT_FILE = "report.md"
 PLOTS_DIR = "report"
@@ -341,6 +342,26 @@ def _final_worker_lines(last: Mapping[str, Any]) -> list[str]:
     return [title, "", note, ""] + table_lines(["domain", "most chosen"] + workers, rows)
 
 
+def spend_lines(run_dir: Path) -> list[str]:
+    """The run's spend from its journal (nothing without one): totals and each worker's share."""
+    books = read_books(run_dir / JOURNAL_FILE)
+    if not books.sessions:
+        return []
+    lines = [
+        "## Spend",
+        "",
+        f"From `{JOURNAL_FILE}` (`conductor-rl spend {run_dir}`): ${books.spent_usd:.4f} over "
+        f"{len(books.billed)} calls billed and {len(books.lost)} lost with a crashed process (counted at "
+        f"their worst case), in {len(books.sessions)} session(s).",
+        "",
+    ]
+    rows = [
+        (r["worker"], r["calls"], r["lost"], r["input_tokens"], r["output_tokens"], f"{r['usd']:.4f}")
+        for r in totals_by(books, "worker")
+    ]
+    return lines + table_lines(["worker", "calls", "lost", "input tokens", "output tokens", "USD"], rows)
+
+
 def render_markdown(
     title: str,
     records: Sequence[Mapping[str, Any]],
@@ -355,6 +376,7 @@ def render_markdown(
     lines += _final_worker_lines(max(records, key=lambda r: r["iteration"]))
     if extra:
         lines += ["## Run", ""] + table_lines(["key", "value"], [(k, v) for k, v in extra.items()])
+    lines += spend_lines(base)
     if plots:
         lines += ["## Plots", ""]
         for alt, path in plots:

@@ -1,0 +1,88 @@
+"""The cost forecast: hand-computed ranges, a resumed run's own iterations, and the refusal over budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor_rl.config import load_config
+from conductor_rl.data.question import Question
+from conductor_rl.workers.forecast import (
+    PROMPT_OVERHEAD_TOKENS,
+    ForecastOverBudgetError,
+    Range,
+    forecast,
+    from_iterations,
+    training_forecast,
+)
+from conductor_rl.workers.ledger import CostLedger
+from conductor_rl.workers.providers import Usage
+from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
+
+
+def workers(*settings: str):
+    return load_config(None, list(settings)).workers
+
+
+def test_a_simulated_pool_is_forecast_from_its_declared_output_and_prices_by_hand():
+    pool = workers("workers.0.rpm=60", "workers.1.rpm=120", "workers.2.rpm=120")
+    by_name = {w.name: w for w in pool}
+    got = forecast(pool, samples=10, calls_per_sample=Range(1, 3), question_tokens=40)
+    prompt = 40 + PROMPT_OVERHEAD_TOKENS
+    # Low: the generalist (0.15 / 0.6 per M) reading nothing, half its declared 150 output tokens.
+    low = (prompt * 0.15 + 75 * 0.6) / 1e6
+    # High: the knowledge expert (3 / 15) reading two answers of the longest output (1.5 x 300), 1.5 x 200 out.
+    high = ((prompt + 2 * 450) * 3.0 + 300 * 15.0) / 1e6
+    assert by_name["sim-generalist"].sim.output_tokens == 150
+    assert got.calls == Range(10, 30)
+    assert got.usd.low == pytest.approx(10 * low) and got.usd.high == pytest.approx(30 * high)
+    # Rate limits alone: 10 calls over 300 RPM at least, 30 calls on the 60 RPM worker at most.
+    assert got.call_seconds == Range(10 / 300 * 60, 30 / 60 * 60)
+    assert "simulated workers' output_tokens" in got.basis
+    assert forecast(workers(), 10, Range(1, 3), 40).call_seconds is None  # unlimited workers: no bound
+
+
+def test_a_real_worker_is_forecast_from_the_journal_once_it_holds_its_calls(tmp_path):
+    real = workers("workers.0.provider=openai", "workers.0.model=m", "workers.0.max_tokens=1000")[:1]
+    unseen = forecast(real, 1, Range(1, 1), 0)
+    assert unseen.usd.high == pytest.approx((PROMPT_OVERHEAD_TOKENS * 1.25 + 1000 * 10) / 1e6)
+    assert "one token to max_tokens" in unseen.basis
+    ledger = CostLedger.from_journal(tmp_path / JOURNAL_FILE, job="train", sync=True)
+    for out in (100, 300):
+        ledger.record(real[0].name, "openai", Usage(50, out), 0.0)
+    seen = forecast(real, 1, Range(1, 1), 0, read_books(tmp_path / JOURNAL_FILE))
+    assert seen.usd.low == pytest.approx((PROMPT_OVERHEAD_TOKENS * 1.25 + 100 * 10) / 1e6)
+    assert seen.usd.high == pytest.approx((PROMPT_OVERHEAD_TOKENS * 1.25 + 300 * 10) / 1e6)
+    assert "spend journal" in seen.basis
+
+
+def test_a_resumed_run_is_forecast_from_its_finished_iterations(tmp_path):
+    ledger = CostLedger.from_journal(tmp_path / JOURNAL_FILE, job="train", sync=True)
+    for iteration, costs in enumerate(([0.5, 0.5], [1.0, 1.0, 1.0], [9.0])):  # iteration 2 was cut short
+        ledger.start_iteration(iteration)
+        for usd in costs:
+            ledger.record("w", "sim", Usage(), usd)
+    books = read_books(tmp_path / JOURNAL_FILE)
+    got = from_iterations(books, remaining=4, samples=256)
+    assert got is not None and got.usd == Range(4.0, 12.0) and got.calls == Range(8, 12)
+    config = load_config(None, ["train.iterations=5"])
+    assert training_forecast(config, [], books, start=1).usd == Range(4.0, 12.0)
+    assert from_iterations(read_books(tmp_path / "none.jsonl"), 4, 256) is None
+
+
+def test_a_training_forecast_counts_every_rollout_and_every_recursion_level():
+    questions = [
+        Question(id="q", question="x" * 400, reference="1", domain="math", answer_kind="numeric", source="test")
+    ]
+    config = load_config(None, ["train.iterations=3", "conductor.max_steps=3", "conductor.max_depth=1"])
+    t = config.train
+    got = training_forecast(config, questions, read_books("/nonexistent"), start=1)
+    assert got.samples == 2 * t.questions_per_iteration * t.rollouts_per_question
+    assert got.calls == Range(got.samples, got.samples * 6)
+
+
+def test_a_budget_below_the_low_forecast_is_refused_with_the_figures_and_the_fix():
+    got = forecast(workers(), samples=1000, calls_per_sample=Range(1, 3), question_tokens=100)
+    got.check_budget(None, "train.budget_usd")
+    got.check_budget(got.usd.low, "train.budget_usd")  # the low forecast itself fits
+    with pytest.raises(ForecastOverBudgetError, match=r"at least \$.*Raise train.budget_usd.*--force"):
+        got.check_budget(got.usd.low / 2, "train.budget_usd")
