@@ -26,6 +26,7 @@ from conductor_rl.serving.access import BearerTokens, ClientLimits, ClientQuota
 from conductor_rl.serving.chat_format import RequestError, RequestLimits
 from conductor_rl.serving.endpoint import ChatEndpoint, Reply, watch_page
 from conductor_rl.workers.providers import Provider
+from conductor_rl.workers.spend_journal import read_books
 
 if TYPE_CHECKING:
     from conductor_rl.plan.shape import PlanShape
@@ -38,8 +39,12 @@ app = FastAPI(title="conductor-rl", description="A Conductor and its worker pool
 class ClientLimitsActor:
     """Every replica's clients in one place: `ClientLimits` as an actor."""
 
-    def __init__(self, quota: ClientQuota) -> None:
+    def __init__(self, quota: ClientQuota, journal: str | None = None) -> None:
+        """`journal`: the server's spend journal, whose recent requests and spend fill the windows, so
+        that a restarted server holds its clients to what they used before it."""
         self.limits = ClientLimits(quota)
+        if journal is not None:
+            self.limits.restore(read_books(journal), time.monotonic(), time.time())
 
     def admit(self, client: str) -> tuple[int, str, dict[str, str], str | None, str] | None:
         """None when admitted, else the 429's fields (an exception's own fields do not cross Ray)."""
@@ -56,14 +61,22 @@ class ClientLimitsActor:
 class SharedAdmission:
     """`Admission` through a ClientLimitsActor; `on_charge(client, usd)` sees every charge (metrics)."""
 
-    def __init__(self, actor: ActorHandle, on_charge: Callable[[str, float], None] = lambda client, usd: None) -> None:
-        self.actor, self.on_charge = actor, on_charge
+    def __init__(
+        self,
+        actor: ActorHandle,
+        on_charge: Callable[[str, float], None] = lambda client, usd: None,
+        ledger: ActorHandle | None = None,
+    ) -> None:
+        """`ledger`: the worker pools', which writes each admitted request's client to the spend journal."""
+        self.actor, self.on_charge, self.ledger = actor, on_charge, ledger
 
-    async def admit(self, client: str) -> None:
+    async def admit(self, client: str, request_id: str) -> None:
         refused = await self.actor.admit.remote(client)
         if refused is not None:
             status, message, headers, code, kind = refused
             raise RequestError(status, message, headers=headers, code=code, kind=kind)
+        if self.ledger is not None:
+            await self.ledger.tag_request.remote(request_id, client)
 
     async def charge(self, client: str, usd: float) -> None:
         self.on_charge(client, usd)
@@ -90,8 +103,10 @@ class ConductorServer:
         workers: Sequence[Provider],
         limits_actor: ActorHandle,
         tokens: BearerTokens | None,
+        ledger: ActorHandle | None = None,
     ) -> None:
-        """`tokens`: digests only (the job read the tokens); None: no authentication."""
+        """`tokens`: digests only (the job read the tokens); None: no authentication. `ledger`: the
+        worker pools' (each admitted request's client goes to its spend journal)."""
         from ray.util.metrics import Counter
         from transformers import AutoTokenizer
 
@@ -121,7 +136,7 @@ class ConductorServer:
             AutoTokenizer.from_pretrained(tokenizer_path),
             workers,
             tokens=tokens,
-            admission=SharedAdmission(limits_actor, count),
+            admission=SharedAdmission(limits_actor, count, ledger),
             limits=RequestLimits(s.max_request_bytes, s.max_messages, c.max_steps, c.max_depth),
             timeout_s=s.timeout_s,
             batch_window_s=s.batch_window_s,

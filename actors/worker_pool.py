@@ -146,6 +146,10 @@ class LedgerActor:
     async def start_iteration(self, iteration: int) -> None:
         self._ledger.start_iteration(iteration)
 
+    async def tag_request(self, request_id: str, client: str) -> None:
+        self._ledger.tag_request(request_id, client)
+        await self._durable(fsync=False)
+
     async def start_cell(self, cell: str | None) -> None:
         self._ledger.start_cell(cell)
 

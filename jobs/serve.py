@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from conductor_rl.config import Config, ConfigError, load_config
 from conductor_rl.serving.access import BearerTokens, ClientQuota, TokensError
 from conductor_rl.workers.providers import MissingApiKeyError
+from conductor_rl.workers.spend_journal import JOURNAL_FILE
 from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
 
 if TYPE_CHECKING:
@@ -81,17 +82,21 @@ def build_application(config: Config, tokens: BearerTokens | None) -> tuple[Appl
     log(f"starting {config.generator.engines} generator engine(s) with {config.conductor.model} ...")
     generators = start_generators(config, model)
     try:
-        workers = start_worker_pools(config, s.budget_usd, s.worker_replicas)
+        workers = start_worker_pools(
+            config, s.budget_usd, s.worker_replicas, journal=Path(s.output_dir) / JOURNAL_FILE, job="serve"
+        )
     except BaseException:
         generators.shutdown()
         raise
-    limits = ClientLimitsActor.remote(ClientQuota(s.client_requests, s.client_usd, s.client_window_s))
+    limits = ClientLimitsActor.remote(
+        ClientQuota(s.client_requests, s.client_usd, s.client_window_s), str(Path(s.output_dir) / JOURNAL_FILE)
+    )
     scaling = {"autoscaling_config": s.autoscaling} if s.autoscaling else {"num_replicas": s.replicas}
     deployment = ConductorServer.options(
         max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": REPLICA_CPUS}, **scaling
     )
     application = deployment.bind(
-        config, served_model_name(config), model, generators.actors, workers.pools, limits, tokens
+        config, served_model_name(config), model, generators.actors, workers.pools, limits, tokens, workers.ledger
     )
     return application, generators, workers
 

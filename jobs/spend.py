@@ -1,11 +1,11 @@
 """`conductor-rl spend RUN_DIR`: what a run's worker calls cost, from its spend journal.
 
     conductor-rl spend runs/local                       # totals, by worker and by iteration (or cell)
-    conductor-rl spend runs/local --by model --by s     # other groupings: worker model provider it cell s job day
+    conductor-rl spend runs/local --by model --by s     # groupings: worker model provider it cell s job day client
     conductor-rl spend runs/eval-local --csv calls.csv  # one row per call (also --parquet FILE)
     conductor-rl spend runs/local --json                # the totals as JSON on the last line
 
-RUN_DIR is a `train.output_dir` or an `evaluate.output_dir` (or a spend.jsonl itself). The journal
+RUN_DIR is a `train.output_dir`, an `evaluate.output_dir` or a `serve.output_dir` (or a spend.jsonl). The journal
 is read as it is: this works on a run that is still going and on one that crashed. Calls lost with a
 crashed process count at their worst-case cost and are shown apart; calls still open are in flight,
 or were cut off by a crash that no resumed session has settled yet (docs/guide/spend.md).
@@ -38,7 +38,7 @@ def journal_of(run_dir: str) -> Path:
     if not journal.exists():
         raise SystemExit(
             f"no spend journal at {journal}: give the output folder of a train or evaluate run "
-            f"(train.output_dir, evaluate.output_dir) made by this version or later"
+            f"(train.output_dir, evaluate.output_dir) or a server's (serve.output_dir), made by this version or later"
         )
     return journal
 
@@ -107,8 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         books = read_books(journal_of(args.run_dir))
     except JournalError as err:
         raise SystemExit(str(err)) from None
+    # By default, by worker and by what the job is made of: a training run's iterations, an evaluation's
+    # cells, a server's clients.
     evaluation = any(e.get("cell") for e in books.billed)
-    figures = summary(books, args.by or ["worker", "cell" if evaluation else "it"])
+    figures = summary(books, args.by or ["worker", "cell" if evaluation else "client" if books.requests else "it"])
     export(books, args.csv, args.parquet)
     print(format_summary(figures))
     if args.json:

@@ -15,7 +15,12 @@ TOKENS = {name: name[0] * 24 for name in ("alice", "bob", "carol", "dave")}
 
 
 @pytest.fixture(scope="module")
-def served(ray_cluster):
+def serve_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("serve")
+
+
+@pytest.fixture(scope="module")
+def served(ray_cluster, serve_dir):
     from ray import serve
 
     from jobs.serve import PortInUseError, start_serving
@@ -32,6 +37,7 @@ def served(ray_cluster):
                     "serve.model_name=conductor",
                     "cluster.generator={CPU: 1}",
                     "conductor.max_depth=0",
+                    f"serve.output_dir={serve_dir}",
                 ],
             )
             try:
@@ -57,7 +63,7 @@ def client(served, name="alice", **options):
     return openai.OpenAI(base_url=served.url + "/v1", api_key=TOKENS.get(name, name * 8), max_retries=0, **options)
 
 
-def test_a_served_conductor_answers_the_openai_client_with_its_plan_and_usage(served):
+def test_a_served_conductor_answers_the_openai_client_with_its_plan_and_usage(served, serve_dir):
     openai_client = client(served)
     assert [m.id for m in openai_client.models.list()] == ["conductor"]
     reply = openai_client.chat.completions.create(
@@ -87,6 +93,17 @@ def test_a_served_conductor_answers_the_openai_client_with_its_plan_and_usage(se
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == max(steps, key=lambda s: s["index"])["response"]
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+
+    # The server's spend journal holds both requests as alice's (her name, never her token) and every call.
+    from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books, totals_by
+
+    journal = serve_dir / JOURNAL_FILE
+    books = read_books(journal)
+    assert books.sessions[0]["job"] == "serve" and [r["client"] for r in books.requests] == ["alice", "alice"]
+    assert len(books.billed) == len(extension["steps"]) + len(steps)
+    assert [(r["client"], r["calls"]) for r in totals_by(books, "client")] == [("alice", len(books.billed))]
+    assert books.spent_usd == pytest.approx(extension["cost_usd"] + events[-1]["cost_usd"])
+    assert TOKENS["alice"] not in journal.read_text()
 
 
 def test_concurrent_clients_each_get_their_answer_and_one_over_its_limit_a_429(served):

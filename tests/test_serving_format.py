@@ -142,3 +142,29 @@ def test_a_client_over_its_requests_or_dollars_waits_for_the_window():
         limits.admit("bob", 31.0)  # over $0.10: wait until the first charge leaves
     assert caught.value.headers == {"Retry-After": "50"} and "$0.1 per 60 s" in caught.value.message
     limits.admit("bob", 81.5)
+
+
+def test_a_restarted_server_holds_its_clients_to_what_its_spend_journal_says_they_used(tmp_path):
+    from conductor_rl.workers.ledger import CostLedger
+    from conductor_rl.workers.providers import CallKey, Usage
+    from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
+
+    ledger = CostLedger.from_journal(tmp_path / JOURNAL_FILE, job="serve", sync=True)
+    for request, client, usd in (("r1", "alice", 0.06), ("r2", "alice", 0.05), ("r3", "bob", 0.01)):
+        ledger.tag_request(request, client)
+        # A served call's key names its request (the workflow engine's task id is the request id).
+        ledger.open_call(f"{request}-0", "w", "sim", 1.0, admit=False, key=CallKey(request, request, 0))
+        ledger.record("w", "sim", Usage(), usd, call_id=f"{request}-0")
+    books = read_books(tmp_path / JOURNAL_FILE)
+    wall = books.requests[-1]["t"] + 5.0  # restarted five seconds after the requests
+
+    limits = ClientLimits(ClientQuota(requests=2, usd=0.10, window_s=60))
+    limits.restore(books, now=1000.0, wall_now=wall)
+    assert limits.spent("alice", 1000.0) == pytest.approx(0.11) and limits.spent("bob", 1000.0) == pytest.approx(0.01)
+    with pytest.raises(RequestError) as caught:
+        limits.admit("alice", 1000.0)  # two requests and $0.11 in the window before the restart
+    assert caught.value.status == 429
+    limits.admit("bob", 1000.0)
+    later = ClientLimits(ClientQuota(requests=2, usd=0.10, window_s=60))
+    later.restore(books, now=1000.0, wall_now=wall + 120)  # restarted after the window: nothing held
+    later.admit("alice", 1000.0)

@@ -44,7 +44,13 @@ class ServeConfig(Strict):
         "(None: no cap); a request is refused once its client spent this much.",
     )
     client_window_s: float = Field(60.0, gt=0.0)
-    budget_usd: float | None = Field(None, ge=0.0, description="The server's whole worker budget (None: no cap).")
+    budget_usd: float | None = Field(
+        None, ge=0.0, description="The server's whole worker budget, every restart counted (None: no cap)."
+    )
+    output_dir: str = Field(
+        "runs/serve",
+        description="The server's spend journal (spend.jsonl): its budget and its clients' windows outlive a restart.",
+    )
     max_request_bytes: int = Field(256_000, ge=1_000)
     max_messages: int = Field(64, ge=1)
     timeout_s: float = Field(

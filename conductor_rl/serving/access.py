@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conductor_rl.serving.chat_format import RequestError
+from conductor_rl.workers.spend_journal import Books
 
 TOKENS_ENV = "CONDUCTOR_RL_SERVE_TOKENS"
 
@@ -144,6 +145,20 @@ class ClientLimits:
         """What a request of `client` spent, when it ended."""
         if usd > 0:
             self._spent.setdefault(client, deque()).append((now, usd))
+
+    def restore(self, books: Books, now: float, wall_now: float) -> None:
+        """The windows as a spend journal left them (the server restarted): each admitted request and
+        each call's dollars, per client, that fall within the window before `now`; `wall_now` is the
+        same moment on the journal's clock (time.time())."""
+        start = now - self.quota.window_s
+        for request in books.requests:
+            at = now - (wall_now - request["t"])
+            if at > start:
+                self._requests.setdefault(request["client"], deque()).append(at)
+        for event in sorted([*books.billed, *books.lost], key=lambda e: e["t"]):
+            at, client = now - (wall_now - event["t"]), books.client_of(event)
+            if client and at > start:
+                self.charge(client, event["usd"], at)
 
     def spent(self, client: str, now: float) -> float:
         """Dollars `client` spent within the window before `now`."""

@@ -63,7 +63,7 @@ ANONYMOUS = "anonymous"  # the client of an endpoint that takes no token
 class Admission(Protocol):
     """Per-client limits: `admit` before a request runs (raises a 429 RequestError), `charge` after."""
 
-    async def admit(self, client: str) -> None: ...
+    async def admit(self, client: str, request_id: str) -> None: ...
     async def charge(self, client: str, usd: float) -> None: ...
 
 
@@ -73,7 +73,7 @@ class LocalAdmission:
     def __init__(self, limits: ClientLimits, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits, self.clock = limits, clock
 
-    async def admit(self, client: str) -> None:
+    async def admit(self, client: str, request_id: str) -> None:
         self.limits.admit(client, self.clock())
 
     async def charge(self, client: str, usd: float) -> None:
@@ -148,13 +148,13 @@ class ChatEndpoint:
 
     async def chat(self, raw: bytes, authorization: str | None) -> Reply:
         """POST /v1/chat/completions."""
+        request_id, created = completion_id(), int(time.time())
         try:
             client = self._client(authorization)
             request = parse_chat_request(raw, self.model_name, self.pool, self.limits)
-            await self.admission.admit(client)
+            await self.admission.admit(client, request_id)
         except RequestError as err:
             return error_reply(err)
-        request_id, created = completion_id(), int(time.time())
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         run = asyncio.ensure_future(self._run(request, request_id, client, events))
         if request.stream:

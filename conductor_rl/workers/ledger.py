@@ -143,6 +143,10 @@ class CostLedger:
     def start_iteration(self, iteration: int) -> None:
         self.iteration = iteration
 
+    def tag_request(self, request_id: str, client: str) -> None:
+        """A served request of `client` was admitted: the journal ties its calls to the client."""
+        self._log("request", q=request_id, client=client)
+
     def start_cell(self, cell: str | None) -> None:
         """An evaluation's calls from here are charged to `cell` (its method and benchmark)."""
         self.cell = cell

@@ -9,6 +9,8 @@ rewritten (docs/guide/spend.md):
     failed    the provider refused or failed it (outcome: the error's kind): nothing billed
     lost      no outcome will ever come (its process died mid-call, or the job did):
               counted at its worst-case cost, since the provider may have billed it
+    request   a served request (`q`, its id) was admitted for a client (`client`: the
+              name its token was given, never the token)
 
 Why JSON lines: one writer appends (the run's ledger; on a cluster its actor, which every
 replica on every node reports to), so no locking is needed; a crash can only tear the last
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 JOURNAL_FILE = "spend.jsonl"
-EVENTS = ("session", "open", "billed", "failed", "lost")
+EVENTS = ("session", "open", "billed", "failed", "lost", "request")
 
 
 class JournalError(ValueError):
@@ -158,6 +160,16 @@ class Books:
     open: list[dict[str, Any]] = field(default_factory=list)
     sessions: list[dict[str, Any]] = field(default_factory=list)
     opens: dict[str, dict[str, Any]] = field(default_factory=dict)  # every open event, by call id
+    requests: list[dict[str, Any]] = field(default_factory=list)  # served requests, each with its client
+
+    def client_of(self, event: dict[str, Any]) -> str:
+        """The client whose served request made a call ("" outside `serve`)."""
+        sent = self.opens.get(str(event.get("id") or ""), event)
+        return self._clients.get(str(sent.get("q", "")), "")
+
+    @property
+    def _clients(self) -> dict[str, str]:
+        return {r["q"]: r["client"] for r in self.requests}
 
     @property
     def spent_usd(self) -> float:
@@ -179,6 +191,8 @@ def read_books(path: str | Path) -> Books:
         kind, call_id = event["ev"], str(event.get("id") or "")  # "": recorded without an open
         if kind == "session":
             books.sessions.append(event)
+        elif kind == "request":
+            books.requests.append(event)
         elif kind == "open":
             books.opens[call_id] = event
             if call_id not in closed:
@@ -201,6 +215,7 @@ def totals_by(books: Books, key: str) -> list[dict[str, Any]]:
     if key not in GROUPS:
         raise ValueError(f"cannot group spend by {key!r}; one of {', '.join(GROUPS)}")
     jobs = {e["session"]: e.get("job", "") for e in books.sessions}
+    clients = {r["q"]: r["client"] for r in books.requests}
 
     def group(event: dict[str, Any]) -> Any:
         # A call lost to a crash is settled by a later session: it belongs to the one that sent it.
@@ -209,6 +224,8 @@ def totals_by(books: Books, key: str) -> list[dict[str, Any]]:
             return jobs.get(sent.get("s"), "")
         if key == "day":
             return time.strftime("%Y-%m-%d", time.gmtime(sent["t"]))
+        if key == "client":
+            return clients.get(str(sent.get("q", "")), "")
         return (sent if key == "s" else event).get(key, "")
 
     rows: dict[Any, dict[str, Any]] = {}
@@ -231,7 +248,7 @@ def call_rows(books: Books) -> list[dict[str, Any]]:
     rows = []
     for status, events in (("billed", books.billed), ("lost", books.lost), ("open", books.open)):
         for event in events:
-            merged = {**books.opens.get(str(event.get("id") or ""), {}), **event}
+            merged = {**books.opens.get(str(event.get("id") or ""), {}), **event, "client": books.client_of(event)}
             rows.append(
                 {
                     "status": status,
