@@ -62,11 +62,13 @@ def test_a_resumed_run_is_forecast_from_its_finished_iterations(tmp_path):
         for usd in costs:
             ledger.record("w", "sim", Usage(), usd)
     books = read_books(tmp_path / JOURNAL_FILE)
-    got = from_iterations(books, remaining=4, samples=256)
+    got = from_iterations(books, start=2, samples=256, remaining=4)  # the checkpoint is at iteration 1
     assert got is not None and got.usd == Range(4.0, 12.0) and got.calls == Range(8, 12)
-    config = load_config(None, ["train.iterations=5"])
-    assert training_forecast(config, [], books, start=1).usd == Range(4.0, 12.0)
-    assert from_iterations(read_books(tmp_path / "none.jsonl"), 4, 256) is None
+    assert "2 finished iteration(s)" in got.basis
+    config = load_config(None, ["train.iterations=6"])
+    assert training_forecast(config, [], books, start=2).usd == Range(4.0, 12.0)
+    assert from_iterations(books, start=0, samples=256, remaining=4) is None  # nothing finished yet
+    assert from_iterations(read_books(tmp_path / "none.jsonl"), 2, 256, 4) is None
 
 
 def test_a_training_forecast_counts_every_rollout_and_every_recursion_level():

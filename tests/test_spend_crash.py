@@ -134,4 +134,15 @@ def test_a_driver_killed_mid_iteration_loses_no_billed_call_and_its_resume_stops
     assert len(server.stats.usages) - calls_before <= 3 * 4  # one round of plans at most (2 questions x 4)
     saved = latest_state(out)[1]["ledger"]["total"]["cost_usd"]
     assert saved == pytest.approx(resumed.spent_usd, abs=1e-9)  # the ledger is the journal's
+    assert "1 finished iteration(s)" in summary["forecast"]["basis"]  # the resume's forecast: iteration 0's cost
+    server_billed = sum(cost_of(Usage(u["input"], u["output"], 0, u["cached"]), PRICE) for u in server.stats.usages)
+    journal_billed = sum(e["usd"] for e in resumed.billed)
+    print(
+        f"\nprovider billed ${server_billed:.6f} for {len(server.stats.usages)} calls; journal: ${journal_billed:.6f} "
+        f"billed ({len(resumed.billed)} calls) + ${resumed.spent_usd - journal_billed:.6f} lost at worst case "
+        f"({len(resumed.lost)} calls) = ${resumed.spent_usd:.6f}; ledger after the resume ${saved:.6f}; "
+        f"checkpoint before the kill ${state['ledger']['total']['cost_usd']:.6f}; resumed run's forecast "
+        f"${summary['forecast']['usd'][0]:.6f}-${summary['forecast']['usd'][1]:.6f} ({summary['forecast']['basis']}), "
+        f"spent ${summary['spent_usd']:.6f} in all"
+    )
     assert json.dumps(resumed.sessions).count(FAKE_KEY) == 0 and FAKE_KEY not in journal.read_text()

@@ -150,24 +150,24 @@ def rate_limited_seconds(workers: Sequence[WorkerConfig], calls: Range) -> Range
     return Range(calls.low / sum(rpms) * 60, calls.high / min(rpms) * 60)
 
 
-def from_iterations(books: Books, remaining: int, samples: int) -> Forecast | None:
-    """A resumed run's forecast from its journal: the cheapest and the dearest finished iteration's cost
-    (and calls) times the iterations still to run. None before an iteration has finished."""
+def from_iterations(books: Books, start: int, samples: int, remaining: int) -> Forecast | None:
+    """A resumed run's forecast from its journal: the cheapest and the dearest of the iterations before
+    `start` (finished: the checkpoint holds them) times the `remaining` iterations. None when the
+    journal holds none of them."""
     by_iteration: dict[int, list[dict]] = {}
     for event in [*books.billed, *books.lost]:
-        if "it" in event:
+        if event.get("it", start) < start:
             by_iteration.setdefault(event["it"], []).append(event)
-    finished = sorted(by_iteration)[:-1]  # the last one may have been cut short
-    if not finished:
+    if not by_iteration:
         return None
-    costs = [sum(e["usd"] for e in by_iteration[i]) for i in finished]
-    calls = [len(by_iteration[i]) for i in finished]
+    costs = [sum(e["usd"] for e in events) for events in by_iteration.values()]
+    calls = [len(events) for events in by_iteration.values()]
     return Forecast(
         samples,
         Range(min(calls) * remaining, max(calls) * remaining),
         Range(min(costs) * remaining, max(costs) * remaining),
         None,
-        f"this run's {len(finished)} finished iteration(s) in its spend journal",
+        f"this run's {len(by_iteration)} finished iteration(s) in its spend journal",
     )
 
 
@@ -177,7 +177,7 @@ def training_forecast(config: Config, questions: Sequence[Question], books: Book
     t, c = config.train, config.conductor
     remaining = max(t.iterations - start, 0)
     samples = remaining * t.questions_per_iteration * t.rollouts_per_question
-    seen = from_iterations(books, remaining, samples)
+    seen = from_iterations(books, start, samples, remaining)
     if seen is not None:
         return seen
     chars = sum(len(q.question) for q in questions) / max(len(questions), 1)
