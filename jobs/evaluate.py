@@ -41,6 +41,7 @@ from conductor_rl.evaluation import (
     summarise,
     write_results,
 )
+from conductor_rl.evaluation.cost_forecast import evaluation_forecast
 from conductor_rl.evaluation.plans import oracle_single_label
 from conductor_rl.evaluation.prepare import (
     Evaluation,
@@ -51,6 +52,7 @@ from conductor_rl.evaluation.prepare import (
 )
 from conductor_rl.run.placement import ClusterTooSmallError
 from conductor_rl.system import System
+from conductor_rl.workers.forecast import ForecastOverBudgetError
 from conductor_rl.workers.preflight import PreflightFailed
 from conductor_rl.workers.providers import MissingApiKeyError
 from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
@@ -114,10 +116,17 @@ def run_evaluation(
             runner.graders.close()
 
 
-def evaluate(config: Config) -> dict:
-    """Run (or continue) the evaluation; returns the summary written to results.json."""
+def evaluate(config: Config, force: bool = False) -> dict:
+    """Run (or continue) the evaluation; returns the summary written to results.json. An evaluation
+    that has spent nothing yet and whose low cost forecast is over its budget is refused (`force`:
+    start all the same)."""
     ev, conductors = prepare(config)
     out = Path(config.evaluate.output_dir)
+    store = RecordStore(out)
+    forecast = evaluation_forecast(ev, store.done() if store.path.exists() else ())
+    log(forecast.describe("this evaluation's samples still to run"))
+    if not force and read_books(out / JOURNAL_FILE).spent_usd == 0:
+        forecast.check_budget(config.evaluate.budget_usd, "--budget-usd (evaluate.budget_usd)")
     pin_checkpoints(ev, out)
     started = time.perf_counter()
     how, spent, store = run_evaluation(ev, out, conductors)
@@ -133,6 +142,7 @@ def evaluate(config: Config) -> dict:
         "stopped": how,
         "spent_usd": spent,
         "spent_total_usd": read_books(out / JOURNAL_FILE).spent_usd,
+        "forecast": forecast.as_dict(),
         "wall_s": time.perf_counter() - started,
         "methods": [m.name for m in ev.methods],
         "benchmarks": list(ev.benchmarks),
@@ -176,6 +186,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--budget-usd", type=float, default=None, help="stop cleanly at this spend (evaluate.budget_usd)"
     )
     parser.add_argument("--output", default=None, help="output folder (evaluate.output_dir)")
+    parser.add_argument("--force", action="store_true", help="start even when the cost forecast is over --budget-usd")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     add_workers_argument(parser)
     add_config_arguments(parser)
@@ -222,8 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     config = config_with_options(args)
     try:
-        summary = evaluate(config)
+        summary = evaluate(config, force=args.force)
     except (
+        ForecastOverBudgetError,
         EvaluationError,
         ConfigError,
         ResumeMismatchError,

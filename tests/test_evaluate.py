@@ -543,9 +543,13 @@ def test_a_spent_budget_stops_with_what_finished_and_a_larger_one_completes_the_
 ):
     out, reference = root / "budget", cached_run.out  # the unbudgeted table: the cache's first run's
     started = time.perf_counter()
-    assert run_main(out, benchmarks, "--budget-usd", "0.02") == 1
+    # $0.02 is below even the low cost forecast: refused before anything starts, unless forced.
+    with pytest.raises(SystemExit, match="would cost at least"):
+        run_main(out, benchmarks, "--budget-usd", "0.02")
+    assert run_main(out, benchmarks, "--budget-usd", "0.02", "--force") == 1
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["stopped"] == "budget" and summary["spent_usd"] >= 0.02, summary
+    assert summary["forecast"]["usd"][0] > 0.02
     books = read_books(out / JOURNAL_FILE)
     assert books.spent_usd == pytest.approx(summary["spent_usd"], abs=1e-12) and not books.open
     assert {e["cell"].split("/")[0] for e in books.billed} <= set(BASELINES + EXPANDED)

@@ -88,3 +88,39 @@ def test_a_budget_below_the_low_forecast_is_refused_with_the_figures_and_the_fix
     got.check_budget(got.usd.low, "train.budget_usd")  # the low forecast itself fits
     with pytest.raises(ForecastOverBudgetError, match=r"at least \$.*Raise train.budget_usd.*--force"):
         got.check_budget(got.usd.low / 2, "train.budget_usd")
+
+
+def test_an_evaluation_is_forecast_per_method_from_its_plan_shape_and_skips_what_is_done():
+    from conductor_rl.evaluation.cost_forecast import evaluation_forecast
+    from conductor_rl.evaluation.prepare import prepare_evaluation
+
+    config = load_config(
+        None,
+        [
+            'evaluate.methods=["single:sim-math-expert", "reflect:sim-generalist:2", "moa"]',
+            'evaluate.benchmarks=["samples:gsm8k:eval"]',
+            "evaluate.limit=3",
+            "evaluate.repeats=2",
+        ],
+    )
+    ev = prepare_evaluation(config)
+    [questions] = ev.benchmarks.values()
+    got = evaluation_forecast(ev)
+    # 6 samples each: single 1 call, reflect 2, MoA 3 proposers x 2 layers + the aggregator.
+    assert got.samples == 18 and got.calls == Range(6 + 12 + 42, 6 + 12 + 42)
+    single = forecast([config.workers[0]], 6, Range(1, 1), 0)
+    assert got.usd.low > single.usd.low  # the other methods' calls add to it
+    done = {("single:sim-math-expert", "samples:gsm8k:eval", questions[0].id, r) for r in range(2)}
+    assert evaluation_forecast(ev, done).calls == Range(4 + 12 + 42, 4 + 12 + 42)
+
+
+def test_an_evaluation_whose_budget_is_below_its_forecast_is_refused_before_any_actor_starts(tmp_path, no_cluster):
+    from jobs.evaluate import main
+
+    argv = ["--method", "moa", "--limit", "2", "--output", str(tmp_path / "ev"), "--budget-usd", "0.0000001"]
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert "the run would cost at least $" in str(refused.value.code) and "--budget-usd" in str(refused.value.code)
+    assert not (tmp_path / "ev").exists()  # refused before anything is written
+    with pytest.raises(AssertionError, match="went on to start Ray"):
+        main([*argv, "--force"])

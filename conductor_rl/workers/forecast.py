@@ -184,3 +184,17 @@ def training_forecast(config: Config, questions: Sequence[Question], books: Book
     # A plan has 1 to max_steps steps; each recursion level may add as many again.
     steps = Range(1, c.max_steps * (c.max_depth + 1))
     return forecast(config.workers, samples, steps, int(chars / CHARS_PER_TOKEN), books)
+
+
+def summed(parts: Sequence[Forecast], what: str) -> Forecast:
+    """Several forecasts as one (an evaluation's methods): samples, calls, dollars and the time add up."""
+    seconds = [p.call_seconds for p in parts]
+    return Forecast(
+        sum(p.samples for p in parts),
+        Range(sum(p.calls.low for p in parts), sum(p.calls.high for p in parts)),
+        Range(sum(p.usd.low for p in parts), sum(p.usd.high for p in parts)),
+        None
+        if not parts or any(s is None for s in seconds)
+        else Range(sum(s.low for s in seconds if s), sum(s.high for s in seconds if s)),
+        what,
+    )
