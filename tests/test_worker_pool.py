@@ -115,12 +115,18 @@ def test_a_replica_that_dies_mid_call_is_reported(ray_cluster, server):
     assert isinstance(result, ProviderError) and result.kind == "replica_died" and result.retryable
 
 
-def test_a_call_whose_replica_dies_goes_to_another_and_the_lost_attempt_stays_open(ray_cluster, server):
+def test_a_call_whose_replica_dies_goes_to_another_and_the_lost_attempt_stays_open(ray_cluster, server, tmp_path):
     """Two replicas; the one serving the call is killed mid-call. The call is answered by the other;
-    the lost attempt, which the server did receive, stays open in the ledger (its worst case counts).
-    The dead replica gets no more calls while the other one answers."""
+    the lost attempt, which the server did receive, stays open in the ledger (its worst case counts)
+    and its spend journal (settled there as lost). The dead replica gets no more calls while the
+    other one answers."""
+    from actors.worker_pool import get_ledger
+    from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
+
     server.reset(latency_s=2.0)
-    pool, ledger = make_pool(server, replicas=2)
+    journal = tmp_path / JOURNAL_FILE
+    ledger = get_ledger(name=unique("ledger"), journal=str(journal), job="train")
+    pool, ledger = make_pool(server, replicas=2, ledger=ledger)
     picks = []
     pick = pool._pick
     pool._pick = lambda exclude=frozenset(): picks.append(pick(exclude)) or picks[-1]
@@ -140,6 +146,10 @@ def test_a_call_whose_replica_dies_goes_to_another_and_the_lost_attempt_stays_op
     assert picks[2:] == [picks[1]] * 4, picks
     assert ray_cluster.get(ledger.settle_open_calls.remote()) == 1  # the lost attempt, at its worst case
     assert len(ray_cluster.get(ledger.entries.remote())) == 6
+    books = read_books(journal)
+    assert (len(books.billed), len(books.lost), len(books.open)) == (5, 1, 0)
+    total = ray_cluster.get(ledger.summary.remote())["total"]["cost_usd"]
+    assert books.spent_usd == pytest.approx(total, abs=1e-12)
 
 
 def test_budget_stop_through_the_pool_keeps_every_finished_call(ray_cluster, server):
