@@ -22,7 +22,6 @@ Progress on stderr; with --json the last line on stdout is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.measure import log, machine
+from benchmarks.measure import log, machine, report
 from conductor_rl.config import Config, load_config
 from conductor_rl.plan import PlanError, parse_plan
 from conductor_rl.workers.sim_rules import has_check_word, on_task
@@ -116,9 +115,7 @@ def main() -> int:
             f"{shares['reading_step_share']:.1%} of steps read an earlier answer, {shares['check_step_share']:.1%} "
             f"check one; {shares['on_task_share']:.1%} of solving steps on task ({shares['seconds']} s)"
         )
-    log(json.dumps(figures, indent=2))
-    if args.json:
-        print(json.dumps(figures))
+    report(figures, args.json)
     return 0
 
 

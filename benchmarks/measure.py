@@ -5,12 +5,13 @@ against its critical-path bound (benchmarks/iteration.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,14 @@ if TYPE_CHECKING:
 def log(message: str) -> None:
     """A progress line on stderr (stdout stays for the figures)."""
     print(message, file=sys.stderr, flush=True)
+
+
+def report(figures: dict[str, Any], as_json: bool, show: Callable[[str], None] = log) -> None:
+    """A benchmark's ending: its figures for people (through `show`), then with `as_json` the one
+    JSON line on stdout that scripts read."""
+    show(json.dumps(figures, indent=2))
+    if as_json:
+        print(json.dumps(figures))
 
 
 def machine() -> dict[str, Any]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -40,7 +39,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import ray
 
-from benchmarks.measure import machine
+from benchmarks.measure import machine, report
 from conductor_rl.config import WorkerConfig
 from conductor_rl.workers.providers import WorkerRequest, build_provider
 
@@ -181,9 +180,7 @@ def main() -> int:
                 )
     finally:
         ray.shutdown()
-    log(json.dumps(figures, indent=2))
-    if args.json:
-        print(json.dumps(figures))
+    report(figures, args.json, log)
     return 0
 
 

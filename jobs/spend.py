@@ -19,7 +19,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from conductor_rl.workers.spend_journal import GROUPS, JOURNAL_FILE, Books, JournalError, call_rows, read_books
+from conductor_rl.workers.spend_journal import (
+    GROUPS,
+    JOURNAL_FILE,
+    Books,
+    JournalError,
+    call_rows,
+    read_books,
+    totals_by,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,8 +52,6 @@ def journal_of(run_dir: str) -> Path:
 
 
 def summary(books: Books, groups: Sequence[str]) -> dict:
-    from conductor_rl.workers.spend_journal import totals_by
-
     return {
         "spent_usd": books.spent_usd,
         "billed_calls": len(books.billed),

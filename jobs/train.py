@@ -145,7 +145,7 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
         run_log.close()
         actors.shutdown()
     summary = run_summary(config, out, checkpoints, how, done, (forecast.usd.low, forecast.usd.high))
-    summary["forecast"], summary["spent_usd"] = forecast.as_dict(), read_books(out / JOURNAL_FILE).spent_usd
+    summary["forecast"], summary["spent_usd"] = forecast.as_dict(), ledger["total"]["cost_usd"]  # the journal's
     if failure:
         summary["error"] = failure
     return summary

@@ -100,10 +100,9 @@ def output_tokens(worker: WorkerConfig, books: Books | None = None) -> tuple[Ran
     return Range(1, worker.max_tokens), "max_tokens"
 
 
-def call_cost(workers: Sequence[WorkerConfig], input_tokens: int, reads: int, books: Books | None) -> Range:
+def call_cost(workers: Sequence[WorkerConfig], input_tokens: int, reads: int, outputs: dict[str, Range]) -> Range:
     """One call's cost: the cheapest worker reading nothing, to the dearest reading `reads` earlier
-    answers, each as long as the longest output of the pool."""
-    outputs = {w.name: output_tokens(w, books)[0] for w in workers}
+    answers, each as long as the longest output of the pool (`outputs`: each worker's output tokens)."""
     longest = max(r.high for r in outputs.values())
     low = min(cost_of(Usage(input_tokens, int(outputs[w.name].low)), w.price) for w in workers)
     high = max(cost_of(Usage(input_tokens + int(reads * longest), int(outputs[w.name].high)), w.price) for w in workers)
@@ -122,9 +121,15 @@ def forecast(
     priced = [w for w in workers if w.provider != "conductor"]  # the Conductor's own seat costs no API call
     if not priced:
         return Forecast(samples, Range(0, 0), Range(0.0, 0.0), None, "no priced worker")
-    per_call = call_cost(priced, question_tokens + PROMPT_OVERHEAD_TOKENS, int(calls_per_sample.high) - 1, books)
+    outputs = {w.name: output_tokens(w, books) for w in priced}
+    per_call = call_cost(
+        priced,
+        question_tokens + PROMPT_OVERHEAD_TOKENS,
+        int(calls_per_sample.high) - 1,
+        {name: tokens for name, (tokens, _) in outputs.items()},
+    )
     calls = calls_per_sample.times(samples)
-    sources = sorted({output_tokens(w, books)[1] for w in priced})
+    sources = sorted({source for _, source in outputs.values()})
     basis = "output tokens from " + " and ".join(
         {
             "journal": "this run's spend journal",

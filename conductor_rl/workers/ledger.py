@@ -177,7 +177,14 @@ class CostLedger:
             iteration = opened.iteration if opened is not None else self.iteration
         cell = opened.cell if opened is not None else self.cell
         entry = LedgerEntry(worker, provider, iteration, usage, cost_usd)
-        self._log("billed", id=call_id, outcome="ok", **_fields(entry, model, cell), **_usage_fields(usage))
+        self._log(
+            "billed",
+            id=call_id,
+            outcome="ok",
+            usd=cost_usd,
+            **_who_and_where(worker, provider, model, iteration, cell),
+            **_usage_fields(usage),
+        )
         self._add(entry)
         return self.exhausted
 
@@ -198,8 +205,8 @@ class CostLedger:
             self.admit()
         if self.journal is not None:
             where = {"q": key.question, "rollout": key.rollout, "step": key.step} if key is not None else {}
-            fields = _fields(LedgerEntry(worker, provider, self.iteration, Usage(), max_cost_usd), model, self.cell)
-            self._log("open", id=call_id, max_usd=fields.pop("usd"), **fields, **where)
+            where |= _who_and_where(worker, provider, model, self.iteration, self.cell)
+            self._log("open", id=call_id, max_usd=max_cost_usd, **where)
         if call_id in self._closed_early:
             self._closed_early.discard(call_id)
             return
@@ -217,7 +224,8 @@ class CostLedger:
         whose process died before it could say what happened."""
         for call_id, call in self._open.items():
             entry = LedgerEntry(call.worker, call.provider, call.iteration, Usage(), call.max_cost_usd)
-            self._log("lost", id=call_id, outcome=why, **_fields(entry, call.model, call.cell))
+            where = _who_and_where(call.worker, call.provider, call.model, call.iteration, call.cell)
+            self._log("lost", id=call_id, outcome=why, usd=call.max_cost_usd, **where)
             self._add(entry, lost=True)
         settled, self._open = len(self._open), {}
         return settled
@@ -275,15 +283,14 @@ class CostLedger:
         }
 
 
-def _fields(entry: LedgerEntry, model: str, cell: str | None) -> dict[str, Any]:
-    """A call's journal fields: who made it, where it is charged, its dollars."""
+def _who_and_where(worker: str, provider: str, model: str, iteration: int, cell: str | None) -> dict[str, Any]:
+    """A call's journal fields: who made it, and where it is charged (an iteration, or an evaluation cell)."""
     return {
-        "worker": entry.worker,
-        "provider": entry.provider,
+        "worker": worker,
+        "provider": provider,
         "model": model or None,
-        "it": entry.iteration if cell is None else None,
+        "it": iteration if cell is None else None,
         "cell": cell,
-        "usd": entry.cost_usd,
     }
 
 

@@ -112,17 +112,28 @@ class SpendJournal:
             self._file.close()
 
 
-def _drop_torn_tail(path: Path) -> None:
+def _drop_torn_tail(path: Path, chunk: int = 65_536) -> None:
     """Cut a last line that a crash left without its newline. Its write never returned, so
     whoever wrote it went no further: an open whose call was never sent, or a close whose
-    call stays open on the books (and is counted at its worst case)."""
+    call stays open on the books (and is counted at its worst case). Reads the file from its
+    end, back to the last newline only."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "r+b") as f:
-        data = f.read()
-        if data.endswith(b"\n"):
+        end = f.seek(0, os.SEEK_END)
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
             return
-        f.truncate(data.rfind(b"\n") + 1)
+        cut = end
+        while cut > 0:
+            start = max(cut - chunk, 0)
+            f.seek(start)
+            newline = f.read(cut - start).rfind(b"\n")
+            if newline >= 0:
+                cut = start + newline + 1
+                break
+            cut = start
+        f.truncate(cut)
         f.flush()
         os.fsync(f.fileno())
 
@@ -161,15 +172,16 @@ class Books:
     sessions: list[dict[str, Any]] = field(default_factory=list)
     opens: dict[str, dict[str, Any]] = field(default_factory=dict)  # every open event, by call id
     requests: list[dict[str, Any]] = field(default_factory=list)  # served requests, each with its client
+    clients: dict[str, str] = field(default_factory=dict)  # a served request's id -> its client
+
+    def sent(self, event: dict[str, Any]) -> dict[str, Any]:
+        """The open event of a call's outcome (when and by which session it was sent, what it was
+        for); the event itself for a call recorded without an open."""
+        return self.opens.get(str(event.get("id") or ""), event)
 
     def client_of(self, event: dict[str, Any]) -> str:
         """The client whose served request made a call ("" outside `serve`)."""
-        sent = self.opens.get(str(event.get("id") or ""), event)
-        return self._clients.get(str(sent.get("q", "")), "")
-
-    @property
-    def _clients(self) -> dict[str, str]:
-        return {r["q"]: r["client"] for r in self.requests}
+        return self.clients.get(str(self.sent(event).get("q", "")), "")
 
     @property
     def spent_usd(self) -> float:
@@ -193,6 +205,7 @@ def read_books(path: str | Path) -> Books:
             books.sessions.append(event)
         elif kind == "request":
             books.requests.append(event)
+            books.clients[event["q"]] = event["client"]
         elif kind == "open":
             books.opens[call_id] = event
             if call_id not in closed:
@@ -215,23 +228,23 @@ def totals_by(books: Books, key: str) -> list[dict[str, Any]]:
     if key not in GROUPS:
         raise ValueError(f"cannot group spend by {key!r}; one of {', '.join(GROUPS)}")
     jobs = {e["session"]: e.get("job", "") for e in books.sessions}
-    clients = {r["q"]: r["client"] for r in books.requests}
 
     def group(event: dict[str, Any]) -> Any:
         # A call lost to a crash is settled by a later session: it belongs to the one that sent it.
-        sent = books.opens.get(str(event.get("id") or ""), event)
+        sent = books.sent(event)
         if key == "job":
             return jobs.get(sent.get("s"), "")
         if key == "day":
             return time.strftime("%Y-%m-%d", time.gmtime(sent["t"]))
         if key == "client":
-            return clients.get(str(sent.get("q", "")), "")
+            return books.client_of(event)
         return (sent if key == "s" else event).get(key, "")
 
     rows: dict[Any, dict[str, Any]] = {}
     for event in [*books.billed, *books.lost]:
+        name = group(event)
         row = rows.setdefault(
-            group(event), {key: group(event), "calls": 0, "lost": 0, "input_tokens": 0, "output_tokens": 0, "usd": 0.0}
+            name, {key: name, "calls": 0, "lost": 0, "input_tokens": 0, "output_tokens": 0, "usd": 0.0}
         )
         row["calls"] += 1
         row["lost"] += event["ev"] == "lost"
@@ -248,7 +261,7 @@ def call_rows(books: Books) -> list[dict[str, Any]]:
     rows = []
     for status, events in (("billed", books.billed), ("lost", books.lost), ("open", books.open)):
         for event in events:
-            merged = {**books.opens.get(str(event.get("id") or ""), {}), **event, "client": books.client_of(event)}
+            merged = {**books.sent(event), **event, "client": books.client_of(event)}
             rows.append(
                 {
                     "status": status,
