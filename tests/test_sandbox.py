@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from sandbox_helpers import HANG_GUARD_S, PROLOGUE_MARK, assert_nothing_left
@@ -203,3 +206,19 @@ def test_a_slow_start_does_not_spend_the_programs_time():
 def test_a_child_that_never_starts_is_killed_after_the_startup_allowance():
     done = _supervised("import time\ntime.sleep(30)\n", timeout_s=60.0, startup_s=0.5)
     assert not done.signalled and done.killed_by == "timeout" and done.wall_s < HANG_GUARD_S
+
+
+def test_an_interpreter_that_failed_its_probe_is_asked_again():
+    # A failed probe (here: no interpreter yet; in a pool, the probe killed with its dying actor) must not
+    # be remembered: the process would start no program again.
+    from conductor_rl.grading.isolation import interpreter_dirs
+
+    tmp_path = Path(tempfile.mkdtemp(dir="/tmp"))  # under /tmp, whose interpreters are bound back
+    python = tmp_path / "bin" / "python"
+    assert interpreter_dirs(str(python)) == ()
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    assert os.path.realpath(tmp_path) in interpreter_dirs(str(python))
+    assert Sandbox(python=str(python)).run("print(6 * 7)").stdout == "42\n"
+    shutil.rmtree(tmp_path)

@@ -4,10 +4,10 @@ with the network cut by `unshare` where bubblewrap cannot start."""
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
+import sys
 import threading
 
 _SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -70,31 +70,55 @@ def bwrap_args(bwrap: str, tmpfs_bytes: int, keep: tuple[str, ...] = ()) -> list
     return args + ["--chdir", "/tmp"]
 
 
-@functools.lru_cache(maxsize=16)
+_interpreter_lock = threading.Lock()
+_interpreter_cache: dict[str, tuple[str, ...]] = {}
+
+
 def interpreter_dirs(python: str) -> tuple[str, ...]:
     """The interpreter's own directories that lie under a hidden directory or /tmp (pyenv under /root, a venv
-    in a checkout under /tmp, ...): they are bound back read-only."""
-    try:
-        out = subprocess.run(
-            [python, "-I", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env=sandbox_env(),
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()  # the sandbox will fail to start it, and say so
-    dirs = {os.path.realpath(p) for p in out.split()} | {os.path.dirname(os.path.dirname(os.path.realpath(python)))}
-    return tuple(sorted(d for d in dirs if any(d == h or d.startswith(h + "/") for h in (*_HIDDEN_DIRS, "/tmp"))))
+    in a checkout under /tmp, ...): they are bound back read-only. Only an answer is cached, never a failed
+    probe: a probe killed once (its actor dying, a loaded machine) must not leave the process unable to
+    start any program for the rest of its life."""
+    with _interpreter_lock:
+        if python in _interpreter_cache:
+            return _interpreter_cache[python]
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        prefixes = [sys.prefix, sys.base_prefix]  # this interpreter: nothing to ask
+    else:
+        try:
+            prefixes = subprocess.run(
+                [python, "-I", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env=sandbox_env(),
+                check=True,
+            ).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            return ()  # the sandbox will fail to start it, and say so; the next call asks again
+    dirs = {os.path.realpath(p) for p in prefixes} | {os.path.dirname(os.path.dirname(os.path.realpath(python)))}
+    found = tuple(sorted(d for d in dirs if any(d == h or d.startswith(h + "/") for h in (*_HIDDEN_DIRS, "/tmp"))))
+    with _interpreter_lock:
+        _interpreter_cache[python] = found
+    return found
 
 
-def _starts(cmd: list[str]) -> tuple[bool, str]:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=30, env=sandbox_env(), stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, str(exc)
-    return proc.returncode == 0, proc.stderr.decode(errors="replace").strip()[:500]
+def _starts(cmd: list[str], attempts: int = 3) -> tuple[bool, str]:
+    """Whether `cmd` runs and exits 0. A probe killed by a signal or timed out says nothing about this
+    machine (the answer is cached for the process's life), so it is asked again."""
+    err = ""
+    for _ in range(attempts):
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=30, env=sandbox_env(), stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            err = str(exc)
+            continue
+        except OSError as exc:
+            return False, str(exc)
+        err = proc.stderr.decode(errors="replace").strip()[:500]
+        if proc.returncode >= 0:
+            return proc.returncode == 0, err
+    return False, err
 
 
 def detect_isolation(bwrap_path: str | None) -> tuple[str, list[str], str]:

@@ -326,6 +326,8 @@ class Sandbox:
         stdout = done.stdout.decode("utf-8", errors="replace")
         stderr = done.stderr.decode("utf-8", errors="replace")
         if not done.signalled:
+            if done.returncode < 0 and done.killed_by is None:  # see below: killed before the program ran
+                raise SandboxError(f"the sandbox was killed from outside before it started (signal {-done.returncode})")
             if done.killed_by == "timeout":
                 raise SandboxError(f"the sandbox did not start the program within {STARTUP_S:g}s (machine overloaded?)")
             raise SandboxError(
