@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conductor_rl.config import Config, ConfigError, load_config
-from conductor_rl.serving.access import BearerTokens, ClientQuota, TokensError
+from conductor_rl.serving.access import BearerTokens, ClientBudget, ClientQuota, TokensError
 from conductor_rl.workers.providers import MissingApiKeyError
 from conductor_rl.workers.spend_journal import JOURNAL_FILE
 from jobs.common import add_config_arguments, check_workers_before_start, config_from_args, log
@@ -58,9 +58,15 @@ class Served:
     generators: GeneratorPool
     workers: WorkerPools
 
+    stopped: bool = False
+
     def shutdown(self) -> None:
+        """Stop the endpoint and what it started (a second call does nothing)."""
         from ray import serve
 
+        if self.stopped:
+            return
+        self.stopped = True
         serve.delete(APP_NAME)
         self.workers.shutdown()
         self.generators.shutdown()
@@ -89,7 +95,9 @@ def build_application(config: Config, tokens: BearerTokens | None) -> tuple[Appl
         generators.shutdown()
         raise
     limits = ClientLimitsActor.remote(
-        ClientQuota(s.client_requests, s.client_usd, s.client_window_s), str(Path(s.output_dir) / JOURNAL_FILE)
+        ClientQuota(s.client_requests, s.client_usd, s.client_window_s),
+        ClientBudget(s.client_budget_usd, s.client_budget_per) if s.client_budget_usd is not None else None,
+        str(Path(s.output_dir) / JOURNAL_FILE),
     )
     scaling = {"autoscaling_config": s.autoscaling} if s.autoscaling else {"num_replicas": s.replicas}
     deployment = ConductorServer.options(

@@ -11,7 +11,7 @@ from conductor_rl.config import load_config
 from conductor_rl.workers.serving import free_port
 
 REPO = Path(__file__).resolve().parent.parent
-TOKENS = {name: name[0] * 24 for name in ("alice", "bob", "carol", "dave")}
+TOKENS = {name: name[0] * 24 for name in ("alice", "bob", "carol", "dave", "erin")}
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +19,8 @@ def serve_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("serve")
 
 
-@pytest.fixture(scope="module")
-def served(ray_cluster, serve_dir):
+def start(serve_dir: Path, *settings: str):
+    """`start_serving` with the test clients' tokens, on a free port, journaling to `serve_dir`."""
     from ray import serve
 
     from jobs.serve import PortInUseError, start_serving
@@ -38,11 +38,11 @@ def served(ray_cluster, serve_dir):
                     "cluster.generator={CPU: 1}",
                     "conductor.max_depth=0",
                     f"serve.output_dir={serve_dir}",
+                    *settings,
                 ],
             )
             try:
-                running = start_serving(config)
-                break
+                return start_serving(config)
             except PortInUseError:
                 serve.shutdown()
                 if attempt == 2:
@@ -52,6 +52,13 @@ def served(ray_cluster, serve_dir):
             os.environ.pop("CONDUCTOR_RL_SERVE_TOKENS")
         else:
             os.environ["CONDUCTOR_RL_SERVE_TOKENS"] = before
+
+
+@pytest.fixture(scope="module")
+def served(ray_cluster, serve_dir):
+    from ray import serve
+
+    running = start(serve_dir)
     yield running
     running.shutdown()
     serve.shutdown()
@@ -172,3 +179,35 @@ def test_the_page_shows_the_plan_each_step_and_the_answer_in_a_headless_browser(
         assert shot.stat().st_size > 10_000
     finally:
         browser.close()
+
+
+def test_a_restarted_server_holds_each_client_to_its_budget_from_the_spend_journal(served, serve_dir):
+    # Last in the module: the server is stopped and started again on its output folder, with a budget
+    # per client in total that alice has spent before the restart; erin has spent nothing.
+    import openai
+    from ray import serve
+
+    from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books, totals_by
+
+    before = read_books(serve_dir / JOURNAL_FILE)
+    spent = {row["client"]: row["usd"] for row in totals_by(before, "client")}
+    assert spent["alice"] > 0 and "erin" not in spent
+    served.shutdown()
+    serve.shutdown()
+    restarted = start(serve_dir, f"serve.client_budget_usd={spent['alice']}", "serve.client_budget_per=total")
+    try:
+        with pytest.raises(openai.RateLimitError) as caught:
+            client(restarted, "alice").chat.completions.create(
+                model="conductor", messages=[{"role": "user", "content": "What is 6 * 7?"}]
+            )
+        assert caught.value.body["code"] == "insufficient_quota" and "in total" in caught.value.body["message"]
+        assert caught.value.response.headers["x-should-retry"] == "false"
+        reply = client(restarted, "erin").chat.completions.create(
+            model="conductor", messages=[{"role": "user", "content": "What is 6 * 7?"}], extra_body={"max_steps": 1}
+        )
+        assert reply.choices[0].message.content
+    finally:
+        restarted.shutdown()
+    after = read_books(serve_dir / JOURNAL_FILE)
+    assert [s["session"] for s in after.sessions] == [1, 2] and after.requests[-1]["client"] == "erin"
+    assert after.spent_usd == pytest.approx(before.spent_usd + reply.model_extra["conductor"]["cost_usd"])

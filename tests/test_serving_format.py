@@ -168,3 +168,41 @@ def test_a_restarted_server_holds_its_clients_to_what_its_spend_journal_says_the
     later = ClientLimits(ClientQuota(requests=2, usd=0.10, window_s=60))
     later.restore(books, now=1000.0, wall_now=wall + 120)  # restarted after the window: nothing held
     later.admit("alice", 1000.0)
+
+
+def test_a_client_over_its_daily_budget_waits_for_midnight_and_one_over_its_total_is_told_so(tmp_path):
+    from conductor_rl.serving.access import ClientBudget, ClientBudgets
+    from conductor_rl.workers.ledger import CostLedger
+    from conductor_rl.workers.providers import CallKey, Usage
+    from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
+
+    noon = 1_764_849_600.0  # 2025-12-04 12:00 UTC
+    daily = ClientBudgets(ClientBudget(0.10, per="day"))
+    daily.charge("alice", 0.06, noon)
+    daily.admit("alice", noon)  # under the budget still
+    daily.charge("alice", 0.05, noon + 60)
+    with pytest.raises(RequestError) as caught:
+        daily.admit("alice", noon + 120)
+    assert caught.value.status == 429 and caught.value.code == "insufficient_quota"
+    assert caught.value.headers["Retry-After"] == str(12 * 3600 - 120) and "2025-12-04" in caught.value.message
+    daily.admit("bob", noon + 120)  # another client's own budget
+    daily.admit("alice", noon + 12 * 3600)  # a new UTC day
+
+    total = ClientBudgets(ClientBudget(0.10, per="total"))
+    total.charge("alice", 0.11, noon)
+    with pytest.raises(RequestError, match="serve.client_budget_usd") as caught:
+        total.admit("alice", noon + 30 * 86_400)  # never renews
+    assert caught.value.headers == {"x-should-retry": "false"}  # the openai SDK would retry a 429 otherwise
+
+    # A restarted server counts what the journal holds for each client, whatever the day.
+    ledger = CostLedger.from_journal(tmp_path / JOURNAL_FILE, job="serve", sync=True)
+    for request, client, usd in (("r1", "alice", 0.06), ("r2", "alice", 0.05), ("r3", "bob", 0.01)):
+        ledger.tag_request(request, client)
+        ledger.open_call(f"{request}-0", "w", "sim", 1.0, admit=False, key=CallKey(request, request, 0))
+        ledger.record("w", "sim", Usage(), usd, call_id=f"{request}-0")
+    restarted = ClientBudgets(ClientBudget(0.10, per="total"))
+    restarted.restore(read_books(tmp_path / JOURNAL_FILE))
+    assert restarted.spent("alice", noon) == pytest.approx(0.11) and restarted.spent("bob", noon) == pytest.approx(0.01)
+    with pytest.raises(RequestError):
+        restarted.admit("alice", noon)
+    restarted.admit("bob", noon)

@@ -3,7 +3,7 @@ OpenAI-compatible endpoint)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -44,6 +44,15 @@ class ServeConfig(Strict):
         "(None: no cap); a request is refused once its client spent this much.",
     )
     client_window_s: float = Field(60.0, gt=0.0)
+    client_budget_usd: float | None = Field(
+        None,
+        ge=0.0,
+        description="Worker dollars per client per client_budget_per, counted from the spend journal "
+        "across replicas and restarts (None: no budget); a client over it gets a 429 insufficient_quota.",
+    )
+    client_budget_per: Literal["day", "total"] = Field(
+        "day", description="day: the budget renews at 00:00 UTC; total: over the server's whole life."
+    )
     budget_usd: float | None = Field(
         None, ge=0.0, description="The server's whole worker budget, every restart counted (None: no cap)."
     )

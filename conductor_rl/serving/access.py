@@ -1,5 +1,6 @@
-"""Who may ask a served Conductor, and how much: bearer tokens and per-client
-limits on requests and dollars over a sliding window.
+"""Who may ask a served Conductor, and how much: bearer tokens, per-client
+limits on requests and dollars over a sliding window, and a per-client budget
+per UTC day or in total.
 
 Tokens come from the environment (`CONDUCTOR_RL_SERVE_TOKENS`: comma-separated
 `client:token` pairs) or a file (one `client token` per line, # comments).
@@ -13,10 +14,12 @@ import hashlib
 import hmac
 import math
 import os
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from conductor_rl.serving.chat_format import RequestError
 from conductor_rl.workers.spend_journal import Books
@@ -174,3 +177,71 @@ class ClientLimits:
             kind="rate_limit_error",
             headers={"Retry-After": str(seconds)},
         )
+
+
+@dataclass(frozen=True)
+class ClientBudget:
+    """Per client: at most `usd` worker dollars per UTC day (`per="day"`) or over the server's whole life
+    (`per="total"`, every restart counted)."""
+
+    usd: float
+    per: Literal["day", "total"] = "day"
+
+
+# The openai SDK retries a 429 unless told otherwise; a spent budget does not come back within its retries.
+_DO_NOT_RETRY = {"x-should-retry": "false"}
+
+
+class ClientBudgets:
+    """Each client's spend against its `ClientBudget`, on the wall clock (a day is a calendar day, UTC). Like
+    the windows, a request is refused once its client has spent the budget; the requests it already has
+    running may take it over by what they spend."""
+
+    def __init__(self, budget: ClientBudget) -> None:
+        self.budget = budget
+        self._spent: dict[tuple[str, str], float] = {}
+
+    def _period(self, wall: float) -> str:
+        return "" if self.budget.per == "total" else time.strftime("%Y-%m-%d", time.gmtime(wall))
+
+    def spent(self, client: str, wall: float) -> float:
+        """Dollars `client` spent in the period that holds `wall` (time.time())."""
+        return self._spent.get((client, self._period(wall)), 0.0)
+
+    def admit(self, client: str, wall: float) -> None:
+        """Raise a 429 RequestError (OpenAI's `insufficient_quota`) if `client` has spent its budget."""
+        spent, b = self.spent(client, wall), self.budget
+        if spent < b.usd:
+            return
+        if b.per == "total":
+            raise RequestError(
+                429,
+                f"this client has spent its budget of ${b.usd:g} in total (${spent:.4f}); "
+                "the server's operator can raise serve.client_budget_usd",
+                code="insufficient_quota",
+                kind="insufficient_quota",
+                headers=_DO_NOT_RETRY,
+            )
+        seconds = max(1, math.ceil(86_400 - wall % 86_400))
+        raise RequestError(
+            429,
+            f"this client has spent its budget of ${b.usd:g} for today (${spent:.4f}, UTC day "
+            f"{self._period(wall)}); it renews at 00:00 UTC, retry after {seconds} s",
+            code="insufficient_quota",
+            kind="insufficient_quota",
+            headers={"Retry-After": str(seconds), **_DO_NOT_RETRY},
+        )
+
+    def charge(self, client: str, usd: float, wall: float) -> None:
+        """What a request of `client` spent, when it ended."""
+        if usd > 0:
+            key = (client, self._period(wall))
+            self._spent[key] = self._spent.get(key, 0.0) + usd
+
+    def restore(self, books: Books) -> None:
+        """Each client's spend as a spend journal holds it (the server restarted): every call billed or
+        lost for one of its requests, in the period it was settled in."""
+        for event in [*books.billed, *books.lost]:
+            client = books.client_of(event)
+            if client:
+                self.charge(client, event["usd"], event["t"])
