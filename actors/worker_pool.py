@@ -37,7 +37,7 @@ import asyncio
 import hashlib
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
@@ -113,6 +113,13 @@ class LedgerActor:
         self, worker: str, provider: str, usage: Usage, cost_usd: float, call_id: str | None = None, model: str = ""
     ) -> bool:
         exhausted = self._ledger.record(worker, provider, usage, cost_usd, call_id=call_id, model=model)
+        await self._durable()
+        return exhausted
+
+    async def record_calls(self, calls: list[tuple[str, str, Usage, float, str | None, str]]) -> bool:
+        exhausted = False
+        for worker, provider, usage, cost_usd, call_id, model in calls:
+            exhausted = self._ledger.record(worker, provider, usage, cost_usd, call_id=call_id, model=model)
         await self._durable()
         return exhausted
 
@@ -233,20 +240,44 @@ def actor_name(handle: ActorHandle) -> str:
     return name
 
 
+class _Batch:
+    """Calls made in one event-loop turn leave as one message (`send(items)`); with `answered`, each
+    caller gets the batch's answer to await. One message each would queue the hundreds of calls that
+    start, or end, together behind one another."""
+
+    def __init__(self, send: Callable[[list], ObjectRef], answered: bool) -> None:
+        self._send, self._answered = send, answered
+        self._items: list = []
+        self._answer: asyncio.Future | None = None
+        self._relays: set[asyncio.Task] = set()
+
+    def add(self, item: Any) -> asyncio.Future | None:
+        if not self._items:
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._flush)
+            self._answer = loop.create_future() if self._answered else None
+        self._items.append(item)
+        return self._answer
+
+    def _flush(self) -> None:
+        items, self._items = self._items, []
+        sent = self._send(items)
+        if self._answer is not None:
+            answer, self._answer = self._answer, None
+            relay = asyncio.ensure_future(_relay(sent, answer))
+            self._relays.add(relay)
+            relay.add_done_callback(self._relays.discard)
+
+
 class _LedgerClient(_Remote):
-    """The ledger actor as GuardedProvider calls it. Opens that need no admission
-    (no budget to check) leave in batches, one message per event-loop turn:
-    one message each would queue hundreds of calls that start at once behind
-    one another. With `confirm` (the ledger writes a spend journal) each such open
-    is awaited all the same, so that no call is sent before its open is on disk:
-    the calls of a batch share the batch's answer."""
+    """The ledger actor as GuardedProvider calls it. Opens that need no admission (no budget to
+    check) and outcomes leave in batches. With `confirm` (the ledger writes a spend journal) each
+    such open is awaited all the same, so that no call is sent before its open is written."""
 
     def __init__(self, handle: ActorHandle, confirm: bool = False) -> None:
         super().__init__(handle)
-        self._confirm = confirm
-        self._pending: list[tuple[str, str, str, float, str, CallKey | None]] = []
-        self._answer: asyncio.Future | None = None  # the pending batch's, when it is confirmed
-        self._relays: set[asyncio.Task] = set()
+        self._opens = _Batch(handle.open_calls.remote, answered=confirm)
+        self._records = _Batch(handle.record_calls.remote, answered=True)
 
     def open_call(
         self,
@@ -260,30 +291,19 @@ class _LedgerClient(_Remote):
     ) -> ObjectRef | asyncio.Future | None:
         if admit:  # an admission has an answer of its own (it may refuse)
             return self._handle.open_call.remote(call_id, worker, provider, max_cost_usd, admit, model, key)
-        loop = asyncio.get_running_loop()
-        if not self._pending:
-            loop.call_soon(self._flush)
-            self._answer = loop.create_future() if self._confirm else None
-        self._pending.append((call_id, worker, provider, max_cost_usd, model, key))
-        return self._answer
+        return self._opens.add((call_id, worker, provider, max_cost_usd, model, key))
 
-    def _flush(self) -> None:
-        batch, self._pending = self._pending, []
-        sent = self._handle.open_calls.remote(batch)
-        if self._answer is not None:
-            answer, self._answer = self._answer, None
-            relay = asyncio.ensure_future(_relay(sent, answer))
-            self._relays.add(relay)
-            relay.add_done_callback(self._relays.discard)
+    def record(
+        self, worker: str, provider: str, usage: Usage, cost_usd: float, call_id: str | None = None, model: str = ""
+    ) -> asyncio.Future | None:
+        return self._records.add((worker, provider, usage, cost_usd, call_id, model))
 
 
 async def _relay(sent: ObjectRef, answer: asyncio.Future) -> None:
     try:
-        await sent
+        answer.set_result(await sent)
     except Exception as err:
         answer.set_exception(err)
-    else:
-        answer.set_result(None)
 
 
 @ray.remote

@@ -71,6 +71,31 @@ def test_a_resumed_run_is_forecast_from_its_finished_iterations(tmp_path):
     assert from_iterations(read_books(tmp_path / "none.jsonl"), 2, 256, 4) is None
 
 
+def test_a_resumed_run_is_forecast_at_its_iterations_pace_without_the_crash_gap(tmp_path):
+    import json
+
+    path = tmp_path / JOURNAL_FILE
+    # Session 1: iterations 0, 1 and the start of 2 (then a crash); session 2, an hour later, redoes 2 and 3.
+    began = {1: {0: 100.0, 1: 160.0, 2: 250.0}, 2: {2: 3_850.0, 3: 3_920.0}}  # session -> iteration -> time
+    for session in began:
+        ledger = CostLedger.from_journal(path, job="train", sync=True)
+        for iteration in began[session]:
+            ledger.start_iteration(iteration)
+            ledger.record("w", "sim", Usage(), 0.1)
+        ledger.journal.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for event in lines:
+        if event["ev"] == "billed":
+            event["t"] = began[event["s"]][event["it"]] + 5.0  # each iteration's first call, 5 s after it began
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+
+    got = from_iterations(read_books(path), start=3, samples=64, remaining=10)
+    # Iterations 0 (60 s) and 1 (90 s) in session 1, 2 (70 s) in session 2; never 1 -> the redone 2.
+    assert got is not None and got.wall_seconds == Range(600.0, 900.0)
+    assert "10.0 min-15.0 min of wall time" in got.describe("training")
+    assert got.as_dict()["wall_seconds"] == [600.0, 900.0]
+
+
 def test_a_training_forecast_counts_every_rollout_and_every_recursion_level():
     questions = [
         Question(id="q", question="x" * 400, reference="1", domain="math", answer_kind="numeric", source="test")

@@ -12,8 +12,9 @@ Every figure is a low-high range from what is known before the first call (docs/
 - time: the rate limits alone. Low: every call spread over the workers' combined RPM; high: every
   call on the slowest worker. None when a worker has no limit (nothing bounds it).
 
-A resumed run's own journal says more: its mean cost per finished iteration, from the cheapest to
-the dearest, times the iterations still to run (`from_iterations`).
+A resumed run's own journal says more: the cost of its finished iterations, from the cheapest to
+the dearest, times the iterations still to run, and so their wall time: an iteration's is the time
+from its first call to the next iteration's first call in the same session (`from_iterations`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Forecast:
     usd: Range
     call_seconds: Range | None  # what the rate limits alone impose; None: some worker is unlimited
     basis: str  # where the cost per call comes from
+    wall_seconds: Range | None = None  # a resumed run's, at its finished iterations' pace
 
     def describe(self, what: str) -> str:
         time = (
@@ -60,6 +62,11 @@ class Forecast:
             if self.call_seconds is not None
             else ""
         )
+        if self.wall_seconds is not None:
+            time += (
+                f"; {_duration(self.wall_seconds.low)}-{_duration(self.wall_seconds.high)} of wall time "
+                "at its iterations' pace"
+            )
         return (
             f"forecast for {what}: {self.samples:,} samples, {self.calls.low:,.0f}-{self.calls.high:,.0f} worker "
             f"calls, ${self.usd.low:,.4f}-${self.usd.high:,.4f}{time} ({self.basis})"
@@ -72,6 +79,7 @@ class Forecast:
             "usd": [self.usd.low, self.usd.high],
             "call_seconds": None if self.call_seconds is None else [self.call_seconds.low, self.call_seconds.high],
             "basis": self.basis,
+            "wall_seconds": None if self.wall_seconds is None else [self.wall_seconds.low, self.wall_seconds.high],
         }
 
     def check_budget(self, budget_usd: float | None, setting: str) -> None:
@@ -167,13 +175,29 @@ def from_iterations(books: Books, start: int, samples: int, remaining: int) -> F
         return None
     costs = [sum(e["usd"] for e in events) for events in by_iteration.values()]
     calls = [len(events) for events in by_iteration.values()]
+    periods = iteration_seconds(books, start)
     return Forecast(
         samples,
         Range(min(calls) * remaining, max(calls) * remaining),
         Range(min(costs) * remaining, max(costs) * remaining),
         None,
         f"this run's {len(by_iteration)} finished iteration(s) in its spend journal",
+        Range(min(periods) * remaining, max(periods) * remaining) if periods else None,
     )
+
+
+def iteration_seconds(books: Books, start: int) -> list[float]:
+    """The wall time of each finished iteration (before `start`) whose next one began in the same
+    session: from its first call to the next one's (a crash's gap between sessions is no one's)."""
+    first: dict[tuple[int, int], float] = {}
+    for event in [*books.billed, *books.lost, *books.failed]:
+        sent = books.sent(event)
+        if "it" in sent and "s" in sent:
+            key = (sent["s"], sent["it"])
+            first[key] = min(first.get(key, sent["t"]), sent["t"])
+    return [
+        first[(session, it + 1)] - t for (session, it), t in first.items() if it < start and (session, it + 1) in first
+    ]
 
 
 def training_forecast(config: Config, questions: Sequence[Question], books: Books, start: int) -> Forecast:
