@@ -37,7 +37,7 @@ import asyncio
 import hashlib
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import ray
@@ -245,7 +245,7 @@ class _Batch:
     caller gets the batch's answer to await. One message each would queue the hundreds of calls that
     start, or end, together behind one another."""
 
-    def __init__(self, send: Callable[[list], ObjectRef], answered: bool) -> None:
+    def __init__(self, send: Callable[[list], Awaitable], answered: bool) -> None:
         self._send, self._answered = send, answered
         self._items: list = []
         self._answer: asyncio.Future | None = None
@@ -257,7 +257,9 @@ class _Batch:
             loop.call_soon(self._flush)
             self._answer = loop.create_future() if self._answered else None
         self._items.append(item)
-        return self._answer
+        # Shielded: a caller cancelled while it waits (its request timed out) must not cancel the
+        # answer that the batch's other callers wait for.
+        return None if self._answer is None else asyncio.shield(self._answer)
 
     def _flush(self) -> None:
         items, self._items = self._items, []
@@ -299,7 +301,7 @@ class _LedgerClient(_Remote):
         return self._records.add((worker, provider, usage, cost_usd, call_id, model))
 
 
-async def _relay(sent: ObjectRef, answer: asyncio.Future) -> None:
+async def _relay(sent: Awaitable, answer: asyncio.Future) -> None:
     try:
         answer.set_result(await sent)
     except Exception as err:

@@ -220,3 +220,29 @@ def test_keys_never_appear_in_logs_metrics_names_ledger_or_reprs(ray_cluster, se
     observer = RayMetricsObserver()
     tag_keys = {k for metric in vars(observer).values() for k in metric._tag_keys}
     assert tag_keys == {"worker", "kind", "direction"}
+
+
+def test_a_cancelled_caller_does_not_cancel_its_batchs_answer_for_the_others():
+    import asyncio
+
+    from actors.worker_pool import _Batch
+
+    sent: list[list] = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        reply = loop.create_future()
+        batch = _Batch(lambda items: sent.append(items) or reply, answered=True)
+
+        async def call(item):
+            return await batch.add(item)
+
+        first, second = asyncio.ensure_future(call("a")), asyncio.ensure_future(call("b"))
+        await asyncio.sleep(0.01)
+        first.cancel()  # e.g. its request timed out
+        await asyncio.sleep(0.01)
+        reply.set_result("written")
+        return await second, first.cancelled()
+
+    assert asyncio.run(main()) == ("written", True)
+    assert sent == [["a", "b"]]  # one message for both
