@@ -242,31 +242,33 @@ def actor_name(handle: ActorHandle) -> str:
 
 class _Batch:
     """Calls made in one event-loop turn leave as one message (`send(items)`); with `answered`, each
-    caller gets the batch's answer to await. One message each would queue the hundreds of calls that
-    start, or end, together behind one another."""
+    caller gets a future of the batch's answer to await, its own, so that a caller cancelled while it
+    waits (its request timed out) cancels nothing the others wait for. One message each would queue
+    the hundreds of calls that start, or end, together behind one another."""
 
     def __init__(self, send: Callable[[list], Awaitable], answered: bool) -> None:
         self._send, self._answered = send, answered
         self._items: list = []
-        self._answer: asyncio.Future | None = None
+        self._waiters: list[asyncio.Future] = []
         self._relays: set[asyncio.Task] = set()
 
     def add(self, item: Any) -> asyncio.Future | None:
+        loop = asyncio.get_running_loop()
         if not self._items:
-            loop = asyncio.get_running_loop()
             loop.call_soon(self._flush)
-            self._answer = loop.create_future() if self._answered else None
         self._items.append(item)
-        # Shielded: a caller cancelled while it waits (its request timed out) must not cancel the
-        # answer that the batch's other callers wait for.
-        return None if self._answer is None else asyncio.shield(self._answer)
+        if not self._answered:
+            return None
+        waiter = loop.create_future()
+        self._waiters.append(waiter)
+        return waiter
 
     def _flush(self) -> None:
         items, self._items = self._items, []
+        waiters, self._waiters = self._waiters, []
         sent = self._send(items)
-        if self._answer is not None:
-            answer, self._answer = self._answer, None
-            relay = asyncio.ensure_future(_relay(sent, answer))
+        if waiters:
+            relay = asyncio.ensure_future(_relay(sent, waiters))
             self._relays.add(relay)
             relay.add_done_callback(self._relays.discard)
 
@@ -301,11 +303,17 @@ class _LedgerClient(_Remote):
         return self._records.add((worker, provider, usage, cost_usd, call_id, model))
 
 
-async def _relay(sent: Awaitable, answer: asyncio.Future) -> None:
+async def _relay(sent: Awaitable, waiters: list[asyncio.Future]) -> None:
     try:
-        answer.set_result(await sent)
+        answer = await sent
     except Exception as err:
-        answer.set_exception(err)
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(err)
+    else:
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(answer)
 
 
 @ray.remote
