@@ -22,7 +22,7 @@ from ray import serve
 from ray.actor import ActorHandle
 
 from conductor_rl.config import Config
-from conductor_rl.serving.access import BearerTokens, ClientBudget, ClientBudgets, ClientLimits, ClientQuota
+from conductor_rl.serving.access import BearerTokens, ClientBudget, ClientLimits, ClientQuota
 from conductor_rl.serving.chat_format import RequestError, RequestLimits
 from conductor_rl.serving.endpoint import ChatEndpoint, Reply, watch_page
 from conductor_rl.workers.providers import Provider
@@ -42,28 +42,20 @@ class ClientLimitsActor:
     def __init__(self, quota: ClientQuota, budget: ClientBudget | None = None, journal: str | None = None) -> None:
         """`journal`: the server's spend journal, whose requests and spend fill the windows and the
         budgets, so that a restarted server holds its clients to what they used before it."""
-        self.limits = ClientLimits(quota)
-        self.budgets = ClientBudgets(budget) if budget is not None else None
+        self.limits = ClientLimits(quota, budget)
         if journal is not None:
-            books = read_books(journal)
-            self.limits.restore(books, time.monotonic(), time.time())
-            if self.budgets is not None:
-                self.budgets.restore(books)
+            self.limits.restore(read_books(journal), time.monotonic(), time.time())
 
     def admit(self, client: str) -> tuple[int, str, dict[str, str], str | None, str] | None:
         """None when admitted, else the 429's fields (an exception's own fields do not cross Ray)."""
         try:
-            if self.budgets is not None:
-                self.budgets.admit(client, time.time())
-            self.limits.admit(client, time.monotonic())
+            self.limits.admit(client, time.monotonic(), time.time())
         except RequestError as err:
             return err.status, err.message, err.headers, err.code, err.kind
         return None
 
     def charge(self, client: str, usd: float) -> None:
-        self.limits.charge(client, usd, time.monotonic())
-        if self.budgets is not None:
-            self.budgets.charge(client, usd, time.time())
+        self.limits.charge(client, usd, time.monotonic(), time.time())
 
 
 class SharedAdmission:

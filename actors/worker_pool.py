@@ -109,13 +109,6 @@ class LedgerActor:
     async def admit(self) -> None:
         self._ledger.admit()
 
-    async def record(
-        self, worker: str, provider: str, usage: Usage, cost_usd: float, call_id: str | None = None, model: str = ""
-    ) -> bool:
-        exhausted = self._ledger.record(worker, provider, usage, cost_usd, call_id=call_id, model=model)
-        await self._durable()
-        return exhausted
-
     async def record_calls(self, calls: list[tuple[str, str, Usage, float, str | None, str]]) -> bool:
         exhausted = False
         for worker, provider, usage, cost_usd, call_id, model in calls:

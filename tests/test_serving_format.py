@@ -206,3 +206,11 @@ def test_a_client_over_its_daily_budget_waits_for_midnight_and_one_over_its_tota
     with pytest.raises(RequestError):
         restarted.admit("alice", noon)
     restarted.admit("bob", noon)
+    # The same through ClientLimits, which holds the windows and the budget together.
+    limits = ClientLimits(ClientQuota(requests=None, usd=None), ClientBudget(0.10, per="total"))
+    limits.restore(read_books(tmp_path / JOURNAL_FILE), now=1000.0, wall_now=noon)
+    with pytest.raises(RequestError, match="in total"):
+        limits.admit("alice", 1000.0, noon)
+    with pytest.raises(ValueError, match="wall-clock"):
+        limits.admit("bob", 1000.0)
+    limits.admit("bob", 1000.0, noon)

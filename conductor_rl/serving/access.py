@@ -113,17 +113,28 @@ class ClientQuota:
 
 
 class ClientLimits:
-    """Sliding-window request and dollar limits, per client. A request is admitted (and counted)
-    before it runs; its cost is charged when it ends, so a client over its dollars waits until
-    enough of its spending leaves the window."""
+    """Sliding-window request and dollar limits, per client, and with `budget` each client's
+    `ClientBudgets`. A request is admitted (and counted) before it runs; its cost is charged when it
+    ends, so a client over its dollars waits until enough of its spending leaves the window.
+    `now` is a monotonic clock's (the windows); `wall` the same moment's time.time() (the budget's
+    days), needed only with a budget."""
 
-    def __init__(self, quota: ClientQuota) -> None:
+    def __init__(self, quota: ClientQuota, budget: ClientBudget | None = None) -> None:
         self.quota = quota
+        self.budgets = ClientBudgets(budget) if budget is not None else None
         self._requests: dict[str, deque[float]] = {}
         self._spent: dict[str, deque[tuple[float, float]]] = {}
 
-    def admit(self, client: str, now: float) -> None:
-        """Count a request of `client` at time `now`, or raise a 429 RequestError with Retry-After."""
+    def _wall(self, wall: float | None) -> float:
+        if wall is None:
+            raise ValueError("a client budget needs the wall-clock time (wall=time.time())")
+        return wall
+
+    def admit(self, client: str, now: float, wall: float | None = None) -> None:
+        """Count a request of `client` at time `now`, or raise a 429 RequestError: over a window (with
+        Retry-After), or over its budget (`insufficient_quota`)."""
+        if self.budgets is not None:
+            self.budgets.admit(client, self._wall(wall))
         q = self.quota
         requests = self._requests.setdefault(client, deque())
         spent = self._spent.setdefault(client, deque())
@@ -144,15 +155,17 @@ class ClientLimits:
             raise self._too_many(f"${q.usd:g} per {q.window_s:g} s", wait)
         requests.append(now)
 
-    def charge(self, client: str, usd: float, now: float) -> None:
+    def charge(self, client: str, usd: float, now: float, wall: float | None = None) -> None:
         """What a request of `client` spent, when it ended."""
         if usd > 0:
             self._spent.setdefault(client, deque()).append((now, usd))
+        if self.budgets is not None:
+            self.budgets.charge(client, usd, self._wall(wall))
 
     def restore(self, books: Books, now: float, wall_now: float) -> None:
-        """The windows as a spend journal left them (the server restarted): each admitted request and
-        each call's dollars, per client, that fall within the window before `now`; `wall_now` is the
-        same moment on the journal's clock (time.time())."""
+        """The windows and budgets as a spend journal left them (the server restarted): each admitted
+        request and each call's dollars, per client, that fall within the window before `now`, and
+        all of them for the budgets; `wall_now` is the same moment on the journal's clock (time.time())."""
         start = now - self.quota.window_s
         for request in books.requests:
             at = now - (wall_now - request["t"])
@@ -160,8 +173,10 @@ class ClientLimits:
                 self._requests.setdefault(request["client"], deque()).append(at)
         for event in sorted([*books.billed, *books.lost], key=lambda e: e["t"]):
             at, client = now - (wall_now - event["t"]), books.client_of(event)
-            if client and at > start:
-                self.charge(client, event["usd"], at)
+            if client and at > start and event["usd"] > 0:
+                self._spent.setdefault(client, deque()).append((at, event["usd"]))
+        if self.budgets is not None:
+            self.budgets.restore(books)
 
     def spent(self, client: str, now: float) -> float:
         """Dollars `client` spent within the window before `now`."""

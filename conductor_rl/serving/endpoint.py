@@ -34,7 +34,7 @@ from conductor_rl.policy.conductor import Completion
 from conductor_rl.rollout.recursion import BatchedPlanWriter
 from conductor_rl.rollout.rollouts import run_rollout, step_record
 from conductor_rl.rollout.workflow import StepTrace, Task
-from conductor_rl.serving.access import BearerTokens, ClientBudgets, ClientLimits
+from conductor_rl.serving.access import BearerTokens, ClientLimits
 from conductor_rl.serving.chat_format import (
     ChatRequest,
     RequestError,
@@ -73,21 +73,16 @@ class LocalAdmission:
     def __init__(
         self,
         limits: ClientLimits,
-        budgets: ClientBudgets | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self.limits, self.budgets, self.clock, self.wall_clock = limits, budgets, clock, wall_clock
+        self.limits, self.clock, self.wall_clock = limits, clock, wall_clock
 
     async def admit(self, client: str, request_id: str) -> None:
-        if self.budgets is not None:
-            self.budgets.admit(client, self.wall_clock())
-        self.limits.admit(client, self.clock())
+        self.limits.admit(client, self.clock(), self.wall_clock())
 
     async def charge(self, client: str, usd: float) -> None:
-        self.limits.charge(client, usd, self.clock())
-        if self.budgets is not None:
-            self.budgets.charge(client, usd, self.wall_clock())
+        self.limits.charge(client, usd, self.clock(), self.wall_clock())
 
 
 @dataclass
