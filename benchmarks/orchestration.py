@@ -84,6 +84,21 @@ def evaluate_seed(trained: Config, repeats: int, out: Path) -> list[EvalRecord]:
     return [EvalRecord.from_dict(json.loads(line)) for line in (out / "records.jsonl").read_text().splitlines()]
 
 
+def sampled_shares(run_dir: Path, iterations: int, n_workers: int) -> dict[str, float]:
+    """What training sampled (benchmarks/exploration.py's shares) in its first iteration, after the warm
+    start (train.warm_start), and in its last: `first_` and `last_` + reading/check step and on-task share."""
+    from benchmarks.exploration import exploration_shares
+    from conductor_rl.run.traces import read_traces
+
+    out = {}
+    for name, iteration in (("first", 0), ("last", iterations - 1)):
+        rows = read_traces(run_dir, [iteration])
+        shares = exploration_shares([r["question"] for r in rows], [[r["completion"]] for r in rows], n_workers)
+        for key in ("reading_step_share", "check_step_share", "on_task_share"):
+            out[f"{name}_iteration_{key}"] = shares[key]
+    return out
+
+
 def optimum_of(questions: Sequence[Question], workers: Sequence[WorkerConfig], max_steps: int) -> tuple[float, float]:
     """The best plans' expected accuracy and reward (training's reward: no cost term), averaged over questions."""
     optimum = PoolOptimum(workers, 400, max_steps)
@@ -200,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = evaluate_seed(trained, args.repeats, args.out / f"seed-{seed}" / "eval")
         optimal_accuracy, optimal_reward = optimum_of(questions, trained.workers, trained.conductor.max_steps)
         run = {"seed": seed, **figures(records, optimal_accuracy, optimal_reward)}
+        run.update(sampled_shares(Path(trained.train.output_dir), args.iterations, len(trained.workers)))
         run["train_s"], run["wall_s"] = round(trained_s, 1), round(time.perf_counter() - started, 1)
         runs.append(run)
         print(f"seed {seed}: {json.dumps(run)}", file=sys.stderr, flush=True)

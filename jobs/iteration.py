@@ -1,4 +1,5 @@
 """One GRPO training iteration (paper §3.1, app. A), as `train_iteration` numbers its steps:
+  (0 once, before a new run's first iteration: jobs/warm_start.py, supervised steps on demonstration plans)
   1 draw B questions → 2 generate G plans each → 3 parse → 4 execute every plan on the
   worker pool (with recursive calls to the Conductor, conductor.max_depth) → 5 grade →
   6 group-relative advantages → 7 learn (one GRPO step) → 8 sync weights to the

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from conductor_rl.config import Config, ConfigError
 from conductor_rl.data.overlap import ContaminationError
 from conductor_rl.data.stream import QuestionStream
+from conductor_rl.policy.warm_start import check_warm_start
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints
 from conductor_rl.run.infra_guard import InfraErrorRateExceeded
@@ -47,6 +48,7 @@ from jobs.check import preflight
 from jobs.common import add_config_arguments, config_from_args, log
 from jobs.iteration import TrainingRun, learned_iterations
 from jobs.run_control import StopRun, StopSignal, needs_final_checkpoint, open_run, progress_bar, run_summary
+from jobs.warm_start import warm_start
 
 if TYPE_CHECKING:
     from actors.train_metrics import TrainMetrics
@@ -66,6 +68,7 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
     from conductor_rl.run.traces import TraceWriter, remove_after
 
     t = config.train
+    check_warm_start(config)
     out, checkpoints, saved = open_run(config, resume)
     start = saved["iteration"] + 1 if saved else 0
     system = System(config)
@@ -96,7 +99,7 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
     state = RunState.of(config, saved)
     journal = out / JOURNAL_FILE
     journaled = journal.exists() or not saved  # a run from before the journal resumes from its checkpoint
-    actors = build_system(config, model, state.version, total_steps=t.iterations, journal=journal)
+    actors = build_system(config, model, state.version, total_steps=t.iterations + t.warm_start.steps, journal=journal)
     if saved:
         actors.learners.load(str(checkpoints.latest()))
         if not journaled:
@@ -110,6 +113,7 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
     dashboard = TrainMetrics()
     how, done, last_saved = "finished", start - 1, start - 1  # last finished and last checkpointed iteration
     failure = None  # the message of a stop that is a failure (infra errors)
+    warmed = None  # what the warm start did (train.warm_start), for the summary
     try:
         if t.preflight:
             preflight(config, actors.workers)
@@ -119,6 +123,8 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
             closing(learned_iterations(run, start, t.iterations)) as learned,
         ):
             try:
+                if t.warm_start.steps and not saved:
+                    warmed = warm_start(run)
                 for record, rollouts in learned:
                     iteration = record["iteration"]
                     ledger = ray.get(actors.ledger.summary.remote())
@@ -146,6 +152,8 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
         actors.shutdown()
     summary = run_summary(config, out, checkpoints, how, done, (forecast.usd.low, forecast.usd.high))
     summary["forecast"], summary["spent_usd"] = forecast.as_dict(), ledger["total"]["cost_usd"]  # the journal's
+    if warmed:
+        summary["warm_start"] = warmed
     if failure:
         summary["error"] = failure
     return summary

@@ -86,3 +86,18 @@ def test_the_optimum_of_the_embedded_pool_on_its_evaluation_questions(bench):
     assert expected_reward == pytest.approx(0.5 + 0.5 * accuracy)
     assert 0.7 < accuracy < 1.0
     assert json.dumps(bench.GOALS)  # the goals print with the figures
+
+
+def test_the_shares_sampled_in_training_come_from_the_first_and_last_iterations_traces(bench, tmp_path):
+    from conductor_rl.run.traces import TraceWriter
+
+    question = "Find the area of the triangle with sides 3, 4 and 5."
+    solve = 'model_id = [0]\nsubtasks = ["Find the triangle area"]\naccess_list = [[]]\n'
+    check = 'model_id = [0, 1]\nsubtasks = ["Noise words", "Check the answer above"]\naccess_list = [[], "all"]\n'
+    writer = TraceWriter(tmp_path)
+    writer.write(0, [{"question": question, "completion": solve, "iteration": 0}])
+    writer.write(2, [{"question": question, "completion": c, "iteration": 2} for c in (check, "not a plan")])
+    got = bench.sampled_shares(tmp_path, iterations=3, n_workers=2)
+    assert got["first_iteration_on_task_share"] == 1.0 and got["first_iteration_check_step_share"] == 0.0
+    assert got["last_iteration_reading_step_share"] == 0.5 and got["last_iteration_check_step_share"] == 0.5
+    assert got["last_iteration_on_task_share"] == 0.0  # "Noise words" carries none of the question

@@ -228,6 +228,7 @@ def test_submitted_training_job_writes_its_checkpoint(head: LocalHead, tmp_path:
         "train.questions_per_iteration=2",
         "conductor.max_new_tokens=64",
         "train.progress=false",
+        "train.warm_start.steps=0",
         f"train.output_dir={out}",
         "cluster.generator={CPU: 1}",
         "cluster.learner={CPU: 1}",

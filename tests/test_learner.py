@@ -357,3 +357,32 @@ def test_grpo_on_a_toy_reward_raises_it(groups, peaked_model):
         group.train_step(RolloutBatch(pids, completions, old, adv))
         sampler.load_weights(ray.get(group.named_weights()), version=step + 1)
     assert sum(history[-3:]) / 3 > sum(history[:3]) / 3 + 0.1, history
+
+
+def test_warm_start_steps_raise_the_demonstrations_likelihood(groups):
+    """A warm-start batch (advantage 1, the learner's own old log-probs) is a supervised step: the
+    demonstrations' log-likelihood over their loss tokens rises."""
+    from conductor_rl.config import load_config
+    from conductor_rl.plan.prompts import ConductorPrompt
+    from conductor_rl.policy.warm_start import warm_start_batches
+
+    _, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    prompts = ConductorPrompt.from_config(load_config(None, ["conductor.model=tiny-qwen2"]), tokenizer)
+    questions = ["Natalia sold clips to 48 of her friends in April.", "Which city is the capital of Australia?"]
+    (batch,) = warm_start_batches(prompts, questions, steps=1, per_step=2, per_question=4, seed=0)
+
+    def likelihood(weights=None) -> float:
+        per_row = whole_sequence_logprobs(batch, weights)
+        kept = [lp for row, mask in zip(per_row, batch.loss_masks) for lp, m in zip(row.tolist(), mask) if m]
+        return sum(kept) / len(kept)
+
+    group = groups(micro_batch_size=8, zero_stage=1)
+    before = likelihood()
+    fits = []
+    for _ in range(3):
+        stats = group.train_step(batch)
+        assert stats.tokens == sum(map(sum, batch.loss_masks))
+        fits.append(stats.logprob_mean)
+    after = likelihood(ray.get(group.named_weights()))
+    assert after > before + 0.5, (before, after)
+    assert fits[0] == pytest.approx(before, abs=1e-3) and fits[2] > fits[0], fits  # the fit the warm start logs

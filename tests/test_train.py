@@ -47,6 +47,12 @@ REPO = Path(__file__).resolve().parent.parent
 ITERATIONS = 2
 QUESTIONS, ROLLOUTS = 2, 4
 SUBSETS = "train.worker_subset=[1,2]"  # the shared runs draw rosters of 1-2 of the 3 workers (adaptive pools)
+# The shared runs start with two warm-start steps (train.warm_start); the other runs with none.
+WARM = (
+    "train.warm_start.steps=2",
+    "train.warm_start.questions_per_step=2",
+    "train.warm_start.demonstrations_per_question=2",
+)
 # A hang guard, not a speed check: a test whose module fixture starts a run waits for it,
 # and on a loaded 2-core machine a run's first iteration alone has taken over five minutes.
 HANG_GUARD_S = 1500
@@ -57,6 +63,7 @@ FAST = [
     f"train.questions_per_iteration={QUESTIONS}",
     "conductor.max_new_tokens=64",
     "train.progress=false",
+    "train.warm_start.steps=0",
     # Fits the session's 8-CPU test cluster (tests/conftest.py) next to the grader (1 CPU) and the workers
     # (0.25 each); the subprocess run uses the same, so that every run computes with the same thread counts.
     "cluster.generator={CPU: 1}",
@@ -215,6 +222,14 @@ def test_unknown_key_fails_before_any_actor_starts(tmp_path, no_cluster):
     assert not out.exists()
 
 
+def test_a_warm_start_that_cannot_run_fails_before_any_actor_starts(tmp_path, no_cluster):
+    out = tmp_path / "run"
+    err = run_main(overrides(out, "train.warm_start.steps=2", "conductor.constrain_format=false"))
+    assert err.code not in (0, None)
+    assert "train.warm_start.steps" in str(err.code) and "constrain_format=true" in str(err.code), err.code
+    assert not out.exists()
+
+
 def test_unwritable_output_folder_fails_before_any_actor_starts(tmp_path, no_cluster):
     blocker = tmp_path / "file.txt"  # a regular file: nothing can be created under it, not even by root
     blocker.write_text("not a folder")
@@ -298,7 +313,7 @@ def straight_run(ray_cluster, runs_root):
     from jobs.train import train
 
     out = runs_root / "straight"
-    summary = train(make_config(out, f"train.iterations={ITERATIONS}", SUBSETS))
+    summary = train(make_config(out, f"train.iterations={ITERATIONS}", SUBSETS, *WARM))
     return SimpleNamespace(out=out, summary=summary)
 
 
@@ -310,7 +325,7 @@ def sigterm_run(runs_root):
         sys.executable,
         "-m",
         "jobs.train",
-        *overrides(out, f"train.iterations={ITERATIONS}", "train.report=false", SUBSETS),
+        *overrides(out, f"train.iterations={ITERATIONS}", "train.report=false", SUBSETS, *WARM),
         "--json",
     ]
     proc = subprocess.Popen(
@@ -364,7 +379,8 @@ def resumed_run(sigterm_run, ray_cluster):
     assert sigterm_run.returncode == 0, sigterm_run.stderr[-4000:]
     before = latest_state(sigterm_run.out)
     summary = train(
-        make_config(sigterm_run.out, f"train.iterations={ITERATIONS}", "train.report=false", SUBSETS), resume=True
+        make_config(sigterm_run.out, f"train.iterations={ITERATIONS}", "train.report=false", SUBSETS, *WARM),
+        resume=True,
     )
     return SimpleNamespace(out=sigterm_run.out, summary=summary, resumed_from=before)
 
@@ -413,6 +429,17 @@ def test_resume_after_sigterm_redoes_the_abandoned_iteration_and_logs_each_itera
     # The ledger carries over: the run's total is the sum of its iterations' costs.
     logged = records(run.out)
     assert logged[-1]["cost_total_usd"] == pytest.approx(sum(r["cost_usd"] for r in logged), rel=1e-9)
+
+
+def test_a_new_run_warm_starts_once_before_iteration_0_and_a_resumed_one_does_not(
+    straight_run, sigterm_run, resumed_run
+):
+    warmed = straight_run.summary["warm_start"]
+    assert warmed["steps"] == 2 and warmed["seconds"] > 0, warmed
+    first = records(straight_run.out)[0]
+    assert first["weights_version"] == 1 + ("loss" in first), "the warm start's weights are version 1"
+    assert "warm start: step 2/2" in sigterm_run.stderr
+    assert "warm_start" not in resumed_run.summary
 
 
 def test_resumed_run_draws_the_same_questions_as_a_straight_run(straight_run, resumed_run):

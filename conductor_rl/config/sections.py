@@ -208,6 +208,26 @@ class RecursionConfig(Strict):
     )
 
 
+class WarmStartConfig(Strict):
+    """Supervised steps on demonstration plans before the first GRPO iteration (ours; the paper's 7B
+    Conductor needs none): conductor_rl/plan/demonstrations.py says what they show and why."""
+
+    steps: int = Field(
+        0,
+        ge=0,
+        description="Learner steps on demonstrations before iteration 0 of a new run (0: none, the paper's "
+        "setting). For a small Conductor under conductor.constrain_format, whose own first plans hardly ever "
+        "word a subtask after the question or check an earlier answer, so that reward can find those plans.",
+    )
+    questions_per_step: int = Field(4, ge=1, description="Questions drawn for each warm-start step.")
+    demonstrations_per_question: int = Field(
+        4,
+        ge=1,
+        description="Demonstration plans per drawn question; they share the question's prompt, which the "
+        "learner then runs once.",
+    )
+
+
 class TrainConfig(Strict):
     """The GRPO loop (jobs/train.py; paper §3.1, app. A): B questions x G rollouts per iteration."""
 
@@ -277,6 +297,7 @@ class TrainConfig(Strict):
         "None: every worker, always.",
     )
     recursion: RecursionConfig = Field(default_factory=RecursionConfig)
+    warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
     max_staleness: int = Field(
         0,
         ge=0,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from conductor_rl.config.sections import PLAN_START
+from conductor_rl.plan.language import Plan
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -230,6 +231,39 @@ class PlanLogitsProcessor:
         row.then = then
         if not row.forced:
             row.mode, row.then = then, ""
+
+
+def encode_plan(fmt: PlanFormat, plan: Plan, prefix: str = "") -> list[int]:
+    """The token ids a constrained sampler writes for `plan`: the path through
+    `PlanLogitsProcessor` (forced text from the tokenizer's encoding of each piece,
+    ids digit by digit, each subtask as the tokenizer encodes it alone), so a
+    demonstration (conductor_rl/plan/demonstrations.py) teaches tokens the sampler
+    can choose. `prefix`: the response prefix already in the prompt. Raises
+    PlanFormatError for a plan the format cannot hold."""
+    if not PLAN_START.startswith(prefix):
+        raise PlanFormatError(f"prefix {prefix!r} must be a start of {PLAN_START!r}")
+    steps = plan.steps
+    if not steps:
+        raise PlanFormatError("the empty plan has no steps to encode")
+    ids = fmt.encode(PLAN_START[len(prefix) :])
+    for i, step in enumerate(steps):
+        ids += [fmt.digit[d] for d in str(step.model_id)]
+        ids += [fmt.comma, *fmt.encode(" ")] if i + 1 < len(steps) else [fmt.close]
+    ids += fmt.encode('\nsubtasks = ["')
+    for i, step in enumerate(steps):
+        text = fmt.encode(step.subtask)
+        if not text or len(text) > fmt.max_subtask_tokens or any(c in step.subtask for c in '"\\\n\r'):
+            raise PlanFormatError(
+                f"subtask {i} must be 1 to {fmt.max_subtask_tokens} tokens without a quote, backslash or newline"
+            )
+        ids += [*text, fmt.quote]
+        ids += fmt.encode(', "') if i + 1 < len(steps) else fmt.encode("]\naccess_list = [")
+    for i, step in enumerate(steps):
+        if step.access not in ([], "all") or (i == 0 and step.access == "all"):
+            raise PlanFormatError(f'step {i}: the format\'s access is [] or "all" (and [] for the first step)')
+        ids += fmt.access_choices["[]" if step.access == [] else '"all"']
+        ids += fmt.encode(", ") if i + 1 < len(steps) else fmt.encode("]\n")
+    return ids
 
 
 def plan_regex(

@@ -86,6 +86,7 @@ class StepStats:
     tokens: int  # completion tokens this rank trained on
     seconds: float
     behaviour_weight_mean: float = 1.0  # mean decoupled-PPO weight over stale rows' loss tokens (1: none)
+    logprob_mean: float = 0.0  # the learner's log-prob of a loss token before the step (the warm start's fit)
 
 
 def init_process_group(backend: str | None = None) -> None:
@@ -195,16 +196,26 @@ class PolicyLearner:
         normalizer = max(normalizer, 1e-8)
         behaviour = self._behaviour_logprobs(batch, rows) if self.past_versions else None
         self._keep_weights()
-        totals = {"loss": 0.0, "clip": 0.0, "ratio": 0.0, "kl": 0.0, "tokens": 0, "weight": 0.0, "stale_tokens": 0}
+        totals = {
+            "loss": 0.0,
+            "clip": 0.0,
+            "ratio": 0.0,
+            "kl": 0.0,
+            "tokens": 0,
+            "weight": 0.0,
+            "stale_tokens": 0,
+            "lp": 0.0,
+        }
         for m in range(n_micro):
             chunk = rows[m * c.micro_batch_size : (m + 1) * c.micro_batch_size]
             self.engine.set_gradient_accumulation_boundary(m == n_micro - 1)
-            loss, stats, tokens, (weight_sum, stale_tokens) = self._micro_loss(batch, chunk, normalizer, behaviour)
+            loss, stats, tokens, (weight_sum, stale_tokens), lp = self._micro_loss(batch, chunk, normalizer, behaviour)
             self.engine.backward(loss, scale_wrt_gas=False)
             totals["loss"] += float(loss.detach())
             totals["tokens"] += tokens
             totals["weight"] += weight_sum
             totals["stale_tokens"] += stale_tokens
+            totals["lp"] += lp
             for key, value in (("clip", stats.clip_fraction), ("ratio", stats.ratio_mean), ("kl", stats.kl)):
                 totals[key] += value * tokens
         self.engine.step()
@@ -220,6 +231,7 @@ class PolicyLearner:
             tokens=int(totals["tokens"]),
             seconds=time.perf_counter() - started,
             behaviour_weight_mean=totals["weight"] / totals["stale_tokens"] if totals["stale_tokens"] else 1.0,
+            logprob_mean=totals["lp"] / denominator,
         )
 
     def _weight_tensors(self) -> list[torch.Tensor]:
@@ -280,7 +292,7 @@ class PolicyLearner:
 
     def _micro_loss(
         self, batch: RolloutBatch, chunk: list[int], normalizer: float, behaviour: dict[int, torch.Tensor] | None = None
-    ) -> tuple[torch.Tensor, Any, int, tuple[float, int]]:
+    ) -> tuple[torch.Tensor, Any, int, tuple[float, int], float]:
         c = self.config
         if not chunk:  # this rank has fewer rows: a zero loss keeps the collectives in step
             chunk, weight = [0], 0.0
@@ -335,7 +347,8 @@ class PolicyLearner:
             normalizer=normalizer,
             behaviour_weights=weights,
         )
-        return loss, replace(stats, ratio_mean=sampler_ratio), int(mask.sum()), weighed
+        logprob_sum = float((logprobs.detach() * mask).sum())
+        return loss, replace(stats, ratio_mean=sampler_ratio), int(mask.sum()), weighed, logprob_sum
 
     def _completion_logprobs(
         self, model: Any, batch: RolloutBatch, chunk: list[int], width: int, needed: torch.Tensor

@@ -1,0 +1,62 @@
+"""Demonstration plans: what a small Conductor is shown before GRPO (`train.warm_start`), so
+that it can write the plan language at all.
+
+The paper's Conductor is a 7B instruct model: its first samples already word subtasks after
+the question and read earlier answers to check them, and reward picks among those. A 135M
+model's do not (benchmarks/exploration.py: its subtasks are mostly noise and hardly a step
+reads an earlier answer), so reward never sees those plans. A demonstration is a plan drawn
+uniformly from the family `optimal` searches (conductor_rl/evaluation/optimal.py): one to
+`max_steps` steps, each any worker; every later step solves from scratch, solves reading the
+earlier answers, or checks them, each a third of the time. It teaches how plans are written,
+not which plan pays: the workers, the number of steps and the roles are uniform, and which of
+them earns reward is left to GRPO.
+
+How a demonstration words a step (decisions, docs/decisions.md "Warm start"):
+- a solving step: the question's opening words (four to eight), as a person would start
+  to restate the task: a small model can copy them from its prompt;
+- a checking step: one plain check instruction (`CHECK_SUBTASK`).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+
+from conductor_rl.plan.language import Plan, Step
+
+#: The one wording of a demonstration's check: with several, each opening word was too rare for
+#: eight to twelve warm-start steps to teach (docs/decisions.md "Warm start").
+CHECK_SUBTASK = "Check the answer above and fix any error"
+
+#: Characters the constrained format forbids inside a subtask, and runs of white space.
+_UNSAFE = re.compile(r'["\\\s]+')
+
+
+def opening_words(question: str, n_words: int, fits: Callable[[str], bool] = lambda text: True) -> str:
+    """The first `n_words` words of `question`, on one line, without quotes or backslashes; fewer
+    while the text does not `fit` (the format's subtask length), down to the start of one word."""
+    words = _UNSAFE.sub(" ", question).split() or ["Answer"]
+    n = max(1, min(n_words, len(words)))
+    while n > 1 and not fits(" ".join(words[:n])):
+        n -= 1
+    text = " ".join(words[:n])
+    while len(text) > 1 and not fits(text):  # one long word (a LaTeX formula): its start
+        text = text[: len(text) // 2]
+    return text
+
+
+def demonstration_plan(
+    question: str, n_workers: int, max_steps: int, rng: random.Random, fits: Callable[[str], bool] = lambda text: True
+) -> Plan:
+    """One plan drawn uniformly from the family above, worded for `question`; `fits`: whether a
+    subtask is short enough for the format."""
+    if n_workers < 1 or max_steps < 1:
+        raise ValueError("a demonstration needs at least one worker and one step")
+    steps = []
+    for i in range(rng.randint(1, max_steps)):
+        role = "solve" if i == 0 else rng.choice(("solve", "read", "check"))
+        words = rng.randint(4, 8)
+        subtask = CHECK_SUBTASK if role == "check" else opening_words(question, words, fits)
+        steps.append(Step(rng.randrange(n_workers), subtask, [] if role == "solve" else "all"))
+    return Plan(tuple(steps))

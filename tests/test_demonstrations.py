@@ -1,0 +1,127 @@
+"""Demonstration plans for the warm start (conductor_rl/plan/demonstrations.py), the token path
+the constrained sampler would write for a plan (`encode_plan`), and the warm start's batches."""
+
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+from conductor_rl.config import ConfigError, load_config
+from conductor_rl.plan import parse_plan, render_plan
+from conductor_rl.plan.constrained import PlanFormat, PlanFormatError, encode_plan
+from conductor_rl.plan.demonstrations import CHECK_SUBTASK, demonstration_plan, opening_words
+from conductor_rl.plan.language import Plan, Step
+from conductor_rl.plan.prompts import ConductorPrompt
+from conductor_rl.policy.warm_start import WarmStartError, check_warm_start, warm_start_batches
+from conductor_rl.workers.sim_rules import has_check_word, on_task
+
+QUESTION = 'Natalia sold "clips" to 48 of her friends in April,\nand then she sold half as many clips in May.'
+
+
+def test_opening_words_are_one_safe_line_and_shrink_to_fit():
+    assert opening_words(QUESTION, 4) == "Natalia sold clips to"
+    assert opening_words("  ", 4) == "Answer"
+    assert opening_words(QUESTION, 8, fits=lambda text: len(text) <= 14) == "Natalia sold"
+    assert opening_words(QUESTION, 8, fits=lambda text: len(text) <= 5) == "Nat"  # the start of one long word
+    assert opening_words(QUESTION, 8, fits=lambda text: False) == "N"  # never empty
+
+
+def test_demonstrations_are_plans_of_the_family_drawn_uniformly():
+    rng = random.Random(3)
+    plans = [demonstration_plan(QUESTION, 3, 3, rng) for _ in range(900)]
+    lengths = Counter(len(p.steps) for p in plans)
+    assert set(lengths) == {1, 2, 3} and all(240 <= n <= 360 for n in lengths.values()), lengths
+    workers = Counter(s.model_id for p in plans for s in p.steps)
+    assert set(workers) == {0, 1, 2} and max(workers.values()) < 1.2 * min(workers.values()), workers
+    roles: Counter = Counter()
+    for plan in plans:
+        assert parse_plan(render_plan(plan), 3, 3) == plan
+        first, *later = plan.steps
+        assert first.access == [] and on_task(first.subtask, QUESTION)
+        for step in later:
+            if step.access == []:
+                roles["solve"] += 1
+                assert on_task(step.subtask, QUESTION)
+            elif has_check_word(step.subtask):
+                roles["check"] += 1
+                assert step.access == "all" and step.subtask == CHECK_SUBTASK
+            else:
+                roles["read"] += 1
+                assert step.access == "all" and on_task(step.subtask, QUESTION)
+    assert all(0.28 <= n / sum(roles.values()) <= 0.39 for n in roles.values()), roles
+    again = random.Random(3)
+    assert [demonstration_plan(QUESTION, 3, 3, again) for _ in range(900)] == plans
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    config = load_config(None)
+    return ConductorPrompt.from_config(config)
+
+
+def walk(fmt: PlanFormat, ids: list[int], n_workers: int, max_steps: int, prefix: str) -> None:
+    """Feed `ids` through the constrained sampler's logits processor: each must be allowed, then EOS."""
+    processor = fmt.processor(1, n_workers, max_steps, prefix)
+    scores = torch.zeros((1, fmt.vocab_size))
+    seen = [0]
+    for token in [*ids, fmt.eos]:
+        allowed = processor(torch.tensor([seen]), scores)[0]
+        assert allowed[token] > float("-inf"), fmt.tokenizer.decode(seen[1:] + [token])
+        seen.append(token)
+
+
+@pytest.mark.parametrize("prefix", ["model_id = [", ""])
+def test_encode_plan_is_the_path_the_constrained_sampler_takes(prompts, prefix):
+    fmt = PlanFormat(prompts.tokenizer, 12)
+    rng = random.Random(0)
+    fits = lambda text: len(fmt.encode(text)) <= 12  # noqa: E731
+    for _ in range(40):
+        plan = demonstration_plan(QUESTION, 3, 3, rng, fits)
+        ids = encode_plan(fmt, plan, prefix)
+        walk(fmt, ids, 3, 3, prefix)
+        assert prefix + prompts.tokenizer.decode(ids) == render_plan(plan) + "\n"
+
+
+def test_encode_plan_refuses_what_the_format_cannot_hold(prompts):
+    fmt = PlanFormat(prompts.tokenizer, 12)
+    for bad in (
+        Plan((Step(0, 'say "hi"', []),)),
+        Plan((Step(0, "one " * 20, []),)),
+        Plan((Step(0, "solve it", "all"),)),
+        Plan((Step(0, "solve it", []), Step(1, "check it", [0]))),
+    ):
+        with pytest.raises(PlanFormatError):
+            encode_plan(fmt, bad, "model_id = [")
+
+
+def test_warm_start_batches_are_demonstrations_of_advantage_one_with_their_choices_in_the_loss(prompts):
+    questions = [QUESTION, "What is the capital city of Australia, Sydney or Canberra?"]
+    batches = list(warm_start_batches(prompts, questions, steps=3, per_step=5, per_question=2, seed=1))
+    assert len(batches) == 3 and all(len(b.prompt_ids) == 10 for b in batches)
+    for batch in batches:
+        assert batch.advantages == [1.0] * 10
+        assert all(
+            batch.prompt_ids[i] == batch.prompt_ids[i + 1] for i in range(0, 10, 2)
+        )  # a question's rows together
+        for prompt, ids, mask in zip(batch.prompt_ids, batch.completion_ids, batch.loss_masks):
+            question = next(q for q in questions if prompts.ids(q) == prompt)
+            text = prompts.response_prefix + prompts.tokenizer.decode(ids)
+            plan = parse_plan(text, 3, 3)
+            chosen = prompts.tokenizer.decode([t for t, m in zip(ids, mask) if m])
+            assert plan.steps[0].subtask in chosen and "subtasks" not in chosen  # choices in, format text out
+            assert on_task(plan.steps[0].subtask, question)
+    same = list(warm_start_batches(prompts, questions, steps=3, per_step=5, per_question=2, seed=1))
+    assert [b.completion_ids for b in same] == [b.completion_ids for b in batches]
+
+
+def test_the_warm_start_needs_the_constrained_format_and_the_learners_own_log_probs():
+    unconstrained = load_config(None, ["conductor.constrain_format=false"])  # loads: ask and serve never warm start
+    with pytest.raises(WarmStartError, match="constrain_format"):
+        next(warm_start_batches(ConductorPrompt.from_config(unconstrained), [QUESTION], 1, 1, 1, seed=0))
+    with pytest.raises(ConfigError, match="train.warm_start.steps.*conductor.constrain_format=true"):
+        check_warm_start(unconstrained)
+    with pytest.raises(ConfigError, match="train.warm_start.steps.*learner.old_logprobs=learner"):
+        check_warm_start(load_config(None, ["learner.old_logprobs=sampler"]))
+    check_warm_start(load_config(None, ["conductor.constrain_format=false", "train.warm_start.steps=0"]))
+    check_warm_start(load_config(None))
