@@ -510,7 +510,8 @@ def test_resumed_run_samples_what_the_straight_run_sampled_after_weight_updates(
     weights across a sync); the same batch and optimizer state must give the same next weights."""
     from safetensors.torch import load_file
 
-    assert records(straight_run.out)[0]["weights_version"] == 1, "iteration 0 must have stepped the learner"
+    # Version 1 is the warm start's (WARM); iteration 0's step makes it 2.
+    assert records(straight_run.out)[0]["weights_version"] == 2, "iteration 0 must have stepped the learner"
     for iteration in range(1, ITERATIONS):
         straight, resumed = rollouts_of(straight_run.out, iteration), rollouts_of(resumed_run.out, iteration)
         assert sorted(straight) == sorted(resumed)
