@@ -252,7 +252,7 @@ def encode_plan(fmt: PlanFormat, plan: Plan, prefix: str = "") -> list[int]:
     ids += fmt.encode('\nsubtasks = ["')
     for i, step in enumerate(steps):
         text = fmt.encode(step.subtask)
-        if not text or len(text) > fmt.max_subtask_tokens or any(c in step.subtask for c in '"\\\n\r'):
+        if not text or len(text) > fmt.max_subtask_tokens or not all(bool(fmt.free_text[t]) for t in text):
             raise PlanFormatError(
                 f"subtask {i} must be 1 to {fmt.max_subtask_tokens} tokens without a quote, backslash or newline"
             )
