@@ -99,9 +99,16 @@ class NaiveReplica:
             self.limiter.settle(grant)
 
 
-async def timed(calls) -> tuple[list, float]:
+async def bounded(complete, n: int, concurrency: int) -> tuple[list, float]:
+    """`n` calls of `complete`, at most `concurrency` in flight: their results and the seconds they took."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i):
+        async with gate:
+            return await complete(request(i))
+
     started = time.perf_counter()
-    results = await asyncio.gather(*calls, return_exceptions=True)
+    results = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
     return results, time.perf_counter() - started
 
 
@@ -130,17 +137,19 @@ def steady_share(done: list[float], took: float) -> float:
     return (len(done) - LIMIT) / (done[-1] - done[LIMIT - 1]) / (LIMIT / WINDOW_S)
 
 
-def limited_run(server, replicas: int, n: int) -> dict:
+def limited_pool(server, replicas: int, **placement):
+    """`replicas` sharing one cluster-wide limiter at the server's limit (the server reset to it)."""
     from actors.worker_pool import WorkerPool, get_ledger
 
     server.reset(latency_s=LATENCY_S, rpm=LIMIT, window_s=WINDOW_S)
-    pool = WorkerPool(
-        config(server, rpm=LIMIT),
-        replicas=replicas,
-        ledger=get_ledger(name=uuid.uuid4().hex),
-        window_s=WINDOW_S,
-        limiter_scope=uuid.uuid4().hex,
+    ledger, scope = get_ledger(name=uuid.uuid4().hex), uuid.uuid4().hex
+    return WorkerPool(
+        config(server, rpm=LIMIT), replicas=replicas, ledger=ledger, window_s=WINDOW_S, limiter_scope=scope, **placement
     )
+
+
+def calls_through(server, pool, n: int) -> dict:
+    """`n` calls through `pool`, all at once, then the pool closed: their figures."""
     done, took = asyncio.run(stamped([pool.complete(request(i)) for i in range(n)]))
     asyncio.run(pool.aclose())
     return summarize(server, done, took)
@@ -179,26 +188,16 @@ def overhead_run(server, n: int, concurrency: int, rounds: int = 3) -> dict:
 
     server.reset(latency_s=LATENCY_S, rpm=None)
     cfg = config(server)
-
-    async def bounded(complete):
-        gate = asyncio.Semaphore(concurrency)
-
-        async def one(i):
-            async with gate:
-                return await complete(request(i))
-
-        return await timed([one(i) for i in range(n)])
-
     provider = build_provider(cfg)
     pool = WorkerPool(cfg, replicas=1, ledger=get_ledger(name=uuid.uuid4().hex))
 
     async def interleaved():
-        await bounded(provider.complete)  # warm both: SDK client, connections, the replica
-        await bounded(pool.complete)
+        await bounded(provider.complete, n, concurrency)  # warm both: SDK client, connections, the replica
+        await bounded(pool.complete, n, concurrency)
         direct_s, pool_s = [], []
         for _ in range(rounds):
-            direct_s.append((await bounded(provider.complete))[1])
-            results, took = await bounded(pool.complete)
+            direct_s.append((await bounded(provider.complete, n, concurrency))[1])
+            results, took = await bounded(pool.complete, n, concurrency)
             assert not [r for r in results if isinstance(r, Exception)], results[:3]
             pool_s.append(took)
         await provider.aclose()
@@ -237,24 +236,18 @@ def journal_run(server, n: int, concurrency: int, latency_s: float, rounds: int 
 
     pools = {(budget, journal): pool(budget, journal) for budget in (None, 1e6) for journal in (False, True)}
 
-    async def bounded(pool) -> float:
-        gate = asyncio.Semaphore(concurrency)
-
-        async def one(i):
-            async with gate:
-                return await pool.complete(request(i))
-
-        results, took = await timed([one(i) for i in range(n)])
+    async def seconds(pool) -> float:
+        results, took = await bounded(pool.complete, n, concurrency)
         assert not [r for r in results if isinstance(r, Exception)], results[:3]
         return took
 
     async def interleaved() -> dict:
         times: dict = {key: [] for key in pools}
         for key in pools:
-            await bounded(pools[key])  # warm: SDK client, connections, the replica
+            await seconds(pools[key])  # warm: SDK client, connections, the replica
         for _ in range(rounds):
             for key in pools:
-                times[key].append(await bounded(pools[key]))
+                times[key].append(await seconds(pools[key]))
         for p in pools.values():
             await p.aclose()
         return {key: min(t) for key, t in times.items()}
@@ -299,7 +292,7 @@ def local_parts(n: int, journal_only: bool = False) -> dict:
         return figures
     figures["pool"] = {}
     for replicas in (1, 2, 4):
-        figures["pool"][str(replicas)] = limited_run(server, replicas, n)
+        figures["pool"][str(replicas)] = calls_through(server, limited_pool(server, replicas), n)
         print(f"pool, {replicas} replica(s): {figures['pool'][str(replicas)]}", file=sys.stderr)
     figures["naive_4_replicas"] = naive_run(server, 4, n)
     print(f"baseline (per-process limiter, SDK retries), 4 replicas: {figures['naive_4_replicas']}", file=sys.stderr)
@@ -321,7 +314,6 @@ def multinode_run(nodes: int, n: int) -> dict:
     from collections import Counter
 
     from actors.fake_llm_server import RemoteFakeLLMServer
-    from actors.worker_pool import WorkerPool, get_ledger
     from tests.ray_clusters import CPU_NODE, LocalCluster, on_node
 
     local = LocalCluster(head_cpus=0)
@@ -333,30 +325,17 @@ def multinode_run(nodes: int, n: int) -> dict:
         head = local.head.node_id
         server = RemoteFakeLLMServer(actor_options=on_node(head))
         for replicas in MULTINODE_REPLICAS:
-            per_node = math.ceil(replicas / nodes)
-            server.reset(latency_s=LATENCY_S, rpm=LIMIT, window_s=WINDOW_S)
-            cfg, scope = config(server, rpm=LIMIT), uuid.uuid4().hex
             # The ledger and the limiter stay on the driver's node, the head (actors/worker_pool.py).
-            pool = WorkerPool(
-                cfg,
-                replicas=replicas,
-                ledger=get_ledger(name=uuid.uuid4().hex),
-                window_s=WINDOW_S,
-                num_cpus=0,
-                resources={CPU_NODE: 1 / per_node},
-                limiter_scope=scope,
-            )
+            pool = limited_pool(server, replicas, num_cpus=0, resources={CPU_NODE: 1 / math.ceil(replicas / nodes)})
             started = time.perf_counter()
             where = ray.get(
                 [r.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id()) for r in pool.replicas],
                 timeout=600,
             )  # every replica up before the calls
             up_s = time.perf_counter() - started
-            done, took = asyncio.run(stamped([pool.complete(request(i)) for i in range(n)]))
-            asyncio.run(pool.aclose())
             spread = Counter(where)
             runs[str(replicas)] = {
-                **summarize(server, done, took),
+                **calls_through(server, pool, n),
                 "replicas_per_node": sorted(spread.values()),
                 "nodes_used": len(spread),
                 "replicas_up_s": round(up_s, 1),

@@ -2,7 +2,7 @@
 
     from conductor_rl import Orchestrator
 
-    orchestrator = Orchestrator.from_config("configs/local.yaml", conductor="runs/local/checkpoints/ckpt-000009/model")
+    orchestrator = Orchestrator.from_config("configs/local.yaml", conductor="runs/local/checkpoints/ckpt-000007/model")
     answer = orchestrator.answer("What is 17 * 23?", reference="391", kind="numeric")
 
 `answer` samples the Conductor's plans in this process (transformers), runs the

@@ -1,7 +1,7 @@
 """`conductor-rl serve`: a trained Conductor behind an OpenAI-compatible endpoint on Ray Serve.
 
     export CONDUCTOR_RL_SERVE_TOKENS=me:$(python -c 'import secrets; print(secrets.token_urlsafe(32))')
-    conductor-rl serve conductor.model=runs/local/checkpoints/ckpt-000009/model
+    conductor-rl serve conductor.model=runs/local/checkpoints/ckpt-000007/model
     conductor-rl serve --config configs/paper.yaml conductor.model=... serve.host=0.0.0.0 serve.replicas=4
 
 It starts the generator engines with the Conductor's weights, the worker pools

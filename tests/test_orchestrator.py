@@ -203,7 +203,7 @@ def test_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
     code = readme_example()
     assert len(code.strip().splitlines()) <= 6  # the import, a blank line, five lines
     (tmp_path / "configs").symlink_to(ROOT / "configs")
-    model = tmp_path / "runs" / "local" / "checkpoints" / "ckpt-000009" / "model"
+    model = tmp_path / "runs" / "local" / "checkpoints" / "ckpt-000007" / "model"
     model.parent.mkdir(parents=True)
     model.symlink_to(resolve_model("tiny-qwen2"))
     monkeypatch.chdir(tmp_path)
