@@ -9,6 +9,7 @@ The figures measure how well training finds the plans this testbed rewards, not 
 
     .venv/bin/python benchmarks/orchestration.py                    # two seeds, JSON on the last line
     .venv/bin/python benchmarks/orchestration.py --seeds 1 --iterations 10 train.rollouts_per_question=4
+    .venv/bin/python benchmarks/orchestration.py --first-seed 2 --seeds 1    # seed 2 alone
 
 Goals (issue 27), each reported reached or not: the Conductor's mean reward >= 0.9 of the best
 plans' expected reward; its accuracy >= oracle-single's + 5 points; its cost per sample <= half of
@@ -197,7 +198,8 @@ def mean_over_seeds(runs: Sequence[dict]) -> dict[str, float | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="configuration overrides for training (key.sub=value)")
-    parser.add_argument("--seeds", type=int, default=2, help="how many seeds (0, 1, ...)")
+    parser.add_argument("--seeds", type=int, default=2, help="how many seeds (0, 1, ... from --first-seed)")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first seed (to add seeds to a run)")
     parser.add_argument("--iterations", type=int, default=20, help="training iterations per seed")
     parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-orchestration")
@@ -206,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = load_config(None, args.overrides)
     questions = [q for spec in base.evaluate.benchmarks for q in load_dataset(spec)]
     runs = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         print(f"seed {seed}: training {args.iterations} iterations ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
         trained = train_seed(seed, args.iterations, args.overrides, args.out / f"seed-{seed}" / "run")
