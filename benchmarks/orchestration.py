@@ -47,12 +47,13 @@ GOALS = {
 }
 
 
-def train_seed(seed: int, iterations: int, overrides: Sequence[str], out: Path) -> Config:
+def train_seed(seed: int, iterations: int, overrides: Sequence[str], out: Path, base: Config | None = None) -> Config:
+    """Train `base` (default: the embedded default) with `seed` for `iterations` into `out`."""
     from jobs.train import train
 
     shutil.rmtree(out, ignore_errors=True)
     config = load_config(
-        None,
+        base,
         [
             f"train.iterations={iterations}",
             f"train.checkpoint_every={iterations}",
@@ -118,12 +119,12 @@ def figures(records: Sequence[EvalRecord], optimal_accuracy: float, optimal_rewa
     planned = [r for r in mine if r.plan]
 
     def accuracy(method: str) -> float | None:
-        return _accuracy(by_method[method]) if method in by_method else None
+        return accuracy_of(by_method[method]) if method in by_method else None
 
     def cost(method: str) -> float | None:
         return statistics.fmean(r.cost_usd for r in by_method[method]) if method in by_method else None
 
-    singles = [_accuracy(rs) for m, rs in by_method.items() if m.startswith("single:")]
+    singles = [accuracy_of(rs) for m, rs in by_method.items() if m.startswith("single:")]
     return {
         "fraction_of_optimal_reward": statistics.fmean(
             reward(r.verdict != "plan_error", r.verdict) or 0.0 for r in mine
@@ -151,7 +152,7 @@ def figures(records: Sequence[EvalRecord], optimal_accuracy: float, optimal_rewa
     }
 
 
-def _accuracy(records: Sequence[EvalRecord]) -> float:
+def accuracy_of(records: Sequence[EvalRecord]) -> float:
     """The mean over questions of each question's share of right answers over its repeats."""
     by_question: dict[tuple[str, str], list[bool]] = {}
     for r in records:

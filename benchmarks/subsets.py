@@ -1,29 +1,29 @@
-"""Does training on random worker subsets (adaptive pools, paper §3.2) help a Conductor
-use a subset of workers it never saw whole? Trains two Conductors on the same simulated
-pool of four workers, one on the full pool and one with `train.worker_subset` (each
-question's prompt lists k of the four, renumbered Model 0..k-1 in the pool's order),
-then evaluates both (and, with --untrained, the untrained Conductor) through
-`jobs.evaluate.evaluate`:
+"""Adaptive worker subsets (paper §3.2): train once on random subsets of the pool, then serve any
+subset a user names. Trains two Conductors per seed on the plan-sensitive pool of the embedded default
+(configs/local.yaml, SIMULATED workers) plus a fourth, cheap worker: one on the whole pool, one with
+`train.worker_subset` (each question's prompt lists k of the four), then evaluates both on the held-out
+questions (`conductor-rl evaluate --workers ...`):
 
-  (a) on the full pool, and
-  (b) on a subset of three workers (what `conductor-rl evaluate --workers a,b,c` runs):
-      with k=2 the subset-trained Conductor never had those three listed together.
+  whole pool     all four workers;
+  unseen         each subset of --unseen (default: the two triples without one of the experts), a
+                 size the subset-trained Conductor never had listed (k = 2), and the whole-pool-trained
+                 never had anything but the whole pool;
+  cheap          a user's cheap-only subset (the generalist and the cheap worker), with each of its
+                 members alone (`single:*`).
 
-The pool is the embedded default's three simulated workers plus a fourth, an
-all-rounder (good at both domains, the best one left for math once the math expert is
-gone). The default evaluated subset drops the math expert, so every worker moves to a
-new number: a Conductor that learned "math goes to Model 0" now sends math to the
-knowledge expert. Workers are SIMULATED: the figures measure orchestration of declared
-skills, not real models.
+Workers keep their pool numbers in every roster (conductor.worker_identity=number); pass
+`conductor.worker_identity=description` to compare the other identity (both runs use it).
 
-    .venv/bin/python benchmarks/subsets.py --json
-    .venv/bin/python benchmarks/subsets.py --json --untrained        # and the untrained Conductor (~1 min more)
-    .venv/bin/python benchmarks/subsets.py --subset sim-math-expert,sim-generalist,sim-allrounder
-    .venv/bin/python benchmarks/subsets.py --iterations 10 --questions 8 --lr 1e-4 --limit 20   # the default's shape
+The fourth worker, `sim-open`, was declared before any run, to the design of the paper's open-weight
+pool: cheap (USD 0.1 / 0.4 per M tokens), better than the generalist on MMLU and worse on maths, so
+that a cheap-only pair has members of different strengths (docs/guide/simulator.md has the rules).
+The figures measure orchestration of declared skills, not real models.
 
-Shrunk to fit 10 minutes on 2 CPU cores: short training runs (the embedded default's
-ten iterations alone take about seven minutes), two benchmarks of the training domains,
-few questions, one Ray cluster for all four jobs. JSON on the last line, progress on stderr.
+    .venv/bin/python benchmarks/subsets.py                       # two seeds, JSON on the last line
+    .venv/bin/python benchmarks/subsets.py --seeds 1 conductor.worker_identity=description
+
+Goals (issue 28): subset-trained >= whole-pool-trained on unseen subsets; within 0.05 of it on the
+whole pool; the subset-trained Conductor on the cheap subset beats that subset's best single member.
 """
 
 from __future__ import annotations
@@ -34,290 +34,175 @@ import shutil
 import statistics
 import sys
 import time
-from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure import log, machine, train_then_evaluate_overrides  # noqa: E402
+from benchmarks.orchestration import accuracy_of, mean_over_seeds, train_seed  # noqa: E402
 from conductor_rl.config import Config, load_config, validate_config  # noqa: E402
-from conductor_rl.plan.roster import roster_of, with_workers  # noqa: E402
+from conductor_rl.evaluation.summary import EvalRecord  # noqa: E402
+from conductor_rl.plan.roster import with_workers  # noqa: E402
 
-# The fourth worker: second best at both domains and the dearest. Without it a subset
-# that drops an expert would leave that domain only to workers at or below chance level,
-# and no Conductor could do well there, trained on subsets or not.
-ALLROUNDER = {
-    "name": "sim-allrounder",
+CHEAP_WORKER = {
+    "name": "sim-open",
     "provider": "sim",
-    "price": {"input": 5.0, "output": 20.0},
+    "price": {"input": 0.1, "output": 0.4},
     "sim": {
-        "accuracy": {"math": 0.7, "mmlu": 0.7, "code": 0.6},
-        "gain_with_context": 0.05,
-        "latency_s": 0.2,
+        "accuracy": {"math": 0.65, "mmlu": 0.85, "code": 0.5},
+        "hard_accuracy": {"math": 0.25, "mmlu": 0.4, "code": 0.2},
+        "keep_rate": 0.9,
+        "repair_rate": 0.6,
+        "off_task_factor": 0.6,
+        "latency_s": 0.1,
         "latency_jitter": 0.3,
-        "output_tokens": 250,
+        "output_tokens": 150,
     },
 }
-DEFAULT_SUBSET = "sim-knowledge-expert,sim-generalist,sim-allrounder"
-
-# Benchmarks of the two training domains (samples:gsm8k is math, samples:mmlu is mmlu);
-# the others of the embedded default would only add the evaluation's time.
-BENCHMARKS = ["gsm8k:test", "mmlu:eval"]
-
-
-def pool_config(args: argparse.Namespace) -> Config:
-    """The embedded default with the fourth worker and the shrunk settings; the user's
-    overrides last, so they can change any of it (`workers.3.sim.accuracy.math=0.5`)."""
-    raw = load_config(ROOT / "configs" / "local-routing.yaml").model_dump(mode="json")
-    raw["workers"].append(ALLROUNDER)
-    # Four iterations instead of the default's ten: twice its lr (the same cosine down to 0.2 of it) gives
-    # about the same sum of step sizes. In a trial a constant 2e-4 swung the policy between iterations
-    # (math: all to the math expert, then all to the generalist), so the schedule still decays.
-    shrunk = [*train_then_evaluate_overrides(args, BENCHMARKS), f"learner.lr={args.lr}"]
-    return load_config(validate_config(raw), [*shrunk, *args.overrides])
+UNSEEN = [
+    "sim-knowledge-expert,sim-generalist,sim-open",
+    "sim-math-expert,sim-generalist,sim-open",
+]
+CHEAP = "sim-generalist,sim-open"
+GOALS = {"unseen_margin": 0.0, "whole_pool_gap": 0.05, "cheap_over_best_member": 0.0}
 
 
-def run_training(config: Config, out: Path, subset_size: int | None, reuse: bool) -> dict[str, Any]:
-    from conductor_rl.run.log import records
-    from jobs.train import train
-
-    extra = [f"train.output_dir={out}"] + ([f"train.worker_subset={subset_size}"] if subset_size else [])
-    config = load_config(config, extra)
-    started = time.perf_counter()
-    if not reuse:
-        shutil.rmtree(out, ignore_errors=True)
-        summary = train(config)
-        if summary.get("stopped") != "finished":
-            raise SystemExit(f"training in {out} did not finish: {summary}")
-    wall = time.perf_counter() - started
-    logged = records(out)
-    if not logged:
-        raise SystemExit(f"no training records in {out}")
-    first, last = logged[: min(2, len(logged))], logged[-min(2, len(logged)) :]
-    return {
-        "output_dir": str(out),
-        "worker_subset": subset_size,
-        "iterations": len(logged),
-        "wall_s": round(wall, 1),
-        "first2_reward": round(statistics.fmean(r["reward_mean"] for r in first), 4),
-        "last2_reward": round(statistics.fmean(r["reward_mean"] for r in last), 4),
-    }
+def pool_config(overrides: Sequence[str]) -> Config:
+    """The embedded default with the cheap worker appended (the three keep their numbers 0-2)."""
+    raw = load_config(None).model_dump(mode="json")
+    raw["workers"].append(CHEAP_WORKER)
+    return load_config(validate_config(raw), list(overrides))
 
 
-def rosters_drawn(run: Path, pool: list[str], subset: list[str]) -> dict[str, Any]:
-    """What the subset-trained Conductor's prompts listed, from its traces: how often each
-    roster came up, and that the evaluated subset never came up whole."""
-    from conductor_rl.run.traces import read_traces
-
-    drawn: Counter[tuple[str, ...]] = Counter()
-    questions = set()
-    for row in read_traces(run):
-        key = (row["iteration"], row["question_id"])
-        if key in questions:  # one roster per question and iteration, whatever the rollouts
-            continue
-        questions.add(key)
-        roster = row.get("roster") or list(range(len(pool)))
-        drawn[tuple(pool[i] for i in roster)] += 1
-    whole = tuple(n for n in pool if n in subset)
-    return {
-        "prompts": sum(drawn.values()),
-        "evaluated_subset_drawn_whole": drawn.get(whole, 0),
-        "inside_evaluated_subset": sum(c for r, c in drawn.items() if set(r) <= set(subset)),
-        "by_roster": {"+".join(r): c for r, c in sorted(drawn.items())},
-    }
-
-
-def run_evaluation(config: Config, out: Path, methods: list[str], workers: list[str] | None) -> dict[str, Any]:
-    """One `evaluate` call (as `conductor-rl evaluate [--workers ...]` makes it), then the
-    per-method figures from its records."""
-    from conductor_rl.evaluation import RecordStore
-    from conductor_rl.evaluation.summary import mean_and_stderr
+def evaluate_on(trained: Sequence[Config], workers: str | None, methods: Sequence[str], repeats: int, out: Path):
+    """One `evaluate` call (as `conductor-rl evaluate --workers ...` makes it) of `methods`; the records."""
     from jobs.evaluate import evaluate
 
-    shutil.rmtree(out, ignore_errors=True)  # a stale records.jsonl would be resumed, not redone
-    config = with_workers(config, workers)
-    e = config.evaluate.model_copy(update={"methods": methods, "output_dir": str(out)})
-    config = config.model_copy(update={"evaluate": e})
-    started = time.perf_counter()
+    shutil.rmtree(out, ignore_errors=True)
+    config = with_workers(trained[0], workers.split(",") if workers else None)
+    config = load_config(
+        config,
+        [
+            f"evaluate.methods={json.dumps(list(methods))}",
+            f"evaluate.repeats={repeats}",
+            f"evaluate.output_dir={out}",
+            "evaluate.preflight=false",
+            "evaluate.progress=false",
+        ],
+    )
     summary = evaluate(config)
-    wall = time.perf_counter() - started
     if summary["stopped"] != "finished":
         raise SystemExit(f"the evaluation in {out} stopped: {summary['stopped']}")
-    records = RecordStore(out).records()
-    rows = {}
-    for method in methods:
-        mine = [r for r in records if r.method == method and r.verdict != "error"]
-        rewards = [{"correct": 1.0, "plan_error": 0.0}.get(r.verdict, 0.5) for r in mine]  # the training reward
-        final = {}
-        for domain in sorted({r.domain for r in mine}):
-            ends = Counter(r.workers[-1] for r in mine if r.domain == domain and r.workers)
-            total = sum(ends.values())
-            final[domain] = {w: round(c / total, 3) for w, c in ends.most_common()} if total else {}
-        cells = {c["benchmark"]: c for c in summary["cells"] if c["method"] == method}
-        # The harness's error bar (repeats averaged per question, then over questions), here
-        # over both benchmarks' questions together.
-        per_question: dict[tuple[str, str], list[float]] = {}
-        for r in mine:
-            per_question.setdefault((r.benchmark, r.question_id), []).append(float(r.verdict == "correct"))
-        accuracy, stderr = mean_and_stderr([statistics.fmean(v) for v in per_question.values()])
-        rows[method] = {
-            "samples": len(mine),
-            "accuracy": None if accuracy is None else round(accuracy, 4),
-            "accuracy_stderr": None if stderr is None else round(stderr, 4),
-            "accuracy_by_benchmark": {
-                b: None if c["accuracy"] is None else round(c["accuracy"], 4) for b, c in cells.items()
-            },
-            "mean_reward": round(statistics.fmean(rewards), 4) if rewards else None,
-            "plan_error_rate": round(sum(r.verdict == "plan_error" for r in mine) / len(mine), 4) if mine else None,
-            "calls_per_sample": round(statistics.fmean(r.calls for r in mine), 3) if mine else None,
-            "cost_usd_per_sample": round(statistics.fmean(r.cost_usd for r in mine), 5) if mine else None,
-            "errors": sum(r.verdict == "error" for r in records if r.method == method),
-            "final_worker_by_domain": final,
-        }
+    records = [EvalRecord.from_dict(json.loads(line)) for line in (out / "records.jsonl").read_text().splitlines()]
+    return [r for r in records if r.verdict != "error"]
+
+
+def accuracy(records: Sequence[EvalRecord], method: str) -> float | None:
+    mine = [r for r in records if r.method == method]
+    return accuracy_of(mine) if mine else None
+
+
+def one_seed(seed: int, args: argparse.Namespace, base: Config) -> dict:
+    out = args.out / f"seed-{seed}"
+    runs, train_s = {}, {}
+    for name, extra in (("whole", []), ("subsets", [f"train.worker_subset={args.subset_size}"])):
+        print(f"seed {seed}: training on {name} ({args.iterations} iterations) ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        runs[name] = train_seed(seed, args.iterations, [*args.overrides, *extra], out / f"train-{name}", base)
+        train_s[name] = round(time.perf_counter() - started, 1)
+    whole, subsets = (f"conductor:{runs[n].train.output_dir}" for n in ("whole", "subsets"))
+    trained = [runs["whole"]]
+
+    def both(workers: str | None, label: str) -> tuple[float | None, float | None]:
+        print(f"seed {seed}: evaluating on {label} ...", file=sys.stderr, flush=True)
+        records = evaluate_on(trained, workers, [subsets, whole], args.repeats, out / f"eval-{label}")
+        return accuracy(records, subsets), accuracy(records, whole)
+
+    subset_whole_pool, whole_whole_pool = both(None, "whole-pool")
+    unseen = {names: both(names, f"unseen-{i}") for i, names in enumerate(args.unseen)}
+    print(f"seed {seed}: evaluating on the cheap subset {args.cheap} ...", file=sys.stderr, flush=True)
+    cheap = evaluate_on(trained, args.cheap, [subsets, "single:*"], args.repeats, out / "eval-cheap")
+    singles = {m: accuracy(cheap, m) for m in sorted({r.method for r in cheap}) if m.startswith("single:")}
+
+    def mean(values: Sequence[float | None]) -> float | None:
+        return None if any(v is None for v in values) else statistics.fmean(values)  # type: ignore[arg-type]
+
     return {
-        "workers": [w.name for w in config.workers],
-        "output_dir": str(out),
-        "wall_s": round(wall, 1),
-        "methods": rows,
+        "seed": seed,
+        "subset_trained_unseen": mean([a for a, _ in unseen.values()]),
+        "whole_trained_unseen": mean([b for _, b in unseen.values()]),
+        "subset_trained_whole_pool": subset_whole_pool,
+        "whole_trained_whole_pool": whole_whole_pool,
+        "cheap_subset_accuracy": accuracy(cheap, subsets),
+        "cheap_subset_best_member_accuracy": max((v for v in singles.values() if v is not None), default=None),
+        "unseen_by_subset": {k: {"subset_trained": a, "whole_trained": b} for k, (a, b) in unseen.items()},
+        "cheap_singles": singles,
+        "train_s": train_s,
     }
 
 
-def declared_best(config: Config, names: list[str]) -> dict[str, Any]:
-    """The accuracy of routing each domain to its best listed worker, from the declared
-    simulated skills (context gains left out): the ceiling of one-step plans on that pool."""
-    workers = [w for w in config.workers if w.name in names]
-    best = {d: max(workers, key=lambda w: w.sim.accuracy.get(d, 0.0)) for d in ("math", "mmlu")}
+def goals(mean: dict) -> dict[str, bool | None]:
+    def reached(test, *keys: str) -> bool | None:
+        values = [mean.get(k) for k in keys]
+        return None if any(v is None for v in values) else bool(test(*values))
+
     return {
-        d: {"worker": w.name, "model_id": names.index(w.name) if names else None, "accuracy": w.sim.accuracy[d]}
-        for d, w in best.items()
+        "subset_trained_at_least_whole_trained_on_unseen": reached(
+            lambda s, w: s >= w + GOALS["unseen_margin"], "subset_trained_unseen", "whole_trained_unseen"
+        ),
+        "subset_trained_within_0.05_on_whole_pool": reached(
+            lambda s, w: s >= w - GOALS["whole_pool_gap"], "subset_trained_whole_pool", "whole_trained_whole_pool"
+        ),
+        "cheap_subset_beats_its_best_member": reached(
+            lambda c, b: c > b + GOALS["cheap_over_best_member"],
+            "cheap_subset_accuracy",
+            "cheap_subset_best_member_accuracy",
+        ),
     }
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("overrides", nargs="*", help="configuration overrides (key.sub=value), applied last")
-    parser.add_argument("--subset", default=DEFAULT_SUBSET, help="the workers of evaluation (b), comma-separated")
-    parser.add_argument(
-        "--subset-size",
-        type=int,
-        default=2,
-        help="train.worker_subset of the subset-trained run; below the evaluated subset's size, "
-        "so that subset is never drawn whole",
-    )
-    parser.add_argument("--iterations", type=int, default=4)
-    # Four questions of eight plans rather than eight of four: the learner's time goes mostly to
-    # the prompts (about 340 tokens against 64 a plan), and eight plans a question give GRPO's
-    # group baseline more to average. balance_domains keeps two of each domain a batch.
-    parser.add_argument("--questions", type=int, default=4, help="train.questions_per_iteration")
-    parser.add_argument("--rollouts", type=int, default=8, help="train.rollouts_per_question")
-    parser.add_argument("--lr", type=float, default=2e-4, help="learner.lr of both training runs")
-    parser.add_argument("--limit", type=int, default=10, help="evaluate.limit: questions per benchmark")
-    parser.add_argument("--repeats", type=int, default=2, help="evaluate.repeats")
-    parser.add_argument("--seed", type=int, default=0)
-    # Off by default for time: the untrained row costs two more engine starts (about a minute),
-    # and with it the benchmark took 668 s on the shared 2-core machine, past its 10 minutes.
-    parser.add_argument(
-        "--untrained",
-        action="store_true",
-        help="also evaluate conductor:untrained on both pools (a reference row; about a minute more)",
-    )
-    parser.add_argument("--out", default=str(ROOT / "runs" / "bench-subsets"))
-    parser.add_argument(
-        "--reuse-training",
-        action="store_true",
-        help="evaluate the two runs already in --out instead of training them again "
-        "(their settings are what they were trained with, not these)",
-    )
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("overrides", nargs="*", help="configuration overrides of both runs (key.sub=value)")
+    parser.add_argument("--seeds", type=int, default=2, help="how many seeds (0, 1, ... from --first-seed)")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first seed (to add seeds to a run)")
+    # Twelve iterations (the orchestration benchmark trains 20): two runs a seed must fit about half an hour.
+    parser.add_argument("--iterations", type=int, default=12, help="training iterations of each run")
+    parser.add_argument("--subset-size", default="2", help="train.worker_subset of the subset-trained run")
+    parser.add_argument("--unseen", nargs="+", default=UNSEEN, help="subsets evaluated as unseen (names,comma)")
+    parser.add_argument("--cheap", default=CHEAP, help="the user's cheap-only subset (names, comma-separated)")
+    parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-subsets")
+    args = parser.parse_args(argv)
 
-    started = time.perf_counter()
-    machine_at_start = machine()
-    config = pool_config(args)
-    pool = [w.name for w in config.workers]
-    subset = [n.strip() for n in args.subset.split(",") if n.strip()]
-    roster = roster_of(subset, pool)  # unknown names fail here, before anything starts
-    subset = [pool[i] for i in roster.workers]  # the pool's order: Model 0.. as the prompt numbers them
-    if args.subset_size >= len(subset):
-        raise SystemExit(
-            f"--subset-size {args.subset_size} would draw the evaluated subset of {len(subset)} whole; "
-            f"use fewer than {len(subset)}"
-        )
-    out = Path(args.out)
-
-    runs = {}
-    for name, size in (("full", None), ("subsets", args.subset_size)):
-        log(
-            f"training the Conductor on {'the full pool' if size is None else f'subsets of {size}'} "
-            f"({args.iterations} iterations) ..."
-        )
-        runs[name] = run_training(config, out / f"train-{name}", size, args.reuse_training)
-        log(
-            f"  reward {runs[name]['first2_reward']:.3f} -> {runs[name]['last2_reward']:.3f} "
-            f"in {runs[name]['wall_s']:.0f}s"
-        )
-    runs["subsets"]["rosters"] = rosters_drawn(out / "train-subsets", pool, subset)
-
-    methods = [f"conductor:{out / 'train-full'}", f"conductor:{out / 'train-subsets'}"]
-    if args.untrained:
-        methods.append("conductor:untrained")
-    labels = dict(zip(methods, ("trained_full", "trained_subsets", "untrained")))
-    evaluations = {}
-    for name, workers in (("full_pool", None), ("unseen_subset", subset)):
-        log(f"evaluating on {name} ({', '.join(workers or pool)}) ...")
-        evaluations[name] = run_evaluation(config, out / f"eval-{name}", methods, workers)
-        log("  " + "; ".join(f"{labels[m]} {r['accuracy']}" for m, r in evaluations[name]["methods"].items()))
-
-    def table_of(key: str) -> dict[str, dict[str, Any]]:
-        return {labels[m]: {p: evaluations[p]["methods"][m][key] for p in evaluations} for m in methods}
-
-    table = table_of("accuracy")
-    figures = {
+    base = pool_config(args.overrides)
+    runs = []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        started = time.perf_counter()
+        run = one_seed(seed, args, base)
+        run["wall_s"] = round(time.perf_counter() - started, 1)
+        runs.append(run)
+        print(f"seed {seed}: {json.dumps(run)}", file=sys.stderr, flush=True)
+    flat = [{k: v for k, v in r.items() if not isinstance(v, dict)} for r in runs]
+    mean = mean_over_seeds(flat)
+    result = {
         "benchmark": "subsets",
-        "config": "configs/local-routing.yaml + sim-allrounder (4 simulated workers)",
         "simulated": True,
-        "pool": pool,
-        "evaluated_subset": subset,
-        "evaluated_subset_model_ids": {n: i for i, n in enumerate(subset)},
+        "config": "configs/local.yaml + sim-open (4 simulated workers)",
+        "worker_identity": base.conductor.worker_identity,
         "train_worker_subset": args.subset_size,
-        "settings": {
-            "iterations": args.iterations,
-            "questions_per_iteration": args.questions,
-            "rollouts_per_question": args.rollouts,
-            "seed": args.seed,
-            "benchmarks": BENCHMARKS,
-            "limit": args.limit,
-            "repeats": args.repeats,
-            "lr": config.learner.lr,
-            "min_lr_ratio": config.learner.min_lr_ratio,
-            "overrides": args.overrides,
-            "fourth_worker": ALLROUNDER,
-        },
-        "declared_best_routing": {
-            "full_pool": declared_best(config, pool),
-            "unseen_subset": declared_best(config, subset),
-        },
-        "accuracy": table,
-        "accuracy_stderr": table_of("accuracy_stderr"),
-        "mean_reward": table_of("mean_reward"),
-        "calls_per_sample": table_of("calls_per_sample"),
-        "cost_usd_per_sample": table_of("cost_usd_per_sample"),
-        "subset_minus_full": {
-            p: None
-            if table["trained_subsets"][p] is None or table["trained_full"][p] is None
-            else round(table["trained_subsets"][p] - table["trained_full"][p], 4)
-            for p in evaluations
-        },
-        "training": runs,
-        "evaluations": {
-            p: {**ev, "methods": {labels[m]: r for m, r in ev["methods"].items()}} for p, ev in evaluations.items()
-        },
-        "wall_s": round(time.perf_counter() - started, 1),
-        "machine": {**machine_at_start, "load_average_at_end": machine()["load_average_1_5_15"]},
+        "iterations": args.iterations,
+        "unseen": args.unseen,
+        "cheap": args.cheap,
+        "repeats": args.repeats,
+        "overrides": args.overrides,
+        **mean,
+        "goals": GOALS,
+        "goals_reached": goals(mean),
+        "seeds": runs,
     }
-    print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+    print(json.dumps(result))
     return 0
 
 

@@ -44,7 +44,7 @@ from conductor_rl.config import Config, load_config
 from conductor_rl.data import Question
 from conductor_rl.grading import SCORED_VERDICTS, MathGrader
 from conductor_rl.plan import Plan
-from conductor_rl.plan.roster import with_workers
+from conductor_rl.plan.roster import Roster, with_workers
 from conductor_rl.rollout.recursion import BatchedPlanWriter, Recursion
 from conductor_rl.rollout.rollouts import Rollout, inner_record, run_rollout
 from conductor_rl.rollout.workflow import StepTrace, Task
@@ -70,7 +70,7 @@ class AnswerStep:
     """One step of the plan as it ran."""
 
     index: int
-    model_id: int  # the worker's index in the roster ("Model i" in the plan)
+    model_id: int  # the worker's place in the roster (the plan named it by the roster's number for that place)
     worker: str  # the worker's name
     subtask: str
     access: tuple[int, ...]  # the earlier steps whose answers it read
@@ -109,7 +109,7 @@ class Answer:
     answer_kind: str
     final_answer: str | None  # the last step's answer (None after a plan or infrastructure error)
     completion: str  # the Conductor's raw completion whose plan ran (prefix included)
-    plan: Plan | None
+    plan: Plan | None  # as the Conductor wrote it: each step's worker by its number in the roster
     plan_error: str | None  # why the completion did not parse (reward 0)
     steps: tuple[AnswerStep, ...]
     usage: Usage  # tokens of all steps together
@@ -160,7 +160,7 @@ class Answer:
             answer_kind=task.answer_kind,
             final_answer=None if wf is None else wf.final_answer,
             completion=chosen.completion,
-            plan=chosen.plan,
+            plan=chosen.written_plan,
             plan_error=chosen.plan_error,
             steps=() if wf is None else tuple(AnswerStep.of(s) for s in wf.steps),
             usage=Usage() if wf is None else wf.usage,
@@ -206,7 +206,7 @@ class PlanSampler(Protocol):
     def write_plans_many(
         self,
         questions: Sequence[str],
-        n_workers: int,
+        n_workers: int | Roster,
         n: int = 1,
         seed: int | None = None,
         temperature: float | None = None,
@@ -250,6 +250,7 @@ class Orchestrator:
         self.system = System(config, tokenizer=getattr(conductor, "tokenizer", None))
         self.generation = self.system.generation("answer")
         self.limits = self.system.step_limits
+        self.roster = self.system.pool_roster  # what the prompt lists: every configured worker, under its number
         self._owns_workers = owns_workers
         self._grader = MathGrader()
         self._loop = asyncio.new_event_loop()
@@ -276,7 +277,7 @@ class Orchestrator:
         or a model name; default `conductor.model`). Without `workers`, the
         configured workers are built in this process, their spend capped at
         `budget_usd` (None: no cap). `worker_names`: offer the Conductor only these
-        workers, renumbered in the pool's order (plan/roster.py; `workers`, if given,
+        workers, each under its number in the whole pool (plan/roster.py; `workers`, if given,
         is then one per named worker). Raises ConfigError naming a bad key, RosterError
         an unknown worker."""
         config = with_workers(load_config(config, list(overrides)), worker_names)
@@ -354,7 +355,7 @@ class Orchestrator:
             plans = await asyncio.to_thread(
                 self.conductor.write_plans_many,
                 [t.question for t in tasks],
-                len(self.workers),
+                self.roster,
                 samples,
                 self.generation.seed_for(number),
                 self.temperature,
@@ -375,6 +376,7 @@ class Orchestrator:
                 self._grader,
                 sample_key=f"answer/{i}",
                 recursion=self.recursion,
+                roster=self.roster,
             )
             attempts.append(rollout)
             if rollout.plan is not None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from conductor_rl.config import Config
 from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
-from conductor_rl.plan.roster import Roster, draw_roster
+from conductor_rl.plan.roster import Roster, draw_roster, roster_for
 from conductor_rl.policy.staleness import BehaviourSource, behaviour_source
 from conductor_rl.rollout.recursion import PlanWriter, Recursion, forced_groups, generator_writer
 from conductor_rl.rollout.workflow import StepLimits
@@ -194,13 +194,21 @@ class System:
             check_disjoint(kept, held_out, training_name=f"data.questions={c.data.questions}", evaluation_name=spec)
         return kept, left_out
 
-    def roster(self, iteration: int, question: Question) -> Roster | None:
-        """The workers a question's prompt lists this iteration: None (every worker) unless
-        `train.worker_subset` asks for subsets; the same draw on resume."""
+    @cached_property
+    def pool_roster(self) -> Roster:
+        """The roster of the whole pool: what a prompt lists without a subset."""
+        return roster_for(self.config)
+
+    def roster(self, iteration: int, question: Question) -> Roster:
+        """The workers a question's prompt lists this iteration: the whole pool unless
+        `train.worker_subset` asks for subsets (the Conductor's seat always listed); the same draw on resume."""
         size = self.config.train.worker_subset
         if size is None:
-            return None
-        return draw_roster(len(self.config.workers), size, self.config.train.seed, f"{iteration}/{question.id}")
+            return self.pool_roster
+        workers = self.config.workers
+        seats = [i for i, w in enumerate(workers) if w.provider == "conductor"]
+        places = draw_roster(len(workers), size, self.config.train.seed, f"{iteration}/{question.id}", always=seats)
+        return roster_for(self.config, places)
 
     def forced_groups(self, n_groups: int, iteration: int) -> set[int]:
         """The groups forced to recurse this iteration: none unless the Conductor may recurse."""

@@ -30,7 +30,7 @@ def add_workers_argument(parser: argparse.ArgumentParser) -> None:
         "--workers",
         default=None,
         metavar="NAME,NAME",
-        help="offer the Conductor only these workers, renumbered Model 0.. in the pool's order "
+        help="offer the Conductor only these workers, each under its number in the whole pool "
         "(adaptive pools, paper §3.2; default: every configured worker)",
     )
 

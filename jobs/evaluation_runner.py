@@ -100,13 +100,15 @@ class Runner:
                 per_repeat.append([cached(p, w, folder) for p, w in zip(self.workers.pools, c.workers)])
             else:
                 per_repeat.append(list(self.workers.pools))
+        system = System(c)
         self.pool = Pool(
             per_repeat,
-            System(c).step_limits,
+            system.step_limits,
             [w.price for w in c.workers],
             self.graders.grade_many,
             c.conductor.max_steps,
             c.evaluate.attempts,
+            roster=system.pool_roster,
         )
         self.context = baseline_context(c)
         self.progress: Progress | None = None

@@ -99,8 +99,7 @@ def sample_plans(run: TrainingRun, iteration: int) -> Collected:
     if warning:
         log(warning)
     rosters = [system.roster(iteration, q) for q in questions]
-    sizes = [None if r is None else len(r) for r in rosters]
-    prompt_ids = [system.prompts.ids(q.question, k) for q, k in zip(questions, sizes)]
+    prompt_ids = [system.prompts.ids(q.question, r) for q, r in zip(questions, rosters)]
 
     # 2. generate G plans per question with the current policy
     how = system.generation("train")
@@ -112,7 +111,7 @@ def sample_plans(run: TrainingRun, iteration: int) -> Collected:
             how.max_new_tokens,
             how.top_p,
             seed=how.seed_for(iteration),
-            shape=[system.prompts.shape_for(k) for k in sizes],
+            shape=[system.prompts.shape_for(r) for r in rosters],
         )
 
     # 3. parse each completion into a plan (unparsable, or naming an unlisted worker: reward 0);
@@ -132,7 +131,7 @@ def sample_plans(run: TrainingRun, iteration: int) -> Collected:
                 discount=c.train.recursion.discount if g in forced else 0.0,
                 weights_version=s.weights_version,
             ),
-            len(c.workers),
+            roster,
             c.conductor.max_steps,
         )
         for g, (q, roster, samples) in enumerate(zip(questions, rosters, groups))

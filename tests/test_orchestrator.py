@@ -220,14 +220,22 @@ def test_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
     assert "sim-" in capsys.readouterr().out
 
 
-def test_a_users_worker_subset_is_renumbered_in_pool_order_and_only_it_runs():
+def test_a_users_worker_subset_keeps_its_pool_numbers_and_only_it_runs():
     from conductor_rl.plan.roster import RosterError
 
-    with Orchestrator.from_config(sim_config(), worker_names=["sim-generalist", "sim-math-expert"]) as o:
-        assert [w.name for w in o.config.workers] == ["sim-math-expert", "sim-generalist"]
-        answer = o.answer("What is 17 * 23?", reference="391", kind="numeric")
-    assert [s.model_id for s in answer.plan.steps] == [0, 1]
-    assert [s.worker for s in answer.steps] == ["sim-math-expert", "sim-generalist"]
+    def subset_answer(plan: str):
+        config = sim_config()
+        config = config.model_copy(update={"conductor": config.conductor.model_copy(update={"response_prefix": plan})})
+        with Orchestrator.from_config(config, worker_names=["sim-generalist", "sim-math-expert"]) as o:
+            assert [(w.name, w.model_id) for w in o.config.workers] == [("sim-math-expert", 0), ("sim-generalist", 2)]
+            return o.answer("What is 17 * 23?", reference="391", kind="numeric")
+
+    answer = subset_answer(PLAN.replace("[0, 1]", "[2, 0]"))  # the pool's numbers
+    assert [s.model_id for s in answer.plan.steps] == [2, 0]
+    assert [s.worker for s in answer.steps] == ["sim-generalist", "sim-math-expert"]
+    # Model 1 (the knowledge expert) is not offered: a plan naming it runs nothing.
+    refused = subset_answer(PLAN)
+    assert refused.plan is None and not refused.steps and "the listed models are 0, 2" in refused.plan_error
     with pytest.raises(RosterError, match="unknown worker.*'gpt-5'.*the pool has: sim-math-expert"):
         Orchestrator.from_config(sim_config(), worker_names=["gpt-5"])
 

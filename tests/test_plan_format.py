@@ -275,3 +275,26 @@ def test_choice_mask_on_the_empty_plan_marks_only_its_closing_bracket(request, m
     assert sum(mask) == 1 and "]" in tokenizer.decode([ids[mask.index(1)]])
     # an empty plan cut off by the token limit is not a whole plan: every token stays
     assert choice_mask(tokenizer, ids[:-4], prefix) == [1] * (len(ids) - 4)
+
+
+def test_a_subset_listed_under_pool_numbers_is_all_a_sampled_plan_may_name(tiny_qwen2):
+    import re
+
+    from conductor_rl.plan.constrained import plan_regex
+    from conductor_rl.plan.roster import Roster
+
+    model, tokenizer = tiny_qwen2
+    config = ConductorConfig(
+        model="tiny-qwen2", max_new_tokens=200, max_steps=3, constrain_format=True, max_subtask_tokens=3, n_examples=0
+    )
+    roster = Roster((1, 3, 7), ids=(1, 3, 12))  # a two-digit number too: the mask completes it
+    named = set()
+    for c in Conductor(config, model, tokenizer).write_plans("q", roster, n=12, seed=0, temperature=1.0):
+        plan = parse_plan(c.text, 3, 3, ids=roster.model_ids)  # raises on a number outside the roster
+        named |= {roster.model_ids[s.model_id] for s in plan.steps}
+    assert named == {1, 3, 12}, named
+    # vLLM's regex (one-digit numbers) admits exactly the listed ones.
+    regex = plan_regex(2, 1, 20, "model_id = [", ids=(1, 3))
+    plan = '{}]\nsubtasks = ["x"]\naccess_list = [[]]\n'
+    assert re.fullmatch(regex, plan.format(3)) and re.fullmatch(regex, plan.format(1))
+    assert not re.fullmatch(regex, plan.format(0)) and not re.fullmatch(regex, plan.format(2))

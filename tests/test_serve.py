@@ -95,6 +95,7 @@ def test_a_served_conductor_answers_the_openai_client_with_its_plan_and_usage(se
     )
     events = [c.model_extra["conductor"] for c in chunks if c.model_extra.get("conductor")]
     assert events[0]["event"] == "plan" and events[-1]["event"] == "done"
+    assert events[0]["workers"] == [pool[1]] and events[0]["model_ids"] == [1]  # listed under its pool number
     steps = [e for e in events if e["event"] == "step"]
     assert steps and {s["worker"] for s in steps} == {pool[1]}  # the request's worker subset
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

@@ -457,17 +457,18 @@ def test_resumed_run_draws_the_same_questions_as_a_straight_run(straight_run, re
     assert all(1 <= len(r) <= 2 and set(r) <= {0, 1, 2} for r in rosters), rosters
 
 
-def test_plans_of_a_drawn_roster_run_only_on_its_workers_and_traces_map_ids_back(straight_run):
+def test_plans_of_a_drawn_roster_run_only_on_its_workers_under_their_pool_numbers(straight_run):
     from conductor_rl.config import load_config as config_of
 
     names = [w.name for w in config_of(None, []).workers]
     ran_steps = 0
     for row in read_traces(straight_run.out):
         roster = list(row["roster"])
+        assert row["roster_model_ids"] == roster  # each worker listed under its pool number
         if row["plan"] is None:
             continue
         for step, ran in zip(row["plan"], row["steps"]):
-            assert step["pool_model_id"] == roster[step["model_id"]], (row["plan"], roster)
+            assert step["pool_model_id"] == roster[step["roster_place"]] == step["model_id"], (row["plan"], roster)
             assert ran["worker"] == names[step["pool_model_id"]], (ran["worker"], step, roster)
             ran_steps += 1
     assert ran_steps, "no plan of the straight run ran: nothing was checked"

@@ -35,6 +35,7 @@ from .workers import (
     ServeSpec,
     SimSpec,
     WorkerConfig,
+    model_ids,
 )
 from .workers import _paper_workers as _paper_workers  # the paper's pool, for tests and docs
 
@@ -72,5 +73,6 @@ __all__ = [
     "apply_override",
     "is_override",
     "load_config",
+    "model_ids",
     "validate_config",
 ]

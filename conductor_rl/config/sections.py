@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from conductor_rl.config.answering import AskConfig, ServeConfig
 from conductor_rl.config.infrastructure import ClusterConfig, GraderConfig
 from conductor_rl.config.strict import Strict
-from conductor_rl.config.workers import WorkerConfig, _paper_workers
+from conductor_rl.config.workers import WorkerConfig, _paper_workers, model_ids
 
 #: The text every plan opens with (the plan language, conductor_rl/plan/constrained.py, forces it).
 #: Defined here, below the plan in the stage order, because `conductor.response_prefix` is checked against it.
@@ -56,6 +56,12 @@ class ConductorConfig(Strict):
     max_subtask_tokens: int = Field(96, ge=1, description="Longest subtask under constrain_format.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     seed: int = 0
+    worker_identity: Literal["number", "description"] = Field(
+        "number",
+        description="How a prompt names the workers it lists: number: each as 'Model <model_id>', the same "
+        "number in every roster (a subset lists e.g. Model 0, Model 2); description: renumbered Model 0..k-1 "
+        "in each roster, each with its worker's `description` (docs/decisions.md, Worker identity).",
+    )
     max_depth: int = Field(
         0,
         ge=0,
@@ -291,8 +297,9 @@ class TrainConfig(Strict):
     )
     worker_subset: tuple[int, int] | None = Field(
         None,
-        description="Adaptive worker pools (paper §3.2): each question's prompt lists only k of the workers, "
-        "renumbered Model 0..k-1, k drawn per question from [low, high] (one number: always k), the subset drawn "
+        description="Adaptive worker pools (paper §3.2): each question's prompt lists only k of the workers "
+        "(named as conductor.worker_identity says), k drawn per question from [low, high] (one number: always k), "
+        "the subset drawn "
         "from (train.seed, iteration, question id), so a resumed run draws the same (conductor_rl/plan/roster.py). "
         "None: every worker, always.",
     )
@@ -451,6 +458,12 @@ class Config(Strict):
             raise ValueError(f"worker names must be unique; repeated: {duplicates}")
         if not workers:
             raise ValueError("at least one worker is needed")
+        ids = model_ids(workers)
+        if len(set(ids)) != len(ids):
+            taken = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(
+                f"two workers are numbered {taken} (model_id, else the place in the list): give each its own model_id"
+            )
         seats = [w.name for w in workers if w.provider == "conductor"]
         if len(seats) > 1:
             raise ValueError(f"one worker may be the Conductor itself (provider: conductor), not {seats}")
@@ -461,10 +474,11 @@ class Config(Strict):
     @model_validator(mode="after")
     def _subset_fits_the_pool(self) -> Config:
         subset = self.train.worker_subset
-        if subset is not None and subset[1] > len(self.workers):
+        answering = [w for w in self.workers if w.provider != "conductor"]  # the Conductor's seat is always listed
+        if subset is not None and subset[1] > len(answering):
             raise ValueError(
                 f"train.worker_subset: rosters of up to {subset[1]} workers from a pool of "
-                f"{len(self.workers)}; lower train.worker_subset or add workers"
+                f"{len(answering)}; lower train.worker_subset or add workers"
             )
         return self
 

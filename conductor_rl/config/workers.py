@@ -3,6 +3,7 @@ price and served model, and the paper's pool of seven workers as the default."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -130,10 +131,24 @@ class ServeSpec(Strict):
 
 
 class WorkerConfig(Strict):
-    """One worker of the pool. The Conductor sees it only as 'Model <index>'."""
+    """One worker of the pool. The Conductor sees it only as 'Model <number>' (its `model_id`)."""
 
     name: str
     provider: Literal[OfflineProvider, HttpProvider]
+    model_id: int | None = Field(
+        None,
+        ge=0,
+        le=9,
+        description="The number the Conductor knows this worker by ('Model <model_id>'); unset: its place in "
+        "`workers`. A subset of the pool (train.worker_subset, --workers, a served request's `workers`) lists "
+        "each worker under this same number, so what the Conductor learnt about a number holds in every roster.",
+    )
+    description: str = Field(
+        "",
+        max_length=200,
+        description="conductor.worker_identity=description: the short text the prompt lists this worker with "
+        "(unset: its name). Unused with worker_identity=number.",
+    )
     model: str = ""
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="Name of the environment variable holding the key.")
@@ -225,6 +240,11 @@ class WorkerConfig(Strict):
                     f"'base_url' (a server that runs already), not both"
                 )
         return self
+
+
+def model_ids(workers: Sequence[WorkerConfig]) -> tuple[int, ...]:
+    """The number the Conductor knows each worker by: its `model_id`, else its place in `workers`."""
+    return tuple(i if w.model_id is None else w.model_id for i, w in enumerate(workers))
 
 
 def _paper_workers() -> list[WorkerConfig]:

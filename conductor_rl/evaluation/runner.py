@@ -30,6 +30,7 @@ from conductor_rl.grading import GradeResult
 from conductor_rl.grading.service import GradeRequest
 from conductor_rl.plan import Plan
 from conductor_rl.plan.language import render_plan
+from conductor_rl.plan.roster import Roster
 from conductor_rl.rollout.recursion import Recursion
 from conductor_rl.rollout.rollouts import (
     Rollout,
@@ -72,6 +73,7 @@ class Pool:
     grade_many: Callable[[list[GradeRequest]], list[GradeResult]]
     max_steps: int
     attempts: int = 2
+    roster: Roster | None = None  # what the Conductor's prompt lists (None: every worker, as Model 0..n-1)
 
     def for_repeat(self, repeat: int) -> Sequence[Provider]:
         return self.workers[repeat % len(self.workers)]
@@ -96,7 +98,8 @@ async def run_batch(
     for question, made, numbers in zip(questions, samples, repeats):
         for sample, repeat in zip(made, numbers):
             rollout = Rollout(Task.of(question), sample.completion, group=0, sample=repeat)
-            if sample.plan is None:
+            if sample.plan is None:  # a Conductor's completion, for the prompt that listed `pool.roster`
+                rollout.roster = pool.roster
                 parse_rollout(rollout, len(pool.limits), pool.max_steps)
             else:
                 rollout.plan = sample.plan  # a baseline's plan may be longer than a Conductor's

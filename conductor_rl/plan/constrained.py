@@ -23,6 +23,7 @@ recursive Conductor call declines to go on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -87,17 +88,24 @@ class PlanFormat:
         return ids[0]
 
     def processor(
-        self, prompt_len: int, n_workers: int, max_steps: int, prefix: str = "", allow_empty: bool = False
+        self,
+        prompt_len: int,
+        n_workers: int,
+        max_steps: int,
+        prefix: str = "",
+        allow_empty: bool = False,
+        ids: Sequence[int] | None = None,
     ) -> PlanLogitsProcessor:
         """A logits processor for one `generate` call. `prefix` is the response
         prefix already in the prompt; it must be the start of 'model_id = ['.
-        `allow_empty`: the empty plan (no steps) may be written too."""
+        `allow_empty`: the empty plan (no steps) may be written too. `ids`: the
+        numbers the prompt listed (None: 0..n_workers-1)."""
         if not PLAN_START.startswith(prefix):
             raise PlanFormatError(
                 f"with a constrained format the response prefix must be a start of {PLAN_START!r}, got {prefix!r}"
             )
         return PlanLogitsProcessor(
-            self, prompt_len, n_workers, max_steps, self.encode(PLAN_START[len(prefix) :]), allow_empty
+            self, prompt_len, n_workers, max_steps, self.encode(PLAN_START[len(prefix) :]), allow_empty, ids
         )
 
 
@@ -111,10 +119,13 @@ class PlanConstraint:
     max_steps: int
     prefix: str = ""  # already at the end of the prompt (a start of 'model_id = [')
     allow_empty: bool = False  # the empty plan (no steps) may be sampled too
+    ids: tuple[int, ...] | None = None  # the numbers the prompt listed (None: 0..n_workers-1)
 
     def processor(self, prompt_len: int) -> PlanLogitsProcessor:
         """The logits processor of one `generate` call whose prompts are `prompt_len` tokens wide."""
-        return self.format.processor(prompt_len, self.n_workers, self.max_steps, self.prefix, self.allow_empty)
+        return self.format.processor(
+            prompt_len, self.n_workers, self.max_steps, self.prefix, self.allow_empty, self.ids
+        )
 
 
 class PlanLogitsProcessor:
@@ -128,10 +139,12 @@ class PlanLogitsProcessor:
         max_steps: int,
         start: list[int],
         allow_empty: bool = False,
+        ids: Sequence[int] | None = None,
     ) -> None:
         if n_workers < 1 or max_steps < 1:
             raise PlanFormatError("need at least one worker and one step")
         self.fmt, self.prompt_len, self.n_workers, self.max_steps = fmt, prompt_len, n_workers, max_steps
+        self.ids = frozenset(range(n_workers) if ids is None else ids)
         self.start = start
         self.allow_empty = allow_empty
         self.rows: list[_Row] = []
@@ -162,7 +175,7 @@ class PlanLogitsProcessor:
             return [f.eos]
         if row.mode == "ids":
             allowed = [f.digit[d] for d in "0123456789" if self._id_ok(row.number + d)]
-            if row.number:
+            if row.number and int(row.number) in self.ids:
                 allowed += [f.close] + ([f.comma] if row.ids + 1 < self.max_steps else [])
             elif row.ids == 0 and self.allow_empty:
                 allowed.append(f.close)  # "model_id = []": the empty plan
@@ -179,7 +192,10 @@ class PlanLogitsProcessor:
         return [f.access_choices[c][0] for c in choices]
 
     def _id_ok(self, digits: str) -> bool:
-        return not (len(digits) > 1 and digits[0] == "0") and int(digits) < self.n_workers
+        if len(digits) > 1 and digits[0] == "0":
+            return False
+        # A prefix of a listed id (1 on the way to 12) is fine too: the next digit must complete one.
+        return any(str(i).startswith(digits) for i in self.ids)
 
     def _advance(self, row: _Row, token: int) -> None:
         f = self.fmt
@@ -267,18 +283,25 @@ def encode_plan(fmt: PlanFormat, plan: Plan, prefix: str = "") -> list[int]:
 
 
 def plan_regex(
-    n_workers: int, max_steps: int, max_subtask_chars: int = 400, prefix: str = "", allow_empty: bool = False
+    n_workers: int,
+    max_steps: int,
+    max_subtask_chars: int = 400,
+    prefix: str = "",
+    allow_empty: bool = False,
+    ids: Sequence[int] | None = None,
 ) -> str:
     """The same plan format as a regular expression, for engines with
     regex-guided decoding (vLLM's structured outputs). One alternative per
     plan length keeps the three lists equally long. `prefix`: text already in
     the prompt (a start of 'model_id = ['), which the completion continues.
-    `allow_empty`: one more alternative, the empty plan."""
+    `allow_empty`: one more alternative, the empty plan. `ids`: the numbers the
+    prompt listed (None: 0..n_workers-1)."""
     if not PLAN_START.startswith(prefix):
         raise PlanFormatError(f"prefix {prefix!r} must be a start of {PLAN_START!r}")
-    if not 1 <= n_workers <= 10:
-        raise PlanFormatError(f"plan_regex supports 1 to 10 workers (one-digit ids), got {n_workers}")
-    worker = f"[0-{n_workers - 1}]"
+    listed = tuple(range(n_workers)) if ids is None else tuple(ids)
+    if not 1 <= n_workers <= 10 or len(listed) != n_workers or not all(0 <= i <= 9 for i in listed):
+        raise PlanFormatError(f"plan_regex supports 1 to 10 workers with one-digit ids, got {list(listed)}")
+    worker = "[" + "".join(str(i) for i in sorted(listed)) + "]"
     text = '"[^"\\\\\\n]{1,%d}"' % max_subtask_chars
     access = '(\\[\\]|"all")'
 

@@ -50,6 +50,7 @@ import ast
 import re
 import sys
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -416,7 +417,9 @@ def _read_access(entry: object, i: int) -> Access:
     return sorted(seen)
 
 
-def _build_plan(values: dict[str, object], n_workers: int, max_steps: int, allow_empty: bool) -> Plan:
+def _build_plan(
+    values: dict[str, object], n_workers: int, max_steps: int, allow_empty: bool, ids: Sequence[int] | None = None
+) -> Plan:
     for name in NAMES:
         if not isinstance(values[name], list):
             raise PlanError(f"{name} must be a list, got {_show(values[name])}")
@@ -438,7 +441,11 @@ def _build_plan(values: dict[str, object], n_workers: int, max_steps: int, allow
         mid = model_ids[i]
         if isinstance(mid, bool) or not isinstance(mid, int):
             raise PlanError(f"model_id[{i}] must be an int worker id, got {_show(mid)}")
-        if not 0 <= mid < n_workers:
+        if ids is not None:
+            if mid not in ids:
+                raise PlanError(f"model_id[{i}] is {_num(mid)}: the listed models are {', '.join(map(str, ids))}")
+            mid = list(ids).index(mid)  # the roster's place of the worker the prompt numbered `mid`
+        elif not 0 <= mid < n_workers:
             raise PlanError(f"model_id[{i}] is {_num(mid)}, not a worker id: ids run from 0 to {n_workers - 1}")
         subtask = subtasks[i]
         if not isinstance(subtask, str):
@@ -454,12 +461,17 @@ def _build_plan(values: dict[str, object], n_workers: int, max_steps: int, allow
 # --------------------------------------------------------------------------- #
 
 
-def parse_plan(text: str, n_workers: int, max_steps: int = 5, *, allow_empty: bool = False) -> Plan:
+def parse_plan(
+    text: str, n_workers: int, max_steps: int = 5, *, allow_empty: bool = False, ids: Sequence[int] | None = None
+) -> Plan:
     """Read the plan in a Conductor completion, or raise ``PlanError`` saying why not.
 
     ``n_workers``: worker ids run from 0 to ``n_workers - 1``. ``max_steps``: the
     most steps a plan may have. ``allow_empty``: three empty lists mean "stop"
-    and give a plan with no steps (otherwise they are an error).
+    and give a plan with no steps (otherwise they are an error). ``ids``: the
+    numbers the prompt gave the workers, in roster order (a roster's
+    ``model_ids``; None: 0 to ``n_workers - 1``): the plan may name only those,
+    and its steps hold each worker's place in the roster, not its number.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -483,4 +495,6 @@ def parse_plan(text: str, n_workers: int, max_steps: int = 5, *, allow_empty: bo
         if outcome == _BAD:
             raise PlanError(payload)
         values[name] = _read_literal(payload, name)
-    return _build_plan(values, n_workers, max_steps, allow_empty)
+    if ids is not None and len(ids) != n_workers:
+        raise ValueError(f"{len(ids)} ids for {n_workers} workers: give one id per listed worker")
+    return _build_plan(values, n_workers, max_steps, allow_empty, ids)

@@ -1,7 +1,7 @@
 """Prompts: what the Conductor is asked, and what each worker is asked.
 
 The Conductor sees workers only by ordinal id ("Model 0", "Model 1", ...; paper
-§3.1), the output format, the step limit and worked examples. The examples come
+§3.1; a subset of the pool lists each worker under its same number, plan/roster.py), the output format, the step limit and worked examples. The examples come
 from tasks outside the training domains (medical reasoning, a hard proof-style
 math question, Countdown, fact-checking), which the paper found to work better
 than in-distribution ones.
@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from conductor_rl.config import ConfigError
+from conductor_rl.plan.roster import Roster, as_roster, roster_for
 from conductor_rl.plan.shape import PlanShape
 
 if TYPE_CHECKING:
@@ -25,10 +26,10 @@ if TYPE_CHECKING:
 CONDUCTOR_SYSTEM = """You are the Conductor. You coordinate a team of language models to answer a question.
 You do not answer the question yourself: you write a short workflow of at most {max_steps} steps.
 Each step gives one model a subtask in natural language and decides which earlier steps' outputs that model may read.
-The available models are {roster}. They differ in strengths; you only know them by number.
+The available models are {roster}. They differ in strengths; {known}.{seat}
 
 You may think first. Then write exactly three Python lists of equal length:
-model_id = [...]      # which model does each step (integers from 0 to {last_id})
+model_id = [...]      # which model does each step ({ids})
 subtasks = [...]      # the instruction for each step (strings); include every detail the model needs
 access_list = [...]   # for each step: [] (sees no earlier step), "all" (sees every earlier step), or a list of earlier step numbers such as [0, 2]
 The answer of the last step is the final answer, so the last subtask must ask for the final answer in the form the question requires."""
@@ -78,13 +79,39 @@ access_list = [[], [0], "all"]""",
 )
 
 
-def roster_text(n_workers: int) -> str:
-    return ", ".join(f"Model {i}" for i in range(n_workers))
+def roster_text(listed: int | Roster) -> str:
+    """ "Model 0, Model 2", or with descriptions "Model 0 (a maths specialist), Model 1 (...)"."""
+    roster = as_roster(listed)
+    names = [f"Model {i}" for i in roster.model_ids]
+    if roster.descriptions is not None:
+        names = [f"{name} ({text})" for name, text in zip(names, roster.descriptions)]
+    return ", ".join(names)
 
 
-def conductor_messages(question: str, n_workers: int, max_steps: int = 5, n_examples: int = 4) -> list[dict[str, str]]:
-    """The chat messages that ask the Conductor for a plan."""
-    system = CONDUCTOR_SYSTEM.format(max_steps=max_steps, roster=roster_text(n_workers), last_id=n_workers - 1)
+def ids_text(listed: int | Roster) -> str:
+    """What a plan's model_id may hold: "integers from 0 to 2", or "one of 0, 2, 5" for a subset."""
+    ids = as_roster(listed).model_ids
+    if ids == tuple(range(len(ids))):
+        return f"integers from 0 to {len(ids) - 1}"
+    return "one of " + ", ".join(map(str, ids))
+
+
+def conductor_messages(
+    question: str, listed: int | Roster, max_steps: int = 5, n_examples: int = 4
+) -> list[dict[str, str]]:
+    """The chat messages that ask the Conductor for a plan; `listed`: the roster its prompt lists
+    (a number n: Model 0..n-1)."""
+    roster = as_roster(listed)
+    known = "you only know them by number" if roster.descriptions is None else "you know them by a short description"
+    seat = ""
+    if roster.seat is not None:
+        seat = (
+            f"\nModel {roster.model_ids[roster.seat]} is yourself: a step given to it shows you the answer it reads, "
+            "and you may write a new workflow to improve it or keep it."
+        )
+    system = CONDUCTOR_SYSTEM.format(
+        max_steps=max_steps, roster=roster_text(roster), known=known, seat=seat, ids=ids_text(roster)
+    )
     shots = []
     for i, (example_question, pool, plan) in enumerate(EXAMPLES[:n_examples], 1):
         shots.append(
@@ -93,7 +120,7 @@ def conductor_messages(question: str, n_workers: int, max_steps: int = 5, n_exam
     user = ""
     if shots:
         user += "Here are worked examples from other tasks.\n\n" + "\n\n".join(shots) + "\n\n"
-    user += f"Now your task (a team of {n_workers} models: {roster_text(n_workers)}).\nQuestion: {question}"
+    user += f"Now your task (a team of {len(roster)} models: {roster_text(roster)}).\nQuestion: {question}"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -108,12 +135,12 @@ access_list = []"""
 
 
 def recursive_messages(
-    question: str, n_workers: int, parent: str, answer_so_far: str, max_steps: int = 5, n_examples: int = 4
+    question: str, listed: int | Roster, parent: str, answer_so_far: str, max_steps: int = 5, n_examples: int = 4
 ) -> list[dict[str, str]]:
     """The chat messages of a recursive call (paper §3.2): the Conductor's own prompt, told
     that it may stop, then the workflow that ran (`parent`, the calling Conductor's
     completion) and the answer it reached."""
-    system, user = conductor_messages(question, n_workers, max_steps, n_examples)
+    system, user = conductor_messages(question, listed, max_steps, n_examples)
     shown = (
         answer_so_far
         if len(answer_so_far) <= MAX_SHOWN_ANSWER_CHARS
@@ -199,28 +226,33 @@ def apply_chat_template(tokenizer: PreTrainedTokenizerBase, messages: list[dict[
 class ConductorPrompt:
     """The Conductor's prompt for a question, as text and as the token ids the
     generator and the learner see, both from here. The ids are tokenised once
-    per question: training asks the same questions again and again.
+    per question and roster: training asks the same questions again and again.
 
     The text ends with the response prefix (the start of a plan, when the format
-    is constrained), so a completion continues it. A question asked with a roster
-    of `n_workers` (plan/roster.py) lists that many models; by default, the pool."""
+    is constrained), so a completion continues it. A question is asked with a
+    roster (plan/roster.py: which workers its prompt lists, under which names); by
+    default `roster`, the whole pool's. A number n stands for Model 0..n-1."""
 
     def __init__(
         self,
         tokenizer: PreTrainedTokenizerBase,
-        n_workers: int,
+        n_workers: int | Roster,
         max_steps: int = 5,
         n_examples: int = 4,
         response_prefix: str = "",
         shape: PlanShape | None = None,
     ) -> None:
         self.tokenizer = tokenizer
-        self.n_workers = n_workers
+        self.roster = as_roster(n_workers)
         self.max_steps = max_steps
         self.n_examples = n_examples
         self.response_prefix = response_prefix
         self.shape = shape  # the plan format samples must follow (None: free text)
-        self._ids: dict[tuple[str, int], list[int]] = {}
+        self._ids: dict[tuple[str, Roster], list[int]] = {}
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.roster)
 
     @classmethod
     def from_config(cls, config: Config, tokenizer: PreTrainedTokenizerBase | None = None) -> ConductorPrompt:
@@ -233,33 +265,40 @@ class ConductorPrompt:
             from conductor_rl.models import resolve_model
 
             tokenizer = AutoTokenizer.from_pretrained(resolve_model(c.model))
+        roster = roster_for(config)
         shape = None
         if c.constrain_format:
-            shape = PlanShape(len(config.workers), c.max_steps, c.max_subtask_tokens, c.response_prefix)
-        return cls(tokenizer, len(config.workers), c.max_steps, c.n_examples, c.response_prefix, shape)
+            shape = PlanShape(len(roster), c.max_steps, c.max_subtask_tokens, c.response_prefix, ids=roster.model_ids)
+        return cls(tokenizer, roster, c.max_steps, c.n_examples, c.response_prefix, shape)
 
-    def text(self, question: str, n_workers: int | None = None) -> str:
+    def _roster(self, listed: int | Roster | None) -> Roster:
+        return self.roster if listed is None else as_roster(listed)
+
+    def text(self, question: str, roster: int | Roster | None = None) -> str:
         """The whole prompt, rendered with the model's chat template."""
-        messages = conductor_messages(question, n_workers or self.n_workers, self.max_steps, self.n_examples)
+        messages = conductor_messages(question, self._roster(roster), self.max_steps, self.n_examples)
         return apply_chat_template(self.tokenizer, messages) + self.response_prefix
 
-    def ids(self, question: str, n_workers: int | None = None) -> list[int]:
-        """The prompt's token ids (the same list on every call for a question and roster size)."""
-        key = (question, n_workers or self.n_workers)
+    def ids(self, question: str, roster: int | Roster | None = None) -> list[int]:
+        """The prompt's token ids (the same list on every call for a question and roster)."""
+        key = (question, self._roster(roster))
         if key not in self._ids:
             self._ids[key] = self.tokenizer(self.text(*key), add_special_tokens=False)["input_ids"]
         return self._ids[key]
 
-    def shape_for(self, n_workers: int | None = None, allow_empty: bool = False) -> PlanShape | None:
-        """The plan format of a prompt listing `n_workers` models (None: free text);
-        `allow_empty`: three empty lists are a plan too (a recursive call's "keep the answer")."""
+    def shape_for(self, roster: int | Roster | None = None, allow_empty: bool = False) -> PlanShape | None:
+        """The plan format of a prompt listing `roster` (None: free text); `allow_empty`:
+        three empty lists are a plan too (a recursive call's "keep the answer")."""
         if self.shape is None:
             return None
-        return replace(self.shape, n_workers=n_workers or self.shape.n_workers, allow_empty=allow_empty)
+        listed = self._roster(roster)
+        return replace(self.shape, n_workers=len(listed), ids=listed.model_ids, allow_empty=allow_empty)
 
-    def recursive_ids(self, question: str, n_workers: int, parent: str, answer_so_far: str) -> list[int]:
+    def recursive_ids(self, question: str, roster: int | Roster, parent: str, answer_so_far: str) -> list[int]:
         """The token ids of a recursive call's prompt (not cached: each call's is its own)."""
-        messages = recursive_messages(question, n_workers, parent, answer_so_far, self.max_steps, self.n_examples)
+        messages = recursive_messages(
+            question, self._roster(roster), parent, answer_so_far, self.max_steps, self.n_examples
+        )
         text = apply_chat_template(self.tokenizer, messages) + self.response_prefix
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 

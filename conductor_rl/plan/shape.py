@@ -23,6 +23,16 @@ class PlanShape:
     max_subtask_tokens: int = 96
     prefix: str = ""  # already at the end of the prompt (a start of 'model_id = [')
     allow_empty: bool = False  # the empty plan ("stop, keep the current answer") may be sampled too
+    ids: tuple[int, ...] | None = None  # the numbers the prompt listed, in roster order (None: 0..n_workers-1)
+
+    def __post_init__(self) -> None:
+        if self.ids is not None and len(self.ids) != self.n_workers:
+            raise ValueError(f"{len(self.ids)} ids for {self.n_workers} workers: give one id per listed worker")
+
+    @property
+    def model_ids(self) -> tuple[int, ...]:
+        """The ids a plan of this shape may write."""
+        return tuple(range(self.n_workers)) if self.ids is None else self.ids
 
 
 #: One shape for every prompt, one per prompt (prompts with rosters of different sizes), or None.

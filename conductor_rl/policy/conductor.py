@@ -16,6 +16,7 @@ from conductor_rl.generation import generate, prompt_seed
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan.constrained import PlanConstraint, PlanFormat
 from conductor_rl.plan.prompts import ConductorPrompt
+from conductor_rl.plan.roster import Roster, as_roster
 from conductor_rl.plan.shape import PlanShape
 from conductor_rl.policy.sampling import Sample, TransformersSampler
 from conductor_rl.rollout.recursion import SampledPlan
@@ -81,14 +82,17 @@ class Conductor:
         self._format: PlanFormat | None = None  # token tables, built on the first constrained call
         self._sampler: TransformersSampler | None = None  # recursive calls' sampler, on the first one
 
-    def prompt(self, question: str, n_workers: int) -> str:
-        """The full prompt text, ending with the response prefix: what training's
-        `ConductorPrompt` gives for the same settings."""
+    def prompt(self, question: str, n_workers: int | Roster) -> str:
+        """The full prompt text for a prompt listing `n_workers` (a roster, or Model 0..n-1), ending
+        with the response prefix: what training's `ConductorPrompt` gives for the same settings."""
         c = self.config
+        roster = as_roster(n_workers)
         shape = (
-            PlanShape(n_workers, c.max_steps, c.max_subtask_tokens, c.response_prefix) if c.constrain_format else None
+            PlanShape(len(roster), c.max_steps, c.max_subtask_tokens, c.response_prefix, ids=roster.model_ids)
+            if c.constrain_format
+            else None
         )
-        return ConductorPrompt(self.tokenizer, n_workers, c.max_steps, c.n_examples, c.response_prefix, shape).text(
+        return ConductorPrompt(self.tokenizer, roster, c.max_steps, c.n_examples, c.response_prefix, shape).text(
             question
         )
 
@@ -116,7 +120,12 @@ class Conductor:
         return [group[0] for group in groups]
 
     def write_plans(
-        self, question: str, n_workers: int, n: int = 1, seed: int | None = None, temperature: float | None = None
+        self,
+        question: str,
+        n_workers: int | Roster,
+        n: int = 1,
+        seed: int | None = None,
+        temperature: float | None = None,
     ) -> list[Completion]:
         """Sample `n` plan completions for one question: `write_plans_many` of that one question."""
         [plans] = self.write_plans_many([question], n_workers, n, seed, temperature)
@@ -125,7 +134,7 @@ class Conductor:
     def write_plans_many(
         self,
         questions: Sequence[str],
-        n_workers: int,
+        n_workers: int | Roster,
         n: int = 1,
         seed: int | None = None,
         temperature: float | None = None,
@@ -143,7 +152,8 @@ class Conductor:
         if c.constrain_format:
             if self._format is None:
                 self._format = PlanFormat(self.tokenizer, c.max_subtask_tokens)
-            constraint = PlanConstraint(self._format, n_workers, c.max_steps, c.response_prefix)
+            roster = as_roster(n_workers)
+            constraint = PlanConstraint(self._format, len(roster), c.max_steps, c.response_prefix, ids=roster.model_ids)
         stop = (lambda text: plan_finished(c.response_prefix + text)) if c.stop_after_plan else None
         groups = generate(
             self.model,
@@ -177,7 +187,7 @@ class EngineConductor:
     def write_plans_many(
         self,
         questions: Sequence[str],
-        n_workers: int,
+        n_workers: int | Roster,
         n: int = 1,
         seed: int | None = None,
         temperature: float | None = None,

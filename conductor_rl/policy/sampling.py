@@ -121,6 +121,7 @@ class VLLMSampler:
                     4 * shape.max_subtask_tokens,
                     shape.prefix,
                     allow_empty=shape.allow_empty,
+                    ids=shape.ids,
                 )
             )
 
@@ -232,7 +233,9 @@ class TransformersSampler:
             return None
         if self._format is None or self._format.max_subtask_tokens != shape.max_subtask_tokens:
             self._format = PlanFormat(self.tokenizer, shape.max_subtask_tokens)
-        return PlanConstraint(self._format, shape.n_workers, shape.max_steps, shape.prefix, shape.allow_empty)
+        return PlanConstraint(
+            self._format, shape.n_workers, shape.max_steps, shape.prefix, shape.allow_empty, shape.ids
+        )
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         state = dict(named_tensors)

@@ -62,7 +62,8 @@ def warm_start_batches(
     for _ in range(steps):
         drawn = [q for q in (rng.choice(questions) for _ in range(per_step)) for _ in range(per_question)]
         plans = [demonstration_plan(q, shape.n_workers, shape.max_steps, rng, fits) for q in drawn]
-        completions = [encode_plan(fmt, plan, shape.prefix) for plan in plans]
+        # Written with the numbers the prompt lists (the pool's roster), as a sampled plan is.
+        completions = [encode_plan(fmt, prompts.roster.written_plan(plan), shape.prefix) for plan in plans]
         yield RolloutBatch(
             prompt_ids=[list(prompts.ids(q)) for q in drawn],
             completion_ids=completions,

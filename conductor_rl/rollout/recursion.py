@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from conductor_rl.plan import PlanError, parse_plan
+from conductor_rl.plan.roster import Roster, as_roster
 from conductor_rl.rollout.workflow import InnerCall, StepLimits, Task, keep_answer, run_plan
 from conductor_rl.workers.providers.base import Provider
 
@@ -88,15 +89,21 @@ class Recursion:
     seed: int = 0
     depth: int = 0
     parent: str = ""  # the completion whose plan is running
+    roster: Roster | None = None  # what the root plan's prompt listed (None: the workers, as Model 0..n-1)
 
     @property
     def forces_call(self) -> bool:
         return self.depth < min(self.forced_below, self.max_depth)
 
-    def for_plan(self, completion: str, forced_below: int | None = None) -> Recursion:
-        """The recursion of a root plan written as `completion`."""
+    def for_plan(self, completion: str, forced_below: int | None = None, roster: Roster | None = None) -> Recursion:
+        """The recursion of a root plan written as `completion` for a prompt that listed `roster`:
+        its inner calls list the same workers under the same names."""
         return replace(
-            self, depth=0, parent=completion, forced_below=self.forced_below if forced_below is None else forced_below
+            self,
+            depth=0,
+            parent=completion,
+            forced_below=self.forced_below if forced_below is None else forced_below,
+            roster=roster,
         )
 
     async def call(
@@ -112,9 +119,10 @@ class Recursion:
         depth = self.depth + 1
         if depth > self.max_depth:
             return keep_answer(depth, current, forced, at_limit=True)
-        prompt_ids = self.prompts.recursive_ids(task.question, len(workers), self.parent, current)
+        listed = as_roster(len(workers)) if self.roster is None else self.roster
+        prompt_ids = self.prompts.recursive_ids(task.question, listed, self.parent, current)
         sample = await self.writer.write(
-            prompt_ids, self.prompts.shape_for(len(workers), allow_empty=True), call_seed(self.seed, f"{task.id}|{key}")
+            prompt_ids, self.prompts.shape_for(listed, allow_empty=True), call_seed(self.seed, f"{task.id}|{key}")
         )
         call = InnerCall(
             depth,
@@ -127,7 +135,7 @@ class Recursion:
             weights_version=getattr(sample, "weights_version", 0),
         )
         try:
-            call.plan = parse_plan(call.completion, n_workers=len(workers), max_steps=self.max_steps, allow_empty=True)
+            call.plan = parse_plan(call.completion, len(listed), self.max_steps, allow_empty=True, ids=listed.model_ids)
         except PlanError as err:
             call.plan_error = err.reason
             return call

@@ -16,7 +16,7 @@ from conductor_rl import grading
 from conductor_rl.grading import GradeResult, MathGrader, Verdict
 from conductor_rl.grading.service import GradeRequest
 from conductor_rl.plan import Plan, PlanError, parse_plan
-from conductor_rl.plan.roster import Roster
+from conductor_rl.plan.roster import Roster, as_roster
 from conductor_rl.rollout.recursion import discounted_reward
 from conductor_rl.rollout.workflow import (
     InnerCall,
@@ -67,6 +67,13 @@ class Rollout:
         return self.roster.pool_plan(self.plan)
 
     @property
+    def written_plan(self) -> Plan | None:
+        """The plan with the numbers the Conductor wrote (its roster's model ids)."""
+        if self.plan is None or self.roster is None:
+            return self.plan
+        return self.roster.written_plan(self.plan)
+
+    @property
     def infrastructure_error(self) -> str | None:
         """Why this rollout has no reward although its plan parsed, if it has none."""
         if self.workflow is not None and self.workflow.error:
@@ -77,7 +84,7 @@ class Rollout:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready record (no secrets: requests carry no keys)."""
-        wf, plan, pool_plan = self.workflow, self.plan, self.pool_plan
+        wf, plan, pool_plan, written = self.workflow, self.plan, self.pool_plan, self.written_plan
         return {
             "question_id": self.task.id,
             "question": self.task.question,
@@ -85,12 +92,19 @@ class Rollout:
             "reference": self.task.reference,
             "completion": self.completion,
             "plan": None
-            if plan is None or pool_plan is None
+            if plan is None or pool_plan is None or written is None
             else [
-                {"model_id": s.model_id, "pool_model_id": p.model_id, "subtask": s.subtask, "access": s.access}
-                for s, p in zip(plan.steps, pool_plan.steps)
+                {
+                    "model_id": w.model_id,
+                    "pool_model_id": p.model_id,
+                    "roster_place": s.model_id,
+                    "subtask": s.subtask,
+                    "access": s.access,
+                }
+                for s, p, w in zip(plan.steps, pool_plan.steps, written.steps)
             ],
             "roster": None if self.roster is None else list(self.roster.workers),
+            "roster_model_ids": None if self.roster is None else list(self.roster.model_ids),
             "plan_error": self.plan_error,
             "steps": [] if wf is None else [step_record(s) for s in wf.steps],
             "final_answer": None if wf is None else wf.final_answer,
@@ -150,11 +164,15 @@ async def run_rollout(
     sample_key: str = "",
     recursion: Recursion | None = None,
     on_step: Callable[[StepTrace], None] | None = None,
+    roster: Roster | None = None,
 ) -> Rollout:
-    """Parse `completion`, run its plan (`on_step`: see `run_plan`) and grade the final answer."""
-    rollout = Rollout(task=task, completion=completion)
+    """Parse `completion`, run its plan (`on_step`: see `run_plan`) and grade the final answer.
+    `roster`: what the prompt listed, `workers` being its members in order (None: `workers`,
+    numbered 0..n-1)."""
+    rollout = Rollout(task=task, completion=completion, roster=roster)
+    listed = as_roster(len(workers)) if roster is None else roster
     try:
-        rollout.plan = parse_plan(completion, n_workers=len(workers), max_steps=max_steps)
+        rollout.plan = parse_plan(completion, len(listed), max_steps, ids=listed.model_ids)
     except PlanError as err:
         rollout.plan_error = err.reason
         rollout.reward = grading.reward(False, None)
@@ -165,7 +183,7 @@ async def run_rollout(
         workers,
         limits,
         sample_key=sample_key,
-        recursion=None if recursion is None else recursion.for_plan(completion),
+        recursion=None if recursion is None else recursion.for_plan(completion, roster=listed),
         on_step=on_step,
     )
     if rollout.workflow.error:
@@ -196,12 +214,13 @@ def grade_answer(task: Task, answer: str, math_grader: MathGrader | None = None)
 # completion, run every parsed plan at once, grade through any grading service.
 
 
-def parse_rollout(rollout: Rollout, n_workers: int, max_steps: int) -> Rollout:
-    """Parse the completion against its roster (else `n_workers`); an unparsable plan, or one
-    naming a model its prompt did not list, gets its reward (0) at once."""
+def parse_rollout(rollout: Rollout, listed: int | Roster, max_steps: int) -> Rollout:
+    """Parse the completion against its roster (else `listed`: the pool's roster, or Model
+    0..n-1); an unparsable plan, or one naming a model its prompt did not list, gets its
+    reward (0) at once."""
     try:
-        listed = len(rollout.roster) if rollout.roster is not None else n_workers
-        rollout.plan = parse_plan(rollout.completion, n_workers=listed, max_steps=max_steps)
+        roster = rollout.roster if rollout.roster is not None else as_roster(listed)
+        rollout.plan = parse_plan(rollout.completion, len(roster), max_steps, ids=roster.model_ids)
     except PlanError as err:
         rollout.plan_error = err.reason
         rollout.reward = grading.reward(False, None)
@@ -241,7 +260,9 @@ async def execute_rollouts(
             None
             if recursion is None
             else recursion.for_plan(
-                rollout.completion, forced_below=max(recursion.forced_below, 1) if rollout.forced else None
+                rollout.completion,
+                forced_below=max(recursion.forced_below, 1) if rollout.forced else None,
+                roster=roster if roster is not None else as_roster(len(workers)),
             )
         )
         rollout.workflow = await run_plan(

@@ -115,7 +115,7 @@ def iteration_metrics(
         },
         "plan_shapes": plan_shapes(parsed, worker_names),
     }
-    if any(r.roster is not None for r in rollouts):
+    if any(r.roster is not None and not r.roster.is_full(len(worker_names)) for r in rollouts):
         # Adaptive pools: how many workers the prompts listed, and how often each one was.
         record["roster_size_mean"] = statistics.fmean(len(listed(r, worker_names)) for r in rollouts)
         shown = Counter(name for r in rollouts for name in listed(r, worker_names))

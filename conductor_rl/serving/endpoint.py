@@ -10,7 +10,7 @@ Serve shell around it, and tests drive it directly.
   (`BatchedPlanWriter`), so concurrent clients share the generator's batching.
 - Steps run through the worker providers given (on a cluster, the
   rate-limited worker pools and their ledger), the plan's roster being the
-  request's worker subset, renumbered in the pool's order as `--workers` is.
+  request's worker subset, each worker under its number in the whole pool as `--workers` lists it.
 - Money: a client is admitted before its request runs and charged what its
   workers spent when it ends (`Admission`; per-client windows in
   `conductor_rl/serving/access.py`). A failure or timeout mid-plan replies
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from conductor_rl.config import Config
 from conductor_rl.orchestrator import Answer
+from conductor_rl.plan.roster import offered_places, roster_for
 from conductor_rl.policy.conductor import Completion
 from conductor_rl.rollout.recursion import BatchedPlanWriter
 from conductor_rl.rollout.rollouts import run_rollout, step_record
@@ -215,29 +216,31 @@ class ChatEndpoint:
         on_step: Callable[[StepTrace], None],
     ) -> tuple[Answer, dict[str, int]]:
         c = self.config.conductor
+        # The request's subset, each worker under its number in the whole pool (plan/roster.py).
         roster = (
-            list(range(len(self.pool)))
+            self.system.pool_roster
             if request.workers is None
-            else sorted(self.pool.index(name) for name in request.workers)
+            else roster_for(self.config, offered_places(self.config, request.workers))
         )
-        workers = [self.workers[i] for i in roster]
-        limits = [self.step_limits[i] for i in roster]
+        workers = roster.select(self.workers)
+        limits = roster.select(self.step_limits)
         max_steps = request.max_steps or c.max_steps
         prompts = self.system.prompt(max_steps)
         question = request.question_text()
-        prompt_ids = self.tokenizer(prompts.text(question, len(roster)), add_special_tokens=False)["input_ids"]
+        prompt_ids = self.tokenizer(prompts.text(question, roster), add_special_tokens=False)["input_ids"]
         temperature = self._temperature(request)
         writer = self._writer(temperature)
         seed = secrets.randbelow(2**31) if request.seed is None else request.seed
         started = time.perf_counter()
-        sample = await writer.write(prompt_ids, prompts.shape_for(len(roster)), seed)
+        sample = await writer.write(prompt_ids, prompts.shape_for(roster), seed)
         conductor_s = time.perf_counter() - started
         plan = Completion.of(sample, c.response_prefix, len(prompt_ids))
         events.put_nowait(
             {
                 "event": "plan",
                 "completion": plan.text,
-                "workers": [self.pool[i] for i in roster],
+                "workers": roster.select(self.pool),
+                "model_ids": list(roster.model_ids),
                 "conductor_s": conductor_s,
             }
         )
@@ -252,6 +255,7 @@ class ChatEndpoint:
             sample_key=request_id,
             recursion=recursion,
             on_step=on_step,
+            roster=roster,
         )
         answer = Answer.of([rollout], [plan], conductor_s)
         usage = usage_of(
