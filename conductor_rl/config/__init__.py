@@ -28,6 +28,7 @@ from .workers import (
     HTTP_PROVIDERS,
     OFFLINE_PROVIDERS,
     REASONING_LEVELS,
+    SEAT_EXAMPLE,
     HttpProvider,
     OfflineProvider,
     Price,
@@ -35,6 +36,9 @@ from .workers import (
     ServeSpec,
     SimSpec,
     WorkerConfig,
+    answering_workers,
+    missing_seat,
+    seat_of,
 )
 from .workers import _paper_workers as _paper_workers  # the paper's pool, for tests and docs
 
@@ -44,6 +48,7 @@ __all__ = [
     "HTTP_PROVIDERS",
     "OFFLINE_PROVIDERS",
     "REASONING_LEVELS",
+    "SEAT_EXAMPLE",
     "WEIGHT_TRANSFER_TRANSPORTS",
     "AskConfig",
     "ClusterConfig",
@@ -69,8 +74,11 @@ __all__ = [
     "WeightTransferTransport",
     "WorkerConfig",
     "WorkflowConfig",
+    "answering_workers",
     "apply_override",
     "is_override",
     "load_config",
+    "missing_seat",
+    "seat_of",
     "validate_config",
 ]
