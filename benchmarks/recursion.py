@@ -192,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
     parser.add_argument("--limit", type=int, default=None, help="evaluate.limit: questions per benchmark (all)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-recursion")
+    parser.add_argument("--json", action="store_true", help="accepted for the common interface: JSON is always last")
     args = parser.parse_args(argv)
 
     runs = []
