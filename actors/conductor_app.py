@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from ray import serve
 from ray.actor import ActorHandle
 
-from conductor_rl.config import Config
+from conductor_rl.config import Config, seat_of
 from conductor_rl.serving.access import BearerTokens, ClientBudget, ClientLimits, ClientQuota
 from conductor_rl.serving.chat_format import RequestError, RequestLimits
 from conductor_rl.serving.endpoint import ChatEndpoint, Reply, watch_page
@@ -137,7 +137,9 @@ class ConductorServer:
             workers,
             tokens=tokens,
             admission=SharedAdmission(limits_actor, count, ledger),
-            limits=RequestLimits(s.max_request_bytes, s.max_messages, c.max_steps, c.max_depth),
+            limits=RequestLimits(
+                s.max_request_bytes, s.max_messages, c.max_steps, c.max_depth, seat_of(config.workers)
+            ),
             timeout_s=s.timeout_s,
             batch_window_s=s.batch_window_s,
         )

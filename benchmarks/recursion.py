@@ -1,27 +1,26 @@
-"""Test-time scaling of the recursive Conductor (paper §3.2, §4.3): accuracy, worker calls
-and cost per sample against the maximum recursion depth 0, 1, 2, 3 on the embedded pool,
-through the evaluation harness (`conductor-rl evaluate --method conductor:<ckpt>@depth=N`).
+"""Does the recursive Conductor (paper §3.2, §4.3) learn to stop? Accuracy and worker calls per
+sample against the maximum recursion depth 0-3, and how often an inner call keeps a right answer
+and a wrong one, on the embedded default's plan-sensitive pool (configs/local.yaml: SIMULATED
+workers, docs/guide/simulator.md) with the Conductor's own seat as a fourth worker (Model 3).
 
-1. Fine-tune the embedded default's Conductor in the paper's recursive training mode
-   (`conductor.max_depth=1`: in half of each batch every rollout ends with a forced
-   recursive call; a rollout whose call kept the answer earns 0.75 of its reward), a few
-   iterations; `--checkpoint` evaluates an existing run or model instead.
-2. Evaluate it at depth 0 (the plain Conductor) to 3 in one `evaluate` call: at depth N,
-   every plan below depth N ends with a call to the Conductor, which sees the plan and
-   its answer and writes a new plan or three empty lists (keep the answer).
+Per seed:
+1. a plain Conductor: trained here on the seated pool at conductor.max_depth=0 (a step given to
+   the seat keeps the answer), or `--checkpoint` (a run, checkpoint or model folder);
+2. recursive fine-tuning from it: conductor.model=<its model folder>, conductor.max_depth=2,
+   no warm start; half of each batch's groups end with a forced call, and a rollout in which
+   the Conductor was never called again earns 0.75 of its reward (docs/decisions.md);
+3. one `evaluate` of conductor:<fine-tuned>@depth=0..3 on the held-out questions: the depth is a
+   limit, and the Conductor recurses only where its plan gives the seat a step.
 
-The paper: more recursion, more test-time compute, better scores, with fewer than twice
-the agent calls. Workers are SIMULATED (configs/local-routing.yaml, the domain-only pool): the figures measure how the
-Conductor spends calls on declared skills, not real models.
+The figures measure how the Conductor spends calls on a simulated testbed, not real models.
 
-    .venv/bin/python benchmarks/recursion.py --json
-    .venv/bin/python benchmarks/recursion.py --checkpoint runs/local --depths 0 1 2 3
-    .venv/bin/python benchmarks/recursion.py --iterations 6 --limit 20 learner.lr=5e-5
+    .venv/bin/python benchmarks/recursion.py                          # seed 0, JSON on the last line
+    .venv/bin/python benchmarks/recursion.py --seeds 2 --recursive-iterations 4
+    .venv/bin/python benchmarks/recursion.py --checkpoint runs/local --first-seed 1 --seeds 1
 
-Sized to run in under 10 minutes on 2 CPU cores: the fine-tuning is short, because each
-recursive call is a learner row with a prompt of its own (the calling plan and its answer
-are in it), which makes a recursive iteration's learner step several times the plain one's.
-JSON on the last line, progress on stderr.
+Goals (issue 28), each {value, goal, reached} on the means over seeds: accuracy never falls from
+one depth to the next and rises from depth 0 to 3; worker calls at depth 3 <= 2x depth 0's; inner
+calls keep a right answer >= 70 % of the time and a wrong one <= 30 %. Progress on stderr.
 """
 
 from __future__ import annotations
@@ -32,146 +31,209 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure import log, train_then_evaluate_overrides  # noqa: E402
-from conductor_rl.config import Config, load_config  # noqa: E402
+from benchmarks.measure import log  # noqa: E402
+from benchmarks.orchestration import accuracy_of, mean_over_seeds  # noqa: E402
+from conductor_rl.config import SEAT_EXAMPLE, Config, load_config  # noqa: E402
+from conductor_rl.evaluation.summary import EvalRecord  # noqa: E402
+from conductor_rl.rollout.recursion import StopCounts  # noqa: E402
 
-BENCHMARKS = ["gsm8k:test", "mmlu:eval"]  # the training domains of the embedded default
+DEPTHS = (0, 1, 2, 3)
+SEAT = f"workers.3={SEAT_EXAMPLE}"  # appended: the three simulated workers keep ids 0-2
+GOALS = {"calls_ratio_3_to_0": 2.0, "stop_rate_when_right": 0.70, "stop_rate_when_wrong": 0.30}
 
 
-def base_config(args: argparse.Namespace) -> Config:
-    shrunk = train_then_evaluate_overrides(args, BENCHMARKS)
-    return load_config(ROOT / "configs" / "local-routing.yaml", [*shrunk, *args.overrides])
-
-
-def fine_tune(config: Config, out: Path) -> dict[str, Any]:
-    """The paper's recursive fine-tuning, in miniature: conductor.max_depth=1 turns it on."""
-    from conductor_rl.run.log import records
+def train_run(seed: int, iterations: int, out: Path, overrides: Sequence[str], *extra: str) -> Config:
+    """One `train` of the seated embedded default; `extra` settings come after the user's overrides."""
     from jobs.train import train
 
     shutil.rmtree(out, ignore_errors=True)
-    config = load_config(config, [f"train.output_dir={out}", "conductor.max_depth=1"])
-    started = time.perf_counter()
+    config = load_config(
+        None,
+        [
+            SEAT,
+            f"train.iterations={iterations}",
+            f"train.checkpoint_every={iterations}",
+            f"train.seed={seed}",
+            f"conductor.seed={seed}",
+            f"train.output_dir={out}",
+            "train.progress=false",
+            *overrides,
+            *extra,
+        ],
+    )
     summary = train(config)
     if summary.get("stopped") != "finished":
-        raise SystemExit(f"the fine-tuning in {out} did not finish: {summary}")
+        raise SystemExit(f"the training in {out} did not finish: {summary}")
+    return config
+
+
+def recursive_fine_tuning(seed: int, plain: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Recursive fine-tuning from the plain Conductor's model folder; what its log says it did."""
+    from conductor_rl.evaluation.methods import resolve_checkpoint
+    from conductor_rl.run.log import records
+
+    model = resolve_checkpoint(plain)
+    started = time.perf_counter()
+    train_run(
+        seed,
+        args.recursive_iterations,
+        out,
+        args.overrides,
+        f"conductor.model={model}",
+        "conductor.max_depth=2",
+        "train.warm_start.steps=0",
+    )
     logged = records(out)
     return {
-        "output_dir": str(out),
-        "iterations": len(logged),
+        "from": str(model),
         "wall_s": round(time.perf_counter() - started, 1),
-        "forced_share": config.train.recursion.forced_share,
-        "discount": config.train.recursion.discount,
         "reward_by_iteration": [round(r["reward_mean"], 4) for r in logged],
-        "recursive_calls_per_rollout": [round(r.get("recursive_calls_per_rollout", 0.0), 3) for r in logged],
-        "recursion_kept_share": [round(r.get("recursion_kept_share", 0.0), 3) for r in logged],
+        "recursive_calls_per_rollout": [r.get("recursive_calls_per_rollout") for r in logged],
+        "chosen_recursion_share": [r.get("chosen_recursion_share") for r in logged],
+        "stop_rate_when_right": [r.get("recursion_stop_rate_when_right") for r in logged],
+        "stop_rate_when_wrong": [r.get("recursion_stop_rate_when_wrong") for r in logged],
     }
 
 
-def evaluate_depths(config: Config, checkpoint: str, depths: list[int], out: Path) -> dict[str, Any]:
-    """One `evaluate` call with a method per depth; the figures per depth from its records."""
-    from conductor_rl.evaluation import RecordStore
+def evaluate_depths(run: Path, args: argparse.Namespace, out: Path) -> list[EvalRecord]:
+    """One `evaluate` of the fine-tuned Conductor at each depth, on the seated pool."""
     from jobs.evaluate import evaluate
 
     shutil.rmtree(out, ignore_errors=True)
-    methods = [f"conductor:{checkpoint}@depth={d}" for d in depths]
-    e = config.evaluate.model_copy(update={"methods": methods, "output_dir": str(out)})
-    started = time.perf_counter()
-    summary = evaluate(config.model_copy(update={"evaluate": e}))
-    wall = time.perf_counter() - started
+    methods = [f"conductor:{run}@depth={d}" for d in DEPTHS]
+    limit = [f"evaluate.limit={args.limit}"] if args.limit else []
+    config = load_config(
+        None,
+        [
+            SEAT,
+            f"evaluate.methods={json.dumps(methods)}",
+            f"evaluate.repeats={args.repeats}",
+            f"evaluate.output_dir={out}",
+            "evaluate.preflight=false",
+            *limit,
+        ],
+    )
+    summary = evaluate(config)
     if summary["stopped"] != "finished":
         raise SystemExit(f"the evaluation in {out} stopped: {summary['stopped']}")
-    records = RecordStore(out).records()
-    rows = {}
-    for depth, method in zip(depths, methods):
-        mine = [r for r in records if r.method == method and r.verdict != "error"]
-        if not mine:
-            raise SystemExit(f"{method}: no evaluated sample (see {out}/records.jsonl)")
-        rows[depth] = {
-            "method": method,
-            "samples": len(mine),
-            "accuracy": round(sum(r.verdict == "correct" for r in mine) / len(mine), 4),
-            "accuracy_by_benchmark": {
-                b: round(
-                    sum(r.verdict == "correct" for r in mine if r.benchmark == b)
-                    / max(sum(r.benchmark == b for r in mine), 1),
-                    4,
-                )
-                for b in BENCHMARKS
-            },
-            "plan_error_rate": round(sum(r.verdict == "plan_error" for r in mine) / len(mine), 4),
-            "worker_calls_per_sample": round(statistics.fmean(r.calls for r in mine), 3),
-            "cost_usd_per_sample": round(statistics.fmean(r.cost_usd for r in mine), 6),
-            "errors": sum(r.verdict == "error" for r in records if r.method == method),
-        }
-    return {"wall_s": round(wall, 1), "by_depth": rows, "results": summary.get("results")}
+    return [EvalRecord.from_dict(json.loads(line)) for line in (out / "records.jsonl").read_text().splitlines()]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("overrides", nargs="*", help="configuration overrides (key.sub=value), applied last")
-    parser.add_argument(
-        "--checkpoint",
-        help="evaluate this run, checkpoint or model folder instead of fine-tuning "
-        "(conductor:untrained: the base model)",
-    )
-    parser.add_argument("--depths", type=int, nargs="+", default=[0, 1, 2, 3])
-    parser.add_argument("--iterations", type=int, default=3, help="fine-tuning iterations")
-    parser.add_argument("--questions", type=int, default=6, help="train.questions_per_iteration")
-    parser.add_argument("--rollouts", type=int, default=6, help="train.rollouts_per_question")
-    parser.add_argument("--limit", type=int, default=12, help="evaluate.limit: questions per benchmark")
-    parser.add_argument("--repeats", type=int, default=2, help="evaluate.repeats")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(ROOT / "runs" / "bench-recursion"))
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-
-    started = time.perf_counter()
-    config = base_config(args)
-    out = Path(args.out)
-    training = None
-    checkpoint = args.checkpoint
-    if checkpoint is None:
-        log(f"fine-tuning the embedded default recursively ({args.iterations} iterations, conductor.max_depth=1) ...")
-        training = fine_tune(config, out / "train")
-        checkpoint = training["output_dir"]
-        log(f"  reward by iteration {training['reward_by_iteration']} in {training['wall_s']:.0f}s")
-    elif checkpoint == "conductor:untrained":
-        checkpoint = "untrained"
-    log(f"evaluating {checkpoint} at depths {args.depths} ...")
-    evaluation = evaluate_depths(config, checkpoint, args.depths, out / "eval")
-    by_depth = evaluation["by_depth"]
-    base = by_depth[min(by_depth)]
-    for depth, row in by_depth.items():
-        row["calls_vs_lowest_depth"] = round(
-            row["worker_calls_per_sample"] / max(base["worker_calls_per_sample"], 1e-9), 3
+def depth_figures(records: Sequence[EvalRecord]) -> dict[str, float | None]:
+    """One seed's figures, flat (`depth_<d>_<figure>`, so that `mean_over_seeds` averages them)."""
+    scored = [r for r in records if r.verdict != "error"]  # a plan error scores 0, an infrastructure error nothing
+    figures: dict[str, float | None] = {}
+    recursive = StopCounts()
+    for depth in DEPTHS:
+        mine = [r for r in scored if r.method.endswith(f"@depth={depth}")]
+        stops = sum((r.stop_counts for r in mine), StopCounts())
+        recursive += stops
+        figures[f"depth_{depth}_accuracy"] = accuracy_of(mine) if mine else None
+        figures[f"depth_{depth}_calls_per_sample"] = statistics.fmean(r.calls for r in mine) if mine else None
+        figures[f"depth_{depth}_inner_calls_per_sample"] = (
+            statistics.fmean(r.recursive_calls for r in mine) if mine else None
         )
-        log(
-            f"  depth {depth}: accuracy {row['accuracy']:.3f}, {row['worker_calls_per_sample']:.2f} worker calls, "
-            f"${row['cost_usd_per_sample']:.5f} per sample"
-        )
-    figures = {
-        "benchmark": "recursion",
-        "config": "configs/local-routing.yaml",
-        "simulated": True,
-        "checkpoint": checkpoint,
-        "fine_tuning": training,
-        "benchmarks": BENCHMARKS,
-        "limit": args.limit,
-        "repeats": args.repeats,
-        "overrides": args.overrides,
-        "by_depth": by_depth,
-        "accuracy_gain_deepest_vs_lowest": round(by_depth[max(by_depth)]["accuracy"] - base["accuracy"], 4),
-        "calls_ratio_deepest_vs_lowest": by_depth[max(by_depth)]["calls_vs_lowest_depth"],
-        "evaluation_wall_s": evaluation["wall_s"],
-        "wall_s": round(time.perf_counter() - started, 1),
+        figures[f"depth_{depth}_stop_rate_when_right"] = stops.rate_when_right
+        figures[f"depth_{depth}_stop_rate_when_wrong"] = stops.rate_when_wrong
+    figures["stop_rate_when_right"] = recursive.rate_when_right
+    figures["stop_rate_when_wrong"] = recursive.rate_when_wrong
+    return figures
+
+
+def by_depth(figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The flat figures regrouped per maximum depth."""
+    names = ("accuracy", "calls_per_sample", "inner_calls_per_sample", "stop_rate_when_right", "stop_rate_when_wrong")
+    return {str(d): {n: figures.get(f"depth_{d}_{n}") for n in names} for d in DEPTHS}
+
+
+def goals(mean: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each goal's value, goal and whether it was reached (None where a figure is missing)."""
+    acc = [mean.get(f"depth_{d}_accuracy") for d in DEPTHS]
+    calls = [mean.get(f"depth_{d}_calls_per_sample") for d in DEPTHS]
+    steps = rise = ratio = None
+    if all(a is not None for a in acc):
+        steps = min(b - a for a, b in pairwise(acc))  # the smallest change from one depth to the next
+        rise = acc[-1] - acc[0]
+    if calls[0] and calls[-1] is not None:
+        ratio = calls[-1] / calls[0]
+
+    def goal(value: float | None, text: str, test) -> dict[str, Any]:
+        return {"value": value, "goal": text, "reached": None if value is None else bool(test(value))}
+
+    return {
+        "accuracy_never_falls": goal(steps, "each depth's accuracy - the one before >= 0", lambda v: v >= 0),
+        "accuracy_rises_0_to_3": goal(rise, "accuracy at depth 3 - at depth 0 > 0", lambda v: v > 0),
+        "calls_ratio_3_to_0": goal(ratio, "<= 2", lambda v: v <= GOALS["calls_ratio_3_to_0"]),
+        "stop_rate_when_right": goal(
+            mean.get("stop_rate_when_right"), ">= 0.70", lambda v: v >= GOALS["stop_rate_when_right"]
+        ),
+        "stop_rate_when_wrong": goal(
+            mean.get("stop_rate_when_wrong"), "<= 0.30", lambda v: v <= GOALS["stop_rate_when_wrong"]
+        ),
     }
-    print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="configuration overrides for both trainings (key.sub=value)")
+    parser.add_argument("--seeds", type=int, default=1, help="how many seeds (from --first-seed)")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first seed (to add seeds to a run)")
+    parser.add_argument("--checkpoint", help="a plain Conductor (run, checkpoint or model folder): no plain training")
+    parser.add_argument("--iterations", type=int, default=10, help="plain training iterations per seed")
+    parser.add_argument("--recursive-iterations", type=int, default=3, help="recursive fine-tuning iterations")
+    parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate.limit: questions per benchmark (all)")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-recursion")
+    parser.add_argument("--json", action="store_true", help="accepted for the common interface: JSON is always last")
+    args = parser.parse_args(argv)
+
+    runs = []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        started = time.perf_counter()
+        where = args.out / f"seed-{seed}"
+        plain = args.checkpoint
+        if plain is None:
+            log(f"seed {seed}: plain training, {args.iterations} iterations (max depth 0) ...")
+            plain = str(train_run(seed, args.iterations, where / "plain", args.overrides).train.output_dir)
+        log(
+            f"seed {seed}: recursive fine-tuning from {plain}, {args.recursive_iterations} iterations (max depth 2) ..."
+        )
+        tuning = recursive_fine_tuning(seed, plain, args, where / "recursive")
+        log(f"seed {seed}: evaluating at depths {list(DEPTHS)} ...")
+        records = evaluate_depths(where / "recursive", args, where / "eval")
+        run = {"seed": seed, **depth_figures(records), "fine_tuning": tuning}
+        run["wall_s"] = round(time.perf_counter() - started, 1)
+        runs.append(run)
+        log(f"seed {seed}: {json.dumps(by_depth(run))}")
+    mean = mean_over_seeds([{k: v for k, v in r.items() if k != "fine_tuning"} for r in runs])
+    result = {
+        "benchmark": "recursion",
+        "simulated": True,
+        "note": "SIMULATED workers (configs/local.yaml with the Conductor's seat as Model 3): not real models",
+        "config": "configs/local.yaml",
+        "overrides": args.overrides,
+        "checkpoint": args.checkpoint,
+        "iterations": None if args.checkpoint else args.iterations,
+        "recursive_iterations": args.recursive_iterations,
+        "repeats": args.repeats,
+        "limit": args.limit,
+        "by_depth": by_depth(mean),
+        "stop_rate_when_right": mean.get("stop_rate_when_right"),
+        "stop_rate_when_wrong": mean.get("stop_rate_when_wrong"),
+        "goals": goals(mean),
+        "seeds": [
+            {"seed": r["seed"], "by_depth": by_depth(r), **{k: r[k] for k in ("fine_tuning", "wall_s")}} for r in runs
+        ],
+    }
+    print(json.dumps(result))
     return 0
 
 

@@ -384,7 +384,7 @@ class Orchestrator:
         return Answer.of(attempts, completions, conductor_s)
 
     def _recursion(self) -> Recursion | None:
-        """Recursive calls (conductor.max_depth >= 1; at inference every plan below it ends with one)
+        """Recursive calls (conductor.max_depth >= 1: a limit; a plan recurses by giving its seat a step)
         sample from the same in-process model, one batch for the calls made together, never at the
         same time as a chunk's plans (one model, one lock)."""
         sample_ids = getattr(self.conductor, "sample_ids", None)

@@ -158,16 +158,16 @@ class System:
         self, writer: PlanWriter, use: Use, seed: int, *, depth: int | None = None, max_steps: int | None = None
     ) -> Recursion | None:
         """How plans call the Conductor again (None: depth 0). `depth`, `max_steps`: a served request's
-        own (default conductor.*). At inference every plan below the depth ends with a call; training
-        forces whole groups instead (`forced_groups`)."""
+        own (default conductor.*). The depth is a limit: a call is made only where a plan gives a step
+        to the Conductor's seat, in every use; training alone forces one, in whole groups
+        (`forced_groups`, set per rollout by `execute_rollouts`), and discounts non-recursive rewards."""
         c = self.config.conductor
         depth = c.max_depth if depth is None else depth
         max_steps = c.max_steps if max_steps is None else max_steps
         if depth < 1:
             return None
-        return Recursion(
-            writer, self.prompt(max_steps), depth, max_steps, forced_below=0 if use == "train" else depth, seed=seed
-        )
+        discount = self.config.train.recursion.discount if use == "train" else 0.0
+        return Recursion(writer, self.prompt(max_steps), depth, max_steps, forced_below=0, seed=seed, discount=discount)
 
     def engine_recursion(self, engines: SampleEngines, use: Use, seed: int) -> Recursion | None:
         """Recursive calls sampled by generator engines (a GeneratorPool) at the use's settings."""

@@ -202,8 +202,9 @@ class Runner:
     # -- the Conductor's plans: sampled by the vLLM generator pool
 
     def start_conductor(self, method: Method) -> ConductorEngines:
-        """The method's generator engines. Recursive calls sample from them too; at inference every
-        plan below the maximum depth (`@depth=N`, else the checkpoint's conductor.max_depth) ends with one."""
+        """The method's generator engines. Recursive calls sample from them too: a plan recurses by giving
+        a step to the Conductor's seat, below the maximum depth (`@depth=N`, else the checkpoint's
+        conductor.max_depth); nothing forces a call."""
         from jobs.training_system import start_generators
 
         system = self.conductors[method.name]

@@ -128,7 +128,6 @@ def sample_plans(run: TrainingRun, iteration: int) -> Collected:
                 logprobs=s.logprobs,
                 roster=roster,
                 forced=g in forced,
-                discount=c.train.recursion.discount if g in forced else 0.0,
                 weights_version=s.weights_version,
             ),
             roster,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from conductor_rl.config import answering_workers
 from conductor_rl.policy.warm_start import warm_start_batches
 from jobs.common import log
 from jobs.iteration import TrainingRun
@@ -19,7 +20,13 @@ def warm_start(run: TrainingRun) -> dict:
     questions = [q.question for q in run.stream.questions]
     fits = []
     batches = warm_start_batches(
-        run.system.prompts, questions, w.steps, w.questions_per_step, w.demonstrations_per_question, c.seed
+        run.system.prompts,
+        questions,
+        w.steps,
+        w.questions_per_step,
+        w.demonstrations_per_question,
+        c.seed,
+        workers=answering_workers(run.config.workers),  # demonstrations never give a step to the Conductor's seat
     )
     for k, batch in enumerate(batches):
         run.stop.check()

@@ -692,28 +692,30 @@ def test_data_mix_picks_informative_questions_by_a_pilot_that_a_second_run_reuse
 # ---------------------------------------------------------------- the recursive Conductor at test time
 
 
-def test_a_depth_makes_every_plan_end_with_a_call_to_the_conductor_whose_calls_are_counted(ray_cluster, tmp_path):
-    """conductor:untrained@depth=1 ends every plan with a recursive call, sampled by the method's vLLM
-    generator (empty plans allowed there), whose plan's worker calls count in the records. (The
-    plain Conductor's records, calls equal to steps, are the shared run's conductor:untrained.)"""
+def test_a_depth_is_a_limit_calls_are_made_only_by_steps_given_to_the_seat_and_counted(ray_cluster, tmp_path):
+    """conductor:untrained@depth=1 on a pool with the Conductor's seat: nothing forces a call; a
+    root step given to the seat is a recursive call, sampled by the method's vLLM generator (empty
+    plans allowed there), whose plan's worker calls count in the records; a depth-1 step given to
+    the seat is at the limit and keeps the answer (no call)."""
     from conductor_rl.evaluation import RecordStore
     from jobs.evaluate import evaluate
 
     out = tmp_path / "out"
     method = "conductor:untrained@depth=1"
+    # The embedded default's 96 tokens: with FAST's 64, a three-step plan can be cut off (a plan error).
+    settings = overrides(out, ["samples:math500:eval"], [method], "evaluate.repeats=2", "evaluate.limit=4")
+    seat = len(load_config(None, settings).workers)
     summary = evaluate(
         load_config(
-            None,
-            # The embedded default's 96 tokens: with FAST's 64, a three-step plan can be cut off (a plan error).
-            overrides(out, ["samples:math500:eval"], [method], "evaluate.repeats=2", "evaluate.limit=4")
-            + ["conductor.max_new_tokens=96"],
+            None, settings + ["conductor.max_new_tokens=96", f"workers.{seat}={{name: conductor, provider: conductor}}"]
         )
     )
     assert summary["stopped"] == "finished", summary
     records = RecordStore(out).records()
     assert len(records) == 4 * 2 and {r.method for r in records} == {method}
     assert all(r.verdict != "error" and r.error is None for r in records)
-    # A call either kept the answer (as many calls as root steps) or planned again (more).
-    assert all(r.calls >= r.steps == len(r.plan) for r in records)
-    assert any(r.calls > r.steps for r in records), "no recursive call wrote a plan"
-    assert any(r.calls == r.steps for r in records), "no recursive call kept the answer"
+    for r in records:
+        seat_steps = sum(step["model_id"] == seat for step in r.plan)
+        assert r.recursive_calls == seat_steps  # one call per root step given to the seat, none forced
+        assert r.verdict == "plan_error" or r.calls >= r.steps - seat_steps  # the root's worker calls, and more
+        assert r.calls_on_right + r.calls_on_wrong <= r.recursive_calls

@@ -100,7 +100,8 @@ def test_a_training_forecast_counts_every_rollout_and_every_recursion_level():
     questions = [
         Question(id="q", question="x" * 400, reference="1", domain="math", answer_kind="numeric", source="test")
     ]
-    config = load_config(None, ["train.iterations=3", "conductor.max_steps=3", "conductor.max_depth=1"])
+    seat = "workers.3={name: conductor, provider: conductor}"
+    config = load_config(None, ["train.iterations=3", "conductor.max_steps=3", "conductor.max_depth=1", seat])
     t = config.train
     got = training_forecast(config, questions, read_books("/nonexistent"), start=1)
     assert got.samples == 2 * t.questions_per_iteration * t.rollouts_per_question

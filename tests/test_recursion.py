@@ -1,6 +1,8 @@
 """The recursive Conductor (conductor_rl/rollout/recursion.py): a plan's step given to the
-Conductor, forced calls after a plan, the depth limit, empty lists keeping the answer, the
-recursion tree in traces, the non-recursive discount and recursive tokens in the loss.
+Conductor, forced calls after a plan (training only), the depth limit as a limit (no call at
+inference unless a plan gives its seat a step), empty lists keeping the answer, the recursion
+tree in traces, the non-recursive discount, the stop statistics, the seat requirement and
+recursive tokens in the loss.
 
 The plans a recursive call writes come from a scripted `PlanWriter` (the interface the
 generator and the in-process model implement), so each test decides what the Conductor
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import pytest
 from transformers import AutoTokenizer
@@ -23,7 +26,14 @@ from conductor_rl.plan import Plan, Step
 from conductor_rl.plan.prompts import ConductorPrompt
 from conductor_rl.policy.batch import rollout_batch
 from conductor_rl.policy.sampling import Sample
-from conductor_rl.rollout.recursion import Recursion, call_seed, discounted_reward, forced_groups, generator_writer
+from conductor_rl.rollout.recursion import (
+    Recursion,
+    StopCounts,
+    call_seed,
+    discounted_reward,
+    forced_groups,
+    generator_writer,
+)
 from conductor_rl.rollout.rollouts import Rollout, apply_grade, execute_rollouts, parse_rollout, ready_to_grade
 from conductor_rl.rollout.workflow import FORCED_CALL, StepLimits, Task, keep_answer, run_plan
 from conductor_rl.run.traces import TraceWriter, read_traces
@@ -154,12 +164,40 @@ def test_a_forced_call_ends_a_plan_that_did_not_call_the_conductor(tokenizer, pr
     assert len(result.steps) == 2 and len(writer.calls) == 1
 
 
-def test_forced_calls_at_every_depth_below_the_limit_stop_at_empty_lists(tokenizer, prompts):
-    writer = ScriptedWriter(tokenizer, {1: ONE_STEP, 2: ONE_STEP, 3: EMPTY})
-    result = run(plan_of((0, "solve", [])), pool(), recursion(writer, prompts, max_depth=3, forced_below=3))
-    assert [c.depth for c in result.inner_calls()] == [1, 2, 3]
-    assert result.inner_calls()[-1].kept
-    assert result.final_answer == "b#1"  # depth 2's answer, kept by depth 3
+SEAT = {"name": "conductor", "provider": "conductor"}
+
+
+def seated_config(*overrides: str):
+    """The embedded default with the Conductor's seat as a fourth worker (Model 3)."""
+    return load_config(None, [f"workers.3={json.dumps(SEAT)}", *overrides])
+
+
+def test_each_inner_call_decides_again_and_empty_lists_end_the_loop(tokenizer, prompts):
+    # Depth 1 asks worker b, then gives its own seat a step; depth 2 stops: three empty lists.
+    writer = ScriptedWriter(tokenizer, {1: CALLS_ITSELF, 2: EMPTY})
+    result = run(plan_of((0, "solve", []), (2, "review", "all")), pool(), recursion(writer, prompts, max_depth=3))
+    calls = result.inner_calls()
+    assert [c.depth for c in calls] == [1, 2] and len(writer.calls) == 2  # depth 3 never asked
+    assert not calls[0].kept and calls[1].kept and calls[1].made and not calls[1].at_limit
+    assert result.final_answer == "b#0" == calls[1].current_answer  # the answer depth 2 was shown stands
+
+
+def test_no_call_is_made_at_inference_unless_a_plan_gives_its_seat_a_step(tokenizer):
+    from conductor_rl.system import System
+
+    system = System(seated_config("conductor.max_depth=3"), tokenizer=tokenizer)
+    for use in ("answer", "evaluate"):
+        writer = ScriptedWriter(tokenizer, {0: ONE_STEP})
+        rec = system.recursion(writer, use, seed=1)
+        assert rec is not None and rec.max_depth == 3 and rec.forced_below == 0 and rec.discount == 0.0
+        result = run(plan_of((0, "solve", []), (1, "check", "all")), pool(), rec.for_plan("p"))
+        assert result.inner_calls() == [] and writer.calls == [] and len(result.steps) == 2
+    # A served request's own depth is a limit too.
+    served = system.recursion(ScriptedWriter(tokenizer, {}), "answer", seed=1, depth=2)
+    assert served.max_depth == 2 and served.forced_below == 0
+    # Training forces nothing by itself either: execute_rollouts forces the forced groups' rollouts.
+    trained = system.recursion(ScriptedWriter(tokenizer, {}), "train", seed=1)
+    assert trained.forced_below == 0 and trained.discount == 0.25
 
 
 def test_an_unparsable_inner_plan_is_the_policys_failure(tokenizer, prompts):
@@ -214,23 +252,88 @@ def test_inner_calls_are_seeded_by_their_place_not_by_their_batch(tokenizer, pro
     assert call_seed(7, "a") != call_seed(8, "a")
 
 
-def test_the_non_recursive_alternative_is_discounted_in_forced_groups(tokenizer, prompts):
-    kept, recursed = keep_answer(1, "x", forced=True), keep_answer(1, "x")
-    recursed.workflow = run(plan_of((0, "s", [])), pool(), None)
-    assert discounted_reward(1.0, True, [kept], 0.25) == 0.75
-    assert discounted_reward(0.5, True, [kept], 0.25) == 0.375
-    assert discounted_reward(1.0, True, [recursed], 0.25) == 1.0
-    assert discounted_reward(1.0, False, [kept], 0.25) == 1.0  # unforced groups are not discounted
-    assert discounted_reward(0.0, True, [], 0.25) == 0.0
-    # Through apply_grade, as training grades a forced rollout that kept its answer.
-    writer = ScriptedWriter(tokenizer, {1: EMPTY})
-    rollout = parse_rollout(
-        Rollout(TASK, 'model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]\n', forced=True, discount=0.25), 3, 3
-    )
-    asyncio.run(execute_rollouts([rollout], pool(), StepLimits(), key="k", recursion=recursion(writer, prompts)))
-    assert rollout.workflow.steps[-1].inner.forced and rollout.workflow.steps[-1].inner.kept
-    apply_grade(rollout, GradeResult(Verdict.CORRECT, "42", "ok"))
-    assert rollout.reward == 0.75
+def test_a_non_recursive_rollout_is_discounted_in_every_group(tokenizer, prompts):
+    kept, planned, cut = keep_answer(1, "x"), keep_answer(1, "x"), keep_answer(1, "x", at_limit=True)
+    planned.workflow = run(plan_of((0, "s", [])), pool(), None)
+    assert discounted_reward(1.0, [], 0.25) == 0.75  # no call: the plan never asked for its own review
+    assert discounted_reward(0.5, [], 0.25) == 0.375
+    assert discounted_reward(1.0, [kept], 0.25) == 1.0  # a call that stopped on a right answer
+    assert discounted_reward(1.0, [planned], 0.25) == 1.0  # a call whose plan kept it right: no more
+    assert discounted_reward(1.0, [cut], 0.25) == 0.75  # cut off by the depth limit: no call was made
+    assert discounted_reward(0.0, [], 0.25) == 0.0
+
+    def graded(completion: str, forced: bool, writer: ScriptedWriter) -> Rollout:
+        rollout = parse_rollout(Rollout(TASK, completion, forced=forced), 3, 3)
+        rec = replace(recursion(writer, prompts), discount=0.25)  # training's: System.recursion("train")
+        asyncio.run(execute_rollouts([rollout], pool(), StepLimits(), key="k", recursion=rec))
+        apply_grade(rollout, GradeResult(Verdict.CORRECT, "42", "ok"))
+        return rollout
+
+    solo = 'model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]\n'
+    review = 'model_id = [0, 2]\nsubtasks = ["solve", "review"]\naccess_list = [[], "all"]\n'
+    # A forced group: the engine's call kept the answer, which earns the whole reward.
+    forced = graded(solo, True, ScriptedWriter(tokenizer, {1: EMPTY}))
+    assert forced.workflow.steps[-1].inner.forced and forced.workflow.steps[-1].inner.kept
+    assert forced.discount == 0.25 and forced.reward == 1.0
+    # An unforced group: a plan without a seat step is discounted, one that asked for its review is not.
+    assert graded(solo, False, ScriptedWriter(tokenizer, {1: EMPTY})).reward == 0.75
+    assert graded(review, False, ScriptedWriter(tokenizer, {1: EMPTY})).reward == 1.0
+    assert graded(review, False, ScriptedWriter(tokenizer, {1: ONE_STEP})).reward == 1.0
+    # Evaluation and answering discount nothing (their Recursion has discount 0).
+    plain = parse_rollout(Rollout(TASK, solo), 3, 3)
+    asyncio.run(execute_rollouts([plain], pool(), StepLimits(), key="k", recursion=recursion(None, prompts)))
+    apply_grade(plain, GradeResult(Verdict.CORRECT, "42", "ok"))
+    assert plain.reward == 1.0
+
+
+def test_each_call_made_records_whether_the_answer_it_was_shown_was_right(tokenizer, prompts):
+    from conductor_rl.evaluation import record_of, stop_rates
+    from conductor_rl.run.metrics import iteration_metrics
+
+    right = ScriptedWorker("r", text="42")
+    workers = [right, echo("b"), ConductorSeat("conductor")]
+    review = 'model_id = [0, 2]\nsubtasks = ["solve", "review"]\naccess_list = [[], "all"]\n'
+    wrong_first = 'model_id = [1, 2]\nsubtasks = ["solve", "review"]\naccess_list = [[], "all"]\n'
+    fix = 'model_id = [0]\nsubtasks = ["solve it again"]\naccess_list = [[]]\n'
+    cases = [(review, EMPTY), (review, ONE_STEP), (wrong_first, EMPTY), (wrong_first, fix)]
+    rollouts = []
+    for i, (completion, inner) in enumerate(cases):
+        rollout = parse_rollout(Rollout(TASK, completion, sample=i), 3, 3)
+        writer = ScriptedWriter(tokenizer, {1: inner})
+        asyncio.run(execute_rollouts([rollout], workers, StepLimits(), key="k", recursion=recursion(writer, prompts)))
+        apply_grade(rollout, grading.grade(TASK.answer_kind, rollout.workflow.final_answer, TASK.reference))
+        rollouts.append(rollout)
+    shown = [r.inner_calls[0].incoming_correct for r in rollouts]
+    assert shown == [True, True, False, False]
+    assert [r.grade.verdict for r in rollouts] == [Verdict.CORRECT, Verdict.WRONG, Verdict.WRONG, Verdict.CORRECT]
+    assert StopCounts.of(c for r in rollouts for c in r.inner_calls) == StopCounts(2, 1, 2, 1)
+    assert rollouts[0].to_dict()["steps"][1]["inner"]["incoming_correct"] is True
+    metrics = iteration_metrics(rollouts, ["r", "b", "conductor"])
+    assert metrics["recursion_stop_rate_when_right"] == 0.5 == metrics["recursion_stop_rate_when_wrong"]
+    assert metrics["chosen_recursion_share"] == 1.0
+    records = [record_of("conductor:x@depth=1", "b", r, []) for r in rollouts]
+    assert [(r.recursive_calls, r.calls_on_right, r.stops_on_right) for r in records[:2]] == [(1, 1, 1), (1, 1, 0)]
+    assert stop_rates(records) == {"conductor:x@depth=1": {"stop_rate_when_right": 0.5, "stop_rate_when_wrong": 0.5}}
+
+
+def test_stop_rates_from_hand_built_records():
+    from conductor_rl.evaluation import EvalRecord, stop_rates
+
+    def rec(method, verdict="correct", **counts):
+        return EvalRecord(method, "b", "q", "math", 0, verdict, **counts)
+
+    records = [
+        rec("a", recursive_calls=2, calls_on_right=2, stops_on_right=2),
+        rec("a", "wrong", recursive_calls=3, calls_on_right=1, stops_on_right=0, calls_on_wrong=2, stops_on_wrong=1),
+        rec("a", "error", recursive_calls=1, calls_on_wrong=1, stops_on_wrong=1),  # infrastructure: left out
+        rec("plain"),
+    ]
+    assert stop_rates(records) == {
+        "a": {"stop_rate_when_right": 2 / 3, "stop_rate_when_wrong": 0.5},
+        "plain": {"stop_rate_when_right": None, "stop_rate_when_wrong": None},
+    }
+    again = EvalRecord.from_dict(json.loads(json.dumps(records[1].to_dict())))
+    assert again == records[1] and again.stop_counts == StopCounts(1, 0, 2, 1)
 
 
 def test_forced_groups_are_half_the_batch_and_the_same_on_resume():
@@ -241,7 +344,7 @@ def test_forced_groups_are_half_the_batch_and_the_same_on_resume():
 
 
 def test_recursive_tokens_are_rows_of_the_loss_with_the_rollouts_advantage(tokenizer, prompts):
-    writer = ScriptedWriter(tokenizer, {1: ONE_STEP, 2: EMPTY})  # the first rollout recurses, the second keeps
+    writer = ScriptedWriter(tokenizer, {1: ONE_STEP, 2: EMPTY})  # the first rollout's call plans, the second's keeps
     completion = 'model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]\n'
     rollouts = [
         parse_rollout(
@@ -262,9 +365,9 @@ def test_recursive_tokens_are_rows_of_the_loss_with_the_rollouts_advantage(token
     ]
     for r in rollouts:  # one at a time, so the scripted writer's order is the rollouts'
         asyncio.run(execute_rollouts([r], pool(), StepLimits(), key="k", recursion=recursion(writer, prompts)))
-    for r in rollouts:
-        apply_grade(r, GradeResult(Verdict.CORRECT, "42", ""))
-    assert [r.reward for r in rollouts] == [1.0, 0.75]
+    apply_grade(rollouts[0], GradeResult(Verdict.CORRECT, "42", ""))
+    apply_grade(rollouts[1], GradeResult(Verdict.WRONG, "a#1", ""))
+    assert [r.reward for r in rollouts] == [1.0, 0.5]
     batch, informative = rollout_batch(rollouts, [[9, 9]])
     assert informative == 1
     assert len(batch.completion_ids) == 2 + 2  # two plans, two recursive calls
@@ -296,21 +399,67 @@ def test_generator_writer_batches_calls_made_together():
 
 
 def test_recursion_settings_are_checked_at_start():
-    config = load_config(None, ["conductor.max_depth=2"])
+    config = seated_config("conductor.max_depth=2")
     assert config.conductor.max_depth == 2 and config.train.recursion.forced_share == 0.5
-    assert config.train.recursion.discount == 0.25
+    assert config.train.recursion.discount == 0.25 and config.workers[-1].provider == "conductor"
     with pytest.raises(ConfigError, match="conductor.max_depth"):
         load_config(None, ["conductor.max_depth=-1"])
     with pytest.raises(ConfigError, match="train.recursion.discount"):
         load_config(None, ["train.recursion.discount=2"])
-    seat = {"name": "me", "provider": "conductor"}
     workers = [w.model_dump() for w in load_config(None).workers]
-    with_seat = load_config(None).model_validate({**load_config(None).model_dump(), "workers": workers + [seat]})
-    assert with_seat.workers[-1].provider == "conductor"
     with pytest.raises(ValueError, match="one worker may be the Conductor itself"):
         load_config(None).model_validate(
-            {**load_config(None).model_dump(), "workers": workers + [seat, {**seat, "name": "me2"}]}
+            {**load_config(None).model_dump(), "workers": workers + [SEAT, {**SEAT, "name": "me2"}]}
         )
+
+
+def test_recursion_without_a_seat_is_refused_with_the_fix():
+    from conductor_rl.evaluation.methods import parse_method
+    from conductor_rl.evaluation.prepare import EvaluationError, check_seat, conductor_of
+    from conductor_rl.serving.chat_format import RequestError, RequestLimits, parse_chat_request
+
+    with pytest.raises(
+        ConfigError, match=r"conductor.max_depth=1 .*add a worker \{name: conductor, provider: conductor\}"
+    ):
+        load_config(None, ["conductor.max_depth=1"])
+    plain, seated = load_config(None), seated_config()
+    names = [w.name for w in plain.workers]
+    with pytest.raises(EvaluationError, match=r"conductor:untrained@depth=2 lets .* add a worker"):
+        check_seat(conductor_of(parse_method("conductor:untrained@depth=2", names), plain))
+    check_seat(conductor_of(parse_method("conductor:untrained@depth=0", names), plain))
+    check_seat(conductor_of(parse_method("conductor:untrained@depth=2", names + ["conductor"]), seated))
+
+    def ask(pool, limits, **extra):
+        raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "q"}], **extra}).encode()
+        return parse_chat_request(raw, "m", pool, limits)
+
+    pool_names = [w.name for w in seated.workers]
+    limits = RequestLimits(max_depth=2, seat="conductor")
+    assert ask(pool_names, limits, max_depth=2).max_depth == 2
+    for pool_, limits_, extra in (
+        (names, RequestLimits(max_depth=2), {}),  # no seat in the pool
+        (pool_names, limits, {"workers": names[:2]}),  # a subset without the seat
+    ):
+        with pytest.raises(RequestError) as caught:
+            ask(pool_, limits_, max_depth=1, **extra)
+        assert caught.value.status == 400 and caught.value.param == "max_depth" and "seat" in caught.value.message
+
+
+def test_demonstrations_never_give_a_step_to_the_seat():
+    import random
+
+    from conductor_rl.config import answering_workers
+    from conductor_rl.plan.demonstrations import demonstration_plan
+
+    ids = answering_workers(seated_config().workers)
+    assert ids == [0, 1, 2]
+    rng = random.Random(0)
+    used = {s.model_id for _ in range(300) for s in demonstration_plan("What is 6 times 7?", ids, 3, rng).steps}
+    assert used == {0, 1, 2}
+    # Without a seat, the ids are the whole pool and the draws those of a worker count.
+    assert [demonstration_plan("q", 3, 3, random.Random(5)) for _ in range(5)] == [
+        demonstration_plan("q", [0, 1, 2], 3, random.Random(5)) for _ in range(5)
+    ]
 
 
 def test_calls_made_while_a_batch_samples_get_the_next_batch_and_a_writer_outlives_its_event_loop():
@@ -343,16 +492,16 @@ def test_calls_made_while_a_batch_samples_get_the_next_batch_and_a_writer_outliv
 def test_ask_prints_the_recursion_tree(tokenizer, prompts):
     from jobs.ask import step_lines
 
-    writer = ScriptedWriter(tokenizer, {1: ONE_STEP, 2: EMPTY})
-    rollout = parse_rollout(Rollout(TASK, 'model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]\n'), 3, 3)
+    writer = ScriptedWriter(tokenizer, {1: CALLS_ITSELF, 2: EMPTY})
+    rollout = parse_rollout(
+        Rollout(TASK, 'model_id = [0]\nsubtasks = ["solve"]\naccess_list = [[]]\n', forced=True), 3, 3
+    )
     asyncio.run(
-        execute_rollouts(
-            [rollout], pool(), StepLimits(), key="k", recursion=recursion(writer, prompts, max_depth=2, forced_below=2)
-        )
+        execute_rollouts([rollout], pool(), StepLimits(), key="k", recursion=recursion(writer, prompts, max_depth=2))
     )
     text = "\n".join(step_lines(rollout.to_dict()["steps"], "  "))
     assert "  step 1: the Conductor, forced, reads all" in text
     assert "  depth 1: the Conductor planned again:" in text
     assert "      step 0: Model 1 (b), reads []" in text
-    assert "      step 1: the Conductor, forced, reads all" in text
+    assert "      step 1: Model 2 (conductor), reads all" in text
     assert "depth 2: the Conductor kept the answer (three empty lists)" in text

@@ -16,8 +16,8 @@ from conductor_rl.serving.chat_format import (
     usage_of,
 )
 
-POOL = ["math-expert", "generalist", "coder"]
-LIMITS = RequestLimits(max_request_bytes=2_000, max_messages=4, max_steps=5, max_depth=1)
+POOL = ["math-expert", "generalist", "coder", "conductor"]  # the last is the Conductor's own seat
+LIMITS = RequestLimits(max_request_bytes=2_000, max_messages=4, max_steps=5, max_depth=1, seat="conductor")
 
 
 def parse(**body):
@@ -43,7 +43,7 @@ def test_the_last_user_message_is_the_question_and_earlier_turns_its_context():
             {"role": "user", "content": [{"type": "text", "text": "And 6 * 8?"}]},
         ],
         temperature=0.5,
-        workers=["coder", "math-expert"],
+        workers=["coder", "math-expert", "conductor"],
         max_steps=3,
         max_depth=1,
         top_p=0.9,
@@ -58,7 +58,7 @@ def test_the_last_user_message_is_the_question_and_earlier_turns_its_context():
     )
     assert (request.temperature, request.workers, request.max_steps, request.max_depth) == (
         0.5,
-        ("coder", "math-expert"),
+        ("coder", "math-expert", "conductor"),
         3,
         1,
     )
@@ -88,6 +88,7 @@ def test_malformed_requests_are_refused_with_the_field_named():
     refused({**ok, "temperature": True}, 400, "temperature")
     refused({**ok, "max_steps": 6}, 400, "max_steps")  # over the server's limit
     refused({**ok, "max_depth": 2}, 400, "max_depth")
+    assert "seat" in refused({**ok, "max_depth": 1, "workers": ["coder"]}, 400, "max_depth").message
     assert "this pool has" in refused({**ok, "workers": ["gpt-9"]}, 400, "workers").message
     refused({**ok, "workers": ["coder", "coder"]}, 400, "workers")
     refused({**ok, "stream": "yes"}, 400, "stream")

@@ -543,14 +543,14 @@ def test_resumed_run_samples_what_the_straight_run_sampled_after_weight_updates(
 # ---------------------------------------------------------------- recursive training
 
 
-def test_recursive_training_forces_half_the_groups_discounts_the_kept_answers_and_trains_inner_tokens(
+def test_recursive_training_forces_half_the_groups_discounts_non_recursive_rollouts_and_trains_inner_tokens(
     ray_cluster, tmp_path, light_system
 ):
-    """conductor.max_depth=1 (the paper's recursive mode): in half of each batch's groups every
-    rollout ends with a forced call, whose plan (or empty lists) the stand-in generator writes; a
-    forced rollout that kept its answer earns 0.75 of its reward; recursive completions are rows of
-    the learner batch with their rollout's advantage. The pool also seats the Conductor itself."""
-    from conductor_rl.config import validate_config
+    """conductor.max_depth=1 (the paper's recursive mode, with the Conductor's seat in the pool): in
+    half of each batch's groups every rollout ends with a forced call, whose plan (or empty lists)
+    the stand-in generator writes; a rollout with a call earns its whole reward, whatever the call
+    did, and one without (the other groups' plans, which give the seat no step) 0.75 of it;
+    recursive completions are rows of the learner batch with their rollout's advantage."""
     from conductor_rl.rollout.recursion import forced_groups
     from jobs.train import train
 
@@ -563,10 +563,9 @@ def test_recursive_training_forces_half_the_groups_discounts_the_kept_answers_an
         "train.tensorboard=false",
         "train.questions_per_iteration=4",
         "conductor.max_depth=1",
+        f"workers.{len(make_config(out).workers)}={{name: conductor, provider: conductor}}",
     )
-    raw = config.model_dump(mode="json")
-    raw["workers"].append({"name": "conductor", "provider": "conductor"})
-    summary = train(validate_config(raw))
+    summary = train(config)
     assert summary["stopped"] == "finished", summary
 
     rows = read_traces(out)
@@ -577,16 +576,17 @@ def test_recursive_training_forces_half_the_groups_discounts_the_kept_answers_an
         for row in (r for r in rows if r["iteration"] == iteration):
             assert row["forced_recursion"] == (row["group"] in forced)
             last = row["steps"][-1]
+            base = None if row["reward"] is None else {"correct": 1.0, "wrong": 0.5}[row["verdict"]]
             if row["group"] not in forced:
                 assert row["recursive_calls"] == 0 and last["inner"] is None
+                assert base is None or row["reward"] == 0.75 * base  # never asked for its own review
                 continue
             call = last["inner"]
             assert row["recursive_calls"] == 1 and call["depth"] == 1 and call["forced"] and last["model_id"] == -1
             assert row["final_answer"] == call["answer"]
-            if row["reward"] is None:
+            if base is None:
                 continue
-            base = {"correct": 1.0, "wrong": 0.5}[row["verdict"]]
-            assert row["reward"] == (0.75 * base if call["kept"] else base)
+            assert row["reward"] == base  # a call was made: kept or not, the whole reward
             kinds.add(call["kept"])
     assert kinds == {True, False}, "both a kept and a recursive answer must have been seen"
     metrics = records(out)

@@ -28,6 +28,7 @@ from .workers import (
     HTTP_PROVIDERS,
     OFFLINE_PROVIDERS,
     REASONING_LEVELS,
+    SEAT_EXAMPLE,
     HttpProvider,
     OfflineProvider,
     Price,
@@ -35,7 +36,10 @@ from .workers import (
     ServeSpec,
     SimSpec,
     WorkerConfig,
+    answering_workers,
+    missing_seat,
     model_ids,
+    seat_of,
 )
 from .workers import _paper_workers as _paper_workers  # the paper's pool, for tests and docs
 
@@ -45,6 +49,7 @@ __all__ = [
     "HTTP_PROVIDERS",
     "OFFLINE_PROVIDERS",
     "REASONING_LEVELS",
+    "SEAT_EXAMPLE",
     "WEIGHT_TRANSFER_TRANSPORTS",
     "AskConfig",
     "ClusterConfig",
@@ -70,9 +75,12 @@ __all__ = [
     "WeightTransferTransport",
     "WorkerConfig",
     "WorkflowConfig",
+    "answering_workers",
     "apply_override",
     "is_override",
     "load_config",
+    "missing_seat",
     "model_ids",
+    "seat_of",
     "validate_config",
 ]

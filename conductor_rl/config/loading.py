@@ -65,7 +65,8 @@ def validate_config(raw: dict[str, Any]) -> Config:
 
 def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
     """Return a copy of `raw` with one `a.b.c=value` override applied. List
-    elements are addressed by index (`workers.0.temperature=0.5`)."""
+    elements are addressed by index (`workers.0.temperature=0.5`); the index just past
+    the end appends one (`workers.3={name: conductor, provider: conductor}`)."""
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or not key:
@@ -81,9 +82,13 @@ def apply_override(raw: dict[str, Any], item: str) -> dict[str, Any]:
         last = depth == len(parts) - 1
         where = ".".join(parts[: depth + 1])
         if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"override {key}: {where!r} needs an index below {len(node)}")
-            if last:
+            if last and part.isdigit() and int(part) == len(node):
+                node.append(value)  # adding a worker (the Conductor's own seat) needs no copy of the list
+            elif not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(
+                    f"override {key}: {where!r} needs an index below {len(node)} (or {len(node)}: append)"
+                )
+            elif last:
                 node[int(part)] = value
             else:
                 node = node[int(part)]

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from conductor_rl.config.answering import AskConfig, ServeConfig
 from conductor_rl.config.infrastructure import ClusterConfig, GraderConfig
 from conductor_rl.config.strict import Strict
-from conductor_rl.config.workers import WorkerConfig, _paper_workers, model_ids
+from conductor_rl.config.workers import WorkerConfig, _paper_workers, missing_seat, model_ids
 
 #: The text every plan opens with (the plan language, conductor_rl/plan/constrained.py, forces it).
 #: Defined here, below the plan in the stage order, because `conductor.response_prefix` is checked against it.
@@ -66,10 +66,11 @@ class ConductorConfig(Strict):
         0,
         ge=0,
         le=8,
-        description="Recursive Conductor (paper §3.2): how deep the Conductor may call itself, "
-        "by a plan's step given to a `provider: conductor` worker or by the forced calls of recursive training "
-        "(train.recursion) and of evaluate's conductor:<ckpt>@depth=N. 0: never; a step given to the Conductor "
-        "then keeps the answer so far (conductor_rl/rollout/recursion.py).",
+        description="Recursive Conductor (paper §3.2): a limit on how deep the Conductor may call itself. "
+        "Below it the Conductor decides: a plan recurses by giving a step to the pool's `provider: conductor` "
+        "worker (required when this is >= 1), and each call writes a new plan or three empty lists (stop). "
+        "Nothing forces a call at inference; training forces one in train.recursion.forced_share of the groups. "
+        "At the limit a step given to the Conductor keeps the answer so far (conductor_rl/rollout/recursion.py).",
     )
 
     @model_validator(mode="after")
@@ -200,17 +201,18 @@ class RecursionConfig(Strict):
         0.5,
         ge=0.0,
         le=1.0,
-        description="Share of each batch's questions whose every rollout ends with a forced "
-        "recursive call: the Conductor sees its plan and answer and writes a new plan or three empty lists "
-        "(paper: half). Drawn per (train.seed, iteration), the same on resume.",
+        description="Share of each batch's questions whose every rollout makes a recursive call: one that "
+        "gave no step to the Conductor ends with a forced one, which sees the plan and its answer and writes a "
+        "new plan or three empty lists (paper: half). Other groups recurse only by the Conductor's own choice. "
+        "Drawn per (train.seed, iteration), the same on resume.",
     )
     discount: float = Field(
         0.25,
         ge=0.0,
         le=1.0,
-        description="In a forced group, a rollout whose recursive calls all kept the answer "
-        "(the non-recursive alternative) earns (1 - discount) x its reward (paper: 0.25; the formula is ours, "
-        "docs/decisions.md).",
+        description="A non-recursive rollout (the Conductor was never called again on an answer) earns "
+        "(1 - discount) x its reward, in every group; a call that stopped (three empty lists) counts as "
+        "recursive (paper: 0.25; the formula is ours, docs/decisions.md).",
     )
 
 
@@ -459,8 +461,7 @@ class Config(Strict):
         if not workers:
             raise ValueError("at least one worker is needed")
         ids = model_ids(workers)
-        if len(set(ids)) != len(ids):
-            taken = sorted({i for i in ids if ids.count(i) > 1})
+        if taken := sorted({i for i in ids if ids.count(i) > 1}):
             raise ValueError(
                 f"two workers are numbered {taken} (model_id, else the place in the list): give each its own model_id"
             )
@@ -470,6 +471,13 @@ class Config(Strict):
         if len(seats) == len(workers):
             raise ValueError("the pool needs a worker besides the Conductor itself (provider: conductor)")
         return workers
+
+    @model_validator(mode="after")
+    def _recursion_has_a_seat(self) -> Config:
+        problem = missing_seat(self.conductor.max_depth, self.workers, "conductor.max_depth")
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _subset_fits_the_pool(self) -> Config:

@@ -247,6 +247,33 @@ def model_ids(workers: Sequence[WorkerConfig]) -> tuple[int, ...]:
     return tuple(i if w.model_id is None else w.model_id for i, w in enumerate(workers))
 
 
+#: The pool entry that lets the Conductor call itself: a plan's step given to it is a recursive call.
+SEAT_EXAMPLE = "{name: conductor, provider: conductor}"
+
+
+def seat_of(workers: Sequence[WorkerConfig]) -> str | None:
+    """The name of the worker that is the Conductor itself (`provider: conductor`), if the pool has one."""
+    return next((w.name for w in workers if w.provider == "conductor"), None)
+
+
+def answering_workers(workers: Sequence[WorkerConfig]) -> list[int]:
+    """The pool indices of the workers that answer: every one but the Conductor's own seat."""
+    return [i for i, w in enumerate(workers) if w.provider != "conductor"]
+
+
+def missing_seat(max_depth: int, workers: Sequence[WorkerConfig], key: str) -> str | None:
+    """Why a maximum depth of `max_depth` (set by `key`) cannot be used with `workers`, or None.
+    Recursion is the Conductor's choice, made by giving a step to its own seat: without a seat a
+    depth of 1 or more could never be reached, so it is refused rather than silently ignored."""
+    if max_depth < 1 or seat_of(workers) is not None:
+        return None
+    return (
+        f"{key}={max_depth} lets the Conductor call itself, but no worker is the Conductor itself: add a "
+        f"worker {SEAT_EXAMPLE} to `workers` (a plan recurses by giving it a step; on the command line "
+        f"workers.{len(workers)}='{SEAT_EXAMPLE}'), or set {key}=0"
+    )
+
+
 def _paper_workers() -> list[WorkerConfig]:
     """The paper's pool (§4.1, app. A): temperature 0.2 where a model takes one, 4096 output
     tokens, minimal reasoning; list prices (USD / 1M tokens); rate limits at each vendor's

@@ -38,7 +38,7 @@ from conductor_rl.evaluation.report import markdown_table, records_table, write_
 from conductor_rl.evaluation.router import Router, RouterError
 from conductor_rl.evaluation.runner import Pool, Sample, record_of, run_batch, stopped_by_budget
 from conductor_rl.evaluation.store import RecordStore, ResumeMismatchError, StoreError
-from conductor_rl.evaluation.summary import VERDICTS, Cell, EvalRecord, StrategyRow, strategy, summarise
+from conductor_rl.evaluation.summary import VERDICTS, Cell, EvalRecord, StrategyRow, stop_rates, strategy, summarise
 from conductor_rl.plan.prompts import answer_instruction
 
 __all__ = [
@@ -81,6 +81,7 @@ __all__ = [
     "run_batch",
     "single_plan",
     "single_verdicts_of",
+    "stop_rates",
     "stopped_by_budget",
     "strategy",
     "summarise",

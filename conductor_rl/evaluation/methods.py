@@ -6,8 +6,9 @@ name                       what answers a question
 ``conductor:<path>``       a trained Conductor: a run folder, a checkpoint
                            folder or a Hugging Face model folder
 ``conductor:untrained``    the configured base model with its few-shot prompt
-``conductor:<...>@depth=N`` either, recursive: after each plan at a depth below
-                           N the Conductor is called again (test-time scaling)
+``conductor:<...>@depth=N`` either, recursive up to depth N: a plan may give a
+                           step to the Conductor's seat, below N (needs a
+                           ``provider: conductor`` worker when N >= 1)
 ``single:<worker>``        one worker, asked the question
 ``reflect:<worker>[:<n>]`` one worker, then n-1 rounds of critique and
                            revision of its own answer (n calls; default 5)
@@ -34,10 +35,12 @@ Decisions:
   ``reflect:gpt-5:50`` should not spend fifty calls per question.
 - ``conductor:<path>`` keeps the path as written in its name (the row label)
   and resolves the model folder at once, so a wrong path fails before any call.
-- ``@depth=N`` (0 to `MAX_DEPTH`) sets the Conductor's maximum recursion depth and
-  makes every plan below it end with a call to the Conductor, which writes a new
-  plan or keeps the answer (conductor_rl/rollout/recursion.py); ``@depth=0`` is the
-  plain Conductor under another row label.
+- ``@depth=N`` (0 to `MAX_DEPTH`) sets the Conductor's maximum recursion depth: a
+  limit, not a number of calls. Below it the Conductor recurses only where its plan
+  gives a step to its own seat, and each call writes a new plan or three empty lists
+  (conductor_rl/rollout/recursion.py); N >= 1 on a pool without a seat is refused
+  before the run (prepare.py); ``@depth=0`` is the plain Conductor under another
+  row label (a step given to the seat keeps the answer).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conductor_rl.config import ConductorConfig, Config, validate_config
+from conductor_rl.config import ConductorConfig, Config, missing_seat, validate_config
 from conductor_rl.data import Question, load_dataset
 from conductor_rl.data.overlap import ContaminationError, check_disjoint
 
@@ -90,7 +90,8 @@ def prepare_evaluation(config: Config) -> Evaluation:
     ev = Evaluation(config, methods, benchmarks)
     for method in methods:
         if method.kind == "conductor":
-            ev.conductors[method.name] = conductor_of(method, config)
+            ev.conductors[method.name] = conducted = conductor_of(method, config)
+            check_seat(conducted)
     if any(m.kind == "router" for m in methods):
         spec = f"mixture:{e.router_pilot}" if e.router_pilot else config.data.questions
         limit = None if e.router_pilot else e.router_pilot_questions
@@ -122,6 +123,17 @@ def conductor_of(method: Method, config: Config) -> Conducted:
             )
     conductor = trained.conductor.model_copy(update={"model": str(model)})
     return Conducted(method, config.model_copy(update={"conductor": with_depth(conductor, method)}), training)
+
+
+def check_seat(conducted: Conducted) -> None:
+    """A Conductor evaluated with a maximum depth >= 1 needs its seat in the pool: recursion is its
+    own choice, a step given to the seat, so without one the depth would change nothing."""
+    method = conducted.method
+    name, _, _ = method.name.rpartition("@") if method.depth is not None else (method.name, "", "")
+    key = f"{name}@depth" if method.depth is not None else f"{method.name}'s conductor.max_depth"
+    problem = missing_seat(conducted.config.conductor.max_depth, conducted.config.workers, key)
+    if problem:
+        raise EvaluationError(problem)
 
 
 def with_depth(conductor: ConductorConfig, method: Method) -> ConductorConfig:

@@ -71,6 +71,11 @@ SCHEMA = pa.schema(
         ("plan", pa.string()),
         ("error", pa.string()),
         ("difficulty", pa.float64()),
+        ("recursive_calls", pa.int64()),
+        ("calls_on_right", pa.int64()),
+        ("stops_on_right", pa.int64()),
+        ("calls_on_wrong", pa.int64()),
+        ("stops_on_wrong", pa.int64()),
     ]
 )
 

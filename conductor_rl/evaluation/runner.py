@@ -31,7 +31,7 @@ from conductor_rl.grading.service import GradeRequest
 from conductor_rl.plan import Plan
 from conductor_rl.plan.language import render_plan
 from conductor_rl.plan.roster import Roster
-from conductor_rl.rollout.recursion import Recursion
+from conductor_rl.rollout.recursion import Recursion, StopCounts
 from conductor_rl.rollout.rollouts import (
     Rollout,
     apply_grade,
@@ -137,6 +137,8 @@ def record_of(method: str, benchmark: str, rollout: Rollout, prices: Sequence[Pr
         verdict = rollout.grade.verdict.value
     cost = sum(cost_of(s.usage, prices[s.model_id]) for s in steps if 0 <= s.model_id < len(prices))
     final = None if wf is None else wf.final_answer
+    made = [c for c in rollout.inner_calls if c.made]
+    stops = StopCounts.of(made)
     return EvalRecord(
         method=method,
         benchmark=benchmark,
@@ -158,4 +160,9 @@ def record_of(method: str, benchmark: str, rollout: Rollout, prices: Sequence[Pr
         else tuple({"model_id": s.model_id, "subtask": s.subtask, "access": s.access} for s in plan.steps),
         error=rollout.plan_error or rollout.infrastructure_error,
         difficulty=rollout.task.difficulty,
+        recursive_calls=len(made),
+        calls_on_right=stops.right,
+        stops_on_right=stops.kept_right,
+        calls_on_wrong=stops.wrong,
+        stops_on_wrong=stops.kept_wrong,
     )

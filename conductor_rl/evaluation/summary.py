@@ -38,6 +38,7 @@ from typing import Any
 
 from conductor_rl.data.difficulty import band_of
 from conductor_rl.grading.verdict import SCORED_VERDICTS
+from conductor_rl.rollout.recursion import StopCounts
 from conductor_rl.workers.sim_rules import plan_shape
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "Cell",
     "EvalRecord",
     "StrategyRow",
+    "stop_rates",
     "strategy",
     "summarise",
 ]
@@ -76,6 +78,13 @@ class EvalRecord:
     plan: tuple[dict[str, Any], ...] | None = None  # steps: model_id, worker, subtask, access
     error: str | None = None
     difficulty: float | None = None  # the question's (conductor_rl/data/difficulty.py); None in older records
+    # Recursive calls really made (not cut off by the depth limit), and the stop statistics (StopCounts):
+    # calls shown a right answer, those of them that kept it; calls shown a wrong one, those that kept it.
+    recursive_calls: int = 0
+    calls_on_right: int = 0
+    stops_on_right: int = 0
+    calls_on_wrong: int = 0
+    stops_on_wrong: int = 0
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -101,6 +110,25 @@ class EvalRecord:
         """The record of `to_dict`'s output; keys it does not know are ignored (newer writers)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+    @property
+    def stop_counts(self) -> StopCounts:
+        """Its recursive calls' stop statistics (conductor_rl/rollout/recursion.py)."""
+        return StopCounts(self.calls_on_right, self.stops_on_right, self.calls_on_wrong, self.stops_on_wrong)
+
+
+def stop_rates(records: Iterable[EvalRecord]) -> dict[str, dict[str, float | None]]:
+    """Per method, over its scored samples: how often a recursive call kept the answer it was
+    shown when that answer was right (`stop_rate_when_right`) and when it was wrong
+    (`stop_rate_when_wrong`); None where no call saw such an answer."""
+    totals: dict[str, StopCounts] = {}
+    for r in records:
+        if r.verdict != "error":
+            totals[r.method] = totals.get(r.method, StopCounts()) + r.stop_counts
+    return {
+        method: {"stop_rate_when_right": c.rate_when_right, "stop_rate_when_wrong": c.rate_when_wrong}
+        for method, c in totals.items()
+    }
 
 
 # --------------------------------------------------------------------------- the table

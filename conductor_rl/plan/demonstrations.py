@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from conductor_rl.plan.language import Plan, Step
 
@@ -47,16 +47,24 @@ def opening_words(question: str, n_words: int, fits: Callable[[str], bool] = lam
 
 
 def demonstration_plan(
-    question: str, n_workers: int, max_steps: int, rng: random.Random, fits: Callable[[str], bool] = lambda text: True
+    question: str,
+    workers: int | Sequence[int],
+    max_steps: int,
+    rng: random.Random,
+    fits: Callable[[str], bool] = lambda text: True,
 ) -> Plan:
-    """One plan drawn uniformly from the family above, worded for `question`; `fits`: whether a
-    subtask is short enough for the format."""
-    if n_workers < 1 or max_steps < 1:
+    """One plan drawn uniformly from the family above, worded for `question`, its steps given to
+    `workers`: a number n (Model 0 to n-1), or the model ids to draw from, which in a pool with
+    the Conductor's own seat are the answering workers only (`answering_workers`): a demonstration
+    shows how to write a worker plan, and a demonstrated recursion would teach calls, not stops.
+    `fits`: whether a subtask is short enough for the format."""
+    ids: Sequence[int] = range(workers) if isinstance(workers, int) else list(workers)
+    if not ids or max_steps < 1:
         raise ValueError("a demonstration needs at least one worker and one step")
     steps = []
     for i in range(rng.randint(1, max_steps)):
         role = "solve" if i == 0 else rng.choice(("solve", "read", "check"))
         words = rng.randint(4, 8)
         subtask = CHECK_SUBTASK if role == "check" else opening_words(question, words, fits)
-        steps.append(Step(rng.randrange(n_workers), subtask, [] if role == "solve" else "all"))
+        steps.append(Step(rng.choice(ids), subtask, [] if role == "solve" else "all"))
     return Plan(tuple(steps))

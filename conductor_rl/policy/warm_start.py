@@ -43,11 +43,18 @@ def check_warm_start(config: Config) -> None:
 
 
 def warm_start_batches(
-    prompts: ConductorPrompt, questions: Sequence[str], steps: int, per_step: int, per_question: int, seed: int
+    prompts: ConductorPrompt,
+    questions: Sequence[str],
+    steps: int,
+    per_step: int,
+    per_question: int,
+    seed: int,
+    workers: Sequence[int] | None = None,
 ) -> Iterator[RolloutBatch]:
     """`steps` batches, each of `per_question` demonstrations for each of `per_step` questions drawn
     from `questions` (with repeats across batches), seeded by `seed`. A question's rows are
-    contiguous: the learner runs their shared prompt once."""
+    contiguous: the learner runs their shared prompt once. `workers`: the model ids demonstrations
+    give steps to (`answering_workers`: never the Conductor's seat); None: every listed model."""
     if prompts.shape is None:
         raise WarmStartError("train.warm_start needs conductor.constrain_format: true (it teaches the plan format)")
     if not questions:
@@ -61,7 +68,8 @@ def warm_start_batches(
     rng = random.Random(seed)
     for _ in range(steps):
         drawn = [q for q in (rng.choice(questions) for _ in range(per_step)) for _ in range(per_question)]
-        plans = [demonstration_plan(q, shape.n_workers, shape.max_steps, rng, fits) for q in drawn]
+        ids = shape.n_workers if workers is None else workers
+        plans = [demonstration_plan(q, ids, shape.max_steps, rng, fits) for q in drawn]
         # Written with the numbers the prompt lists (the pool's roster), as a sampled plan is.
         completions = [encode_plan(fmt, prompts.roster.written_plan(plan), shape.prefix) for plan in plans]
         yield RolloutBatch(

@@ -2,13 +2,15 @@
 
 A recursive call sees the question, the plan of the Conductor that called it and
 the answer so far (the output of the step before it), and writes a new plan,
-which runs with every step shown that answer, or three empty lists, which keep
-the answer. A call is made two ways:
-- a plan gives a step to the Conductor itself (a pool worker with `provider: conductor`);
-- the engine forces one after a plan ends (`Recursion.forced_below`): the paper's
-  recursive training forces one call in half of each batch; at inference (`ask`,
-  `Orchestrator`, `evaluate`'s `conductor:<ckpt>@depth=N`) every plan below the
-  maximum depth ends with one: test-time scaling, stopped early by empty lists.
+which runs with every step shown that answer, or three empty lists, which stop
+and keep the answer. A call is made two ways:
+- a plan gives a step to the Conductor itself (a pool worker with `provider: conductor`,
+  required for any `conductor.max_depth` >= 1): the Conductor's own choice, the only
+  way at inference (`ask`, `serve`, the `Orchestrator`, `evaluate`'s
+  `conductor:<ckpt>@depth=N`), where `max_depth` is a limit, never a number of calls;
+- in training only, the engine forces one after a plan that made none
+  (`Recursion.forced_below`), in `train.recursion.forced_share` of the groups (the
+  paper's "one recursive call in half of each batch").
 Inner calls sample from the same generator, with the same weights, as their root:
 they run inside the execution phase, before the learner steps.
 
@@ -19,11 +21,20 @@ Decisions where the paper is silent:
   constrained format, or cut off) is the policy's failure: reward 0, like an
   unparsable root plan. A call the generator failed to answer is an
   infrastructure error, retried as a worker's would be.
-- The non-recursive discount: in a group that was forced to recurse, a rollout in
-  which no recursive call wrote a plan (every call kept the answer) gets
-  r' = (1 - d) * r, with d = `train.recursion.discount` (the paper's 0.25): a
-  kept correct answer earns 0.75 against 1 for a recursive one, a kept wrong one
-  0.375 against 0.5, an unparsable plan 0 either way (`discounted_reward`).
+- The non-recursive discount (`discounted_reward`): a rollout is recursive when the
+  Conductor was really called again at least once on an answer (not `at_limit`),
+  whatever that call did (a new plan, or three empty lists). A non-recursive rollout
+  earns r' = (1 - d) * r in every group, with d = `train.recursion.discount` (the
+  paper's 0.25). Reason: the reward must let stopping pay. A call that keeps a right
+  answer earns 1, as much as another round that keeps it right and more in expectation
+  (a round can spoil it); a plan that never asks for its own review earns 0.75 r. Extra
+  rounds earn nothing more, so the Conductor is paid to review once and to stop when
+  the answer is right. (Discounting only calls that kept the answer, the old rule, paid
+  a stop 0.75 r against r for any new plan: stopping could never pay.)
+- Stop statistics (`StopCounts`): each call really made records whether the answer it
+  was shown was right (`InnerCall.incoming_correct`, graded with the task's grader when
+  the rollout is), so training logs and evaluation records show how often the Conductor
+  stops on a right answer and on a wrong one.
 - Every recursive call's completion tokens are in the loss as rows of their own,
   with the advantage of the rollout they belong to (policy/batch.py): the
   reward judged the whole tree, so every choice in it shares the credit.
@@ -38,7 +49,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -85,11 +96,12 @@ class Recursion:
     prompts: ConductorPrompt
     max_depth: int
     max_steps: int
-    forced_below: int = 0  # a plan at a depth below this ends with a forced call (unless it made one)
+    forced_below: int = 0  # a plan at a depth below this ends with a forced call (training's forced groups only)
     seed: int = 0
     depth: int = 0
     parent: str = ""  # the completion whose plan is running
     roster: Roster | None = None  # what the root plan's prompt listed (None: the workers, as Model 0..n-1)
+    discount: float = 0.0  # of a non-recursive rollout's reward (training: train.recursion.discount; else 0)
 
     @property
     def forces_call(self) -> bool:
@@ -159,13 +171,50 @@ def call_seed(seed: int, key: str) -> int:
 
 
 def recursed(calls: Sequence[InnerCall]) -> bool:
-    """Did any recursive call write a plan that ran (not only keep the answer)?"""
-    return any(c.workflow is not None for c in calls)
+    """Was the Conductor really called again on an answer (a call not cut off by the depth limit),
+    whatever the call then did (a new plan, or three empty lists)?"""
+    return any(c.made for c in calls)
 
 
-def discounted_reward(reward: float, forced: bool, calls: Sequence[InnerCall], discount: float) -> float:
-    """The paper's recursive training: in a forced group, the non-recursive alternative earns (1 - d) r."""
-    return reward * (1.0 - discount) if forced and not recursed(calls) else reward
+def discounted_reward(reward: float, calls: Sequence[InnerCall], discount: float) -> float:
+    """A non-recursive rollout earns (1 - d) r, in every group (the module's "Decisions")."""
+    return reward if recursed(calls) else reward * (1.0 - discount)
+
+
+@dataclass(frozen=True)
+class StopCounts:
+    """How often the Conductor stopped (kept the answer) when called again, split by whether the
+    answer it was shown was right. Only calls really made and whose incoming answer was graded count."""
+
+    right: int = 0  # calls shown a right answer
+    kept_right: int = 0  # ... that kept it
+    wrong: int = 0  # calls shown a wrong answer
+    kept_wrong: int = 0  # ... that kept it
+
+    @classmethod
+    def of(cls, calls: Iterable[InnerCall]) -> StopCounts:
+        graded = [c for c in calls if c.made and c.incoming_correct is not None]
+        right = [c for c in graded if c.incoming_correct]
+        wrong = [c for c in graded if not c.incoming_correct]
+        return cls(len(right), sum(c.kept for c in right), len(wrong), sum(c.kept for c in wrong))
+
+    def __add__(self, other: StopCounts) -> StopCounts:
+        return StopCounts(
+            self.right + other.right,
+            self.kept_right + other.kept_right,
+            self.wrong + other.wrong,
+            self.kept_wrong + other.kept_wrong,
+        )
+
+    @property
+    def rate_when_right(self) -> float | None:
+        """Share of the calls shown a right answer that kept it (None: there were none)."""
+        return self.kept_right / self.right if self.right else None
+
+    @property
+    def rate_when_wrong(self) -> float | None:
+        """Share of the calls shown a wrong answer that kept it (None: there were none)."""
+        return self.kept_wrong / self.wrong if self.wrong else None
 
 
 def forced_groups(n_groups: int, share: float, seed: int, iteration: int) -> set[int]:

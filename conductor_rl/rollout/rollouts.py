@@ -51,7 +51,7 @@ class Rollout:
     attempts: int = 0  # executions of its plan (more than one after infrastructure errors)
     roster: Roster | None = None  # the workers its prompt listed (None: the whole pool); plan ids index it
     forced: bool = False  # its group was forced to recurse (recursive training)
-    discount: float = 0.0  # of the reward when, forced, it did not recurse (rollout/recursion.py)
+    discount: float = 0.0  # of the reward when it did not recurse (rollout/recursion.py; training only)
     weights_version: int = 0  # of the weights that sampled the completion (asynchronous training)
 
     @property
@@ -143,6 +143,7 @@ def inner_record(call: InnerCall) -> dict[str, Any]:
         "forced": call.forced,
         "at_limit": call.at_limit,
         "kept": call.kept,
+        "incoming_correct": call.incoming_correct,
         "completion": call.completion,
         "completion_tokens": len(call.completion_ids),
         "plan": None
@@ -248,13 +249,16 @@ async def execute_rollouts(
     """Run every rollout's plan concurrently (a re-run replaces the failed
     attempt's workflow). `key` seeds simulated workers per run. A rollout with a roster runs on
     its roster's workers only: `workers` and `limits` are the whole pool's. `recursion`: how
-    plans call the Conductor again (a forced rollout ends with one call at least). `on_done`
+    plans call the Conductor again (a forced rollout ends with one call at least) and the discount
+    of a non-recursive reward. `on_done`
     hears each rollout as its plan finishes (training starts grading it then)."""
     per_worker = limits_per_worker(limits, len(workers))
 
     async def run(rollout: Rollout, plan: Plan) -> None:
         rollout.attempts += 1
         rollout.grade = None
+        if recursion is not None and recursion.discount:
+            rollout.discount = recursion.discount  # training: every group's non-recursive rollouts are discounted
         roster = rollout.roster
         inner = (
             None
@@ -318,4 +322,18 @@ def apply_grade(rollout: Rollout, result: GradeResult) -> None:
         return
     reward = grading.reward(True, result.verdict)
     assert reward is not None  # only ERROR has none, and it returned above
-    rollout.reward = discounted_reward(reward, rollout.forced, rollout.inner_calls, rollout.discount)
+    grade_incoming(rollout, result)
+    rollout.reward = discounted_reward(reward, rollout.inner_calls, rollout.discount)
+
+
+def grade_incoming(rollout: Rollout, final: GradeResult, math_grader: MathGrader | None = None) -> None:
+    """Record, for each recursive call really made, whether the answer it was shown was right
+    (the stop statistics, `StopCounts`). An answer that is the final one takes the final verdict;
+    any other is graded with the task's grader, as the final answer was (cheap for simulated workers)."""
+    final_answer = rollout.workflow.final_answer if rollout.workflow is not None else None
+    for call in rollout.inner_calls:
+        if not call.made or call.incoming_correct is not None:
+            continue
+        same = call.current_answer == final_answer
+        verdict = final.verdict if same else grade_answer(rollout.task, call.current_answer, math_grader).verdict
+        call.incoming_correct = None if verdict is Verdict.ERROR else verdict is Verdict.CORRECT

@@ -113,6 +113,12 @@ class InnerCall:
     workflow: WorkflowResult | None = None
     at_limit: bool = False  # beyond the maximum depth: no call was made, the answer stands
     weights_version: int = 0  # of the weights that sampled the completion
+    incoming_correct: bool | None = None  # was `current_answer` right (set when the rollout is graded)
+
+    @property
+    def made(self) -> bool:
+        """The Conductor was really asked (not cut off by the depth limit)."""
+        return not self.at_limit
 
     @property
     def kept(self) -> bool:
@@ -233,7 +239,7 @@ class RecursiveCaller(Protocol):
 
     @property
     def forces_call(self) -> bool:
-        """A plan that made no call of its own ends with one."""
+        """A plan that made no call of its own ends with one (recursive training's forced groups only)."""
         ...
 
     async def call(
@@ -314,7 +320,7 @@ async def run_plan(
         and not failed.is_set()
         and not any(t.inner is not None for t in traces)
     ):
-        # The recursive training mode and test-time review: the plan's answer goes back to the Conductor.
+        # Recursive training's forced groups (never inference): the plan's answer goes back to the Conductor.
         forced = StepTrace(
             index=len(traces),
             model_id=FORCED_CALL,

@@ -8,10 +8,12 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from conductor_rl.config import WorkerConfig
 from conductor_rl.data.difficulty import band_of
 from conductor_rl.grading import Verdict
+from conductor_rl.rollout.recursion import StopCounts
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.workers.sim_rules import plan_shape
 
@@ -90,7 +92,7 @@ def iteration_metrics(
             usage_in += r.workflow.usage.input_tokens
             usage_out += r.workflow.usage.output_tokens
 
-    record = {
+    record: dict[str, Any] = {
         "rollouts": len(rollouts),
         "reward_mean": statistics.fmean(rewarded) if rewarded else 0.0,
         "reward_std": statistics.pstdev(rewarded) if len(rewarded) > 1 else 0.0,
@@ -120,13 +122,24 @@ def iteration_metrics(
         record["roster_size_mean"] = statistics.fmean(len(listed(r, worker_names)) for r in rollouts)
         shown = Counter(name for r in rollouts for name in listed(r, worker_names))
         record["worker_listed"] = {name: shown[name] / n for name in worker_names}
-    made = [c for r in rollouts for c in r.inner_calls if not c.at_limit]
+    made = [c for r in rollouts for c in r.inner_calls if c.made]
     if made or any(r.forced for r in rollouts):
-        # Recursion: how often the Conductor was called again, and how often it kept the answer.
+        # Recursion: how often the Conductor was called again, how often it kept the answer, and
+        # whether it stops when the answer is right and goes on when it is wrong.
+        stops = StopCounts.of(made)
         record["recursive_calls_per_rollout"] = len(made) / n
         record["recursion_kept_share"] = sum(c.kept for c in made) / max(len(made), 1)
+        record["recursion_stop_rate_when_right"] = stops.rate_when_right
+        record["recursion_stop_rate_when_wrong"] = stops.rate_when_wrong
         record["recursion_depth_max"] = max((c.depth for c in made), default=0)
         record["forced_rollouts"] = sum(r.forced for r in rollouts)
+        # Chosen calls: rollouts outside the forced groups whose plan gave a step to the Conductor.
+        unforced = [r for r in rollouts if not r.forced]
+        record["chosen_recursion_share"] = (
+            sum(any(c.made and not c.forced for c in r.inner_calls) for r in unforced) / len(unforced)
+            if unforced
+            else None
+        )
     if best:
         # Judged where the best worker was listed: a prompt without it cannot choose it.
         judged = [r for r in parsed if r.task.domain in best and best[r.task.domain] in listed(r, worker_names)]

@@ -89,6 +89,7 @@ class RequestLimits:
     max_messages: int = 64
     max_steps: int = 5
     max_depth: int = 0
+    seat: str | None = None  # the pool's `provider: conductor` worker: a request recurses through it
 
 
 @dataclass(frozen=True)
@@ -160,15 +161,26 @@ def parse_chat_request(raw: bytes, served_model: str, pool: Sequence[str], limit
             "no question: the last user message is the question, and there is none (or it is empty)",
             param="messages",
         )
+    workers = _workers(body, pool)
+    max_depth = _int(body, "max_depth", 0, limits.max_depth)
+    offered = pool if workers is None else workers
+    if max_depth and (limits.seat is None or limits.seat not in offered):
+        # Recursion is the Conductor's choice, a step given to its seat: without the seat, no call could be made.
+        fix = "add the server's seat to `workers`" if limits.seat else "the pool has no `provider: conductor` worker"
+        raise RequestError(
+            400,
+            f"`max_depth` {max_depth} needs the Conductor's seat among the workers offered: {fix}",
+            param="max_depth",
+        )
     return ChatRequest(
         question=turns[last_user][1],
         context=tuple(turns[:last_user]),
         stream=_bool(body, "stream"),
         include_usage=_include_usage(body),
         temperature=_number(body, "temperature", 0.0, 2.0),
-        workers=_workers(body, pool),
+        workers=workers,
         max_steps=_int(body, "max_steps", 1, limits.max_steps),
-        max_depth=_int(body, "max_depth", 0, limits.max_depth),
+        max_depth=max_depth,
         seed=_int(body, "seed", 0, 2**31 - 1),
     )
 
