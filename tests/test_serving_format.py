@@ -88,7 +88,14 @@ def test_malformed_requests_are_refused_with_the_field_named():
     refused({**ok, "temperature": True}, 400, "temperature")
     refused({**ok, "max_steps": 6}, 400, "max_steps")  # over the server's limit
     refused({**ok, "max_depth": 2}, 400, "max_depth")
-    assert "seat" in refused({**ok, "max_depth": 1, "workers": ["coder"]}, 400, "max_depth").message
+    # A subset is offered with the seat, so it may recurse; a pool without a seat may not.
+    assert parse_chat_request(
+        json.dumps({**ok, "max_depth": 1, "workers": ["coder"]}).encode(), "conductor", POOL, LIMITS
+    )
+    seatless = RequestLimits(max_request_bytes=2_000, max_messages=4, max_steps=5, max_depth=1)
+    with pytest.raises(RequestError, match="needs the Conductor's seat in the pool") as refusal:
+        parse_chat_request(json.dumps({**ok, "max_depth": 1}).encode(), "conductor", POOL[:3], seatless)
+    assert refusal.value.status == 400 and refusal.value.param == "max_depth"
     assert "this pool has" in refused({**ok, "workers": ["gpt-9"]}, 400, "workers").message
     refused({**ok, "workers": ["coder", "coder"]}, 400, "workers")
     refused({**ok, "stream": "yes"}, 400, "stream")

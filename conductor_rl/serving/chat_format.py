@@ -163,13 +163,13 @@ def parse_chat_request(raw: bytes, served_model: str, pool: Sequence[str], limit
         )
     workers = _workers(body, pool)
     max_depth = _int(body, "max_depth", 0, limits.max_depth)
-    offered = pool if workers is None else workers
-    if max_depth and (limits.seat is None or limits.seat not in offered):
-        # Recursion is the Conductor's choice, a step given to its seat: without the seat, no call could be made.
-        fix = "add the server's seat to `workers`" if limits.seat else "the pool has no `provider: conductor` worker"
+    if max_depth and limits.seat is None:
+        # Recursion is the Conductor's choice, a step given to its seat (offered with every subset):
+        # without a seat in the pool, no call could be made.
         raise RequestError(
             400,
-            f"`max_depth` {max_depth} needs the Conductor's seat among the workers offered: {fix}",
+            f"`max_depth` {max_depth} needs the Conductor's seat in the pool, and this server's pool has no "
+            "`provider: conductor` worker: send max_depth 0",
             param="max_depth",
         )
     return ChatRequest(
