@@ -320,7 +320,7 @@ def test_losing_a_worker_node_mid_iteration_loses_no_rollout_and_no_cost(multino
         rollouts = [
             parse_rollout(
                 Rollout(Task(id=f"q{i}", question=f"question {i}", reference="4"), PLAN, group=i),
-                n_workers=1,
+                1,
                 max_steps=5,
             )
             for i in range(24)
