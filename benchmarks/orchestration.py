@@ -64,7 +64,9 @@ def train_seed(seed: int, iterations: int, overrides: Sequence[str], out: Path, 
             *overrides,
         ],
     )
-    train(config)
+    summary = train(config)
+    if summary.get("stopped") != "finished":
+        raise SystemExit(f"the training in {out} did not finish: {summary}")
     return config
 
 

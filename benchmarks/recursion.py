@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import log  # noqa: E402
-from benchmarks.orchestration import accuracy_of, mean_over_seeds  # noqa: E402
+from benchmarks.orchestration import accuracy_of, mean_over_seeds, train_seed  # noqa: E402
 from conductor_rl.config import SEAT_EXAMPLE, Config, load_config  # noqa: E402
 from conductor_rl.evaluation.summary import EvalRecord  # noqa: E402
 from conductor_rl.rollout.recursion import StopCounts  # noqa: E402
@@ -52,27 +52,7 @@ GOALS = {"calls_ratio_3_to_0": 2.0, "stop_rate_when_right": 0.70, "stop_rate_whe
 
 def train_run(seed: int, iterations: int, out: Path, overrides: Sequence[str], *extra: str) -> Config:
     """One `train` of the seated embedded default; `extra` settings come after the user's overrides."""
-    from jobs.train import train
-
-    shutil.rmtree(out, ignore_errors=True)
-    config = load_config(
-        None,
-        [
-            SEAT,
-            f"train.iterations={iterations}",
-            f"train.checkpoint_every={iterations}",
-            f"train.seed={seed}",
-            f"conductor.seed={seed}",
-            f"train.output_dir={out}",
-            "train.progress=false",
-            *overrides,
-            *extra,
-        ],
-    )
-    summary = train(config)
-    if summary.get("stopped") != "finished":
-        raise SystemExit(f"the training in {out} did not finish: {summary}")
-    return config
+    return train_seed(seed, iterations, [SEAT, *overrides, *extra], out)
 
 
 def recursive_fine_tuning(seed: int, plain: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:

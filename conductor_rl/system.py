@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from conductor_rl.config import Config
+from conductor_rl.config import Config, seat_places
 from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
 from conductor_rl.plan.roster import Roster, draw_roster, roster_for
 from conductor_rl.policy.staleness import BehaviourSource, behaviour_source
@@ -206,8 +206,8 @@ class System:
         if size is None:
             return self.pool_roster
         workers = self.config.workers
-        seats = [i for i, w in enumerate(workers) if w.provider == "conductor"]
-        places = draw_roster(len(workers), size, self.config.train.seed, f"{iteration}/{question.id}", always=seats)
+        key = f"{iteration}/{question.id}"
+        places = draw_roster(len(workers), size, self.config.train.seed, key, always=seat_places(workers))
         return roster_for(self.config, places)
 
     def forced_groups(self, n_groups: int, iteration: int) -> set[int]:

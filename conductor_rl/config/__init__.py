@@ -40,6 +40,7 @@ from .workers import (
     missing_seat,
     model_ids,
     seat_of,
+    seat_places,
 )
 from .workers import _paper_workers as _paper_workers  # the paper's pool, for tests and docs
 
@@ -82,5 +83,6 @@ __all__ = [
     "missing_seat",
     "model_ids",
     "seat_of",
+    "seat_places",
     "validate_config",
 ]

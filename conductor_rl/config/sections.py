@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from conductor_rl.config.answering import AskConfig, ServeConfig
 from conductor_rl.config.infrastructure import ClusterConfig, GraderConfig
 from conductor_rl.config.strict import Strict
-from conductor_rl.config.workers import WorkerConfig, _paper_workers, missing_seat, model_ids
+from conductor_rl.config.workers import WorkerConfig, _paper_workers, answering_workers, missing_seat, model_ids
 
 #: The text every plan opens with (the plan language, conductor_rl/plan/constrained.py, forces it).
 #: Defined here, below the plan in the stage order, because `conductor.response_prefix` is checked against it.
@@ -482,7 +482,7 @@ class Config(Strict):
     @model_validator(mode="after")
     def _subset_fits_the_pool(self) -> Config:
         subset = self.train.worker_subset
-        answering = [w for w in self.workers if w.provider != "conductor"]  # the Conductor's seat is always listed
+        answering = answering_workers(self.workers)  # the Conductor's seat is always listed, not drawn
         if subset is not None and subset[1] > len(answering):
             raise ValueError(
                 f"train.worker_subset: rosters of up to {subset[1]} workers from a pool of "

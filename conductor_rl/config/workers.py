@@ -251,14 +251,20 @@ def model_ids(workers: Sequence[WorkerConfig]) -> tuple[int, ...]:
 SEAT_EXAMPLE = "{name: conductor, provider: conductor}"
 
 
+def seat_places(workers: Sequence[WorkerConfig]) -> list[int]:
+    """The pool indices of the Conductor's own seat (`provider: conductor`): none, or one (config allows one)."""
+    return [i for i, w in enumerate(workers) if w.provider == "conductor"]
+
+
 def seat_of(workers: Sequence[WorkerConfig]) -> str | None:
     """The name of the worker that is the Conductor itself (`provider: conductor`), if the pool has one."""
-    return next((w.name for w in workers if w.provider == "conductor"), None)
+    return next((workers[i].name for i in seat_places(workers)), None)
 
 
 def answering_workers(workers: Sequence[WorkerConfig]) -> list[int]:
     """The pool indices of the workers that answer: every one but the Conductor's own seat."""
-    return [i for i, w in enumerate(workers) if w.provider != "conductor"]
+    seats = seat_places(workers)
+    return [i for i in range(len(workers)) if i not in seats]
 
 
 def missing_seat(max_depth: int, workers: Sequence[WorkerConfig], key: str) -> str | None:

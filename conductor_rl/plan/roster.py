@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from conductor_rl.config import model_ids
+from conductor_rl.config import model_ids, seat_places
 from conductor_rl.plan.language import Plan, Step
 
 if TYPE_CHECKING:
@@ -114,8 +114,7 @@ def roster_for(config: Config, places: Sequence[int] | None = None) -> Roster:
     `conductor.worker_identity` says: the one place a roster is built from a configuration."""
     workers = config.workers
     places = tuple(range(len(workers))) if places is None else tuple(sorted(places))
-    seats = [i for i, p in enumerate(places) if workers[p].provider == "conductor"]
-    seat = seats[0] if seats else None
+    seat = next((places.index(p) for p in seat_places(workers) if p in places), None)
     if config.conductor.worker_identity == "description":
         described = tuple(workers[p].description or workers[p].name for p in places)
         return Roster(places, None, described, seat)
@@ -173,5 +172,5 @@ def with_workers(config: Config, names: Sequence[str] | None) -> Config:
 def offered_places(config: Config, names: Sequence[str]) -> tuple[int, ...]:
     """The pool places of a user's subset: the named workers and the Conductor's own seat
     (it is the Conductor, not a worker to choose). Raises RosterError for an unknown name."""
-    seats = {i for i, w in enumerate(config.workers) if w.provider == "conductor"}
-    return tuple(sorted(set(places_of(list(names), [w.name for w in config.workers])) | seats))
+    named = places_of(list(names), [w.name for w in config.workers])
+    return tuple(sorted(set(named) | set(seat_places(config.workers))))

@@ -266,7 +266,7 @@ async def execute_rollouts(
             else recursion.for_plan(
                 rollout.completion,
                 forced_below=max(recursion.forced_below, 1) if rollout.forced else None,
-                roster=roster if roster is not None else as_roster(len(workers)),
+                roster=roster,  # None: the whole pool, which `Recursion.call` lists as Model 0..n-1
             )
         )
         rollout.workflow = await run_plan(
