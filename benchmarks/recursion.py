@@ -7,15 +7,19 @@ Per seed:
 1. a plain Conductor: trained here on the seated pool at conductor.max_depth=0 (a step given to
    the seat keeps the answer), or `--checkpoint` (a run, checkpoint or model folder);
 2. recursive fine-tuning from it: conductor.model=<its model folder>, conductor.max_depth=2,
-   no warm start; half of each batch's groups end with a forced call, and a rollout in which
-   the Conductor was never called again earns 0.75 of its reward (docs/decisions.md);
+   a short warm start (`--recursive-warm-start` steps: the seat demonstrated like any worker, and
+   recursive prompts answered by keeping the answer or a new plan, half each, whatever the answer;
+   conductor_rl/plan/demonstrations.py), then GRPO: half of each batch's groups end with a forced
+   call, and a rollout in which the Conductor was never called again earns 0.75 of its reward
+   (docs/decisions.md);
 3. one `evaluate` of conductor:<fine-tuned>@depth=0..3 on the held-out questions: the depth is a
-   limit, and the Conductor recurses only where its plan gives the seat a step.
+   limit, and the Conductor recurses only where its plan gives the seat a step; the plain
+   Conductor is evaluated beside it (`plain_accuracy`: what fine-tuning changed at depth 0).
 
 The figures measure how the Conductor spends calls on a simulated testbed, not real models.
 
     .venv/bin/python benchmarks/recursion.py                          # seed 0, JSON on the last line
-    .venv/bin/python benchmarks/recursion.py --seeds 2 --recursive-iterations 4
+    .venv/bin/python benchmarks/recursion.py --seeds 2 --recursive-iterations 6
     .venv/bin/python benchmarks/recursion.py --checkpoint runs/local --first-seed 1 --seeds 1
 
 Goals (issue 28), each {value, goal, reached} on the means over seeds: accuracy never falls from
@@ -47,6 +51,7 @@ from conductor_rl.rollout.recursion import StopCounts  # noqa: E402
 
 DEPTHS = (0, 1, 2, 3)
 SEAT = f"workers.3={SEAT_EXAMPLE}"  # appended: the three simulated workers keep ids 0-2
+PER_SEED = ("plain_accuracy", "fine_tuning", "wall_s")  # reported per seed beside the depth figures
 GOALS = {"calls_ratio_3_to_0": 2.0, "stop_rate_when_right": 0.70, "stop_rate_when_wrong": 0.30}
 
 
@@ -69,7 +74,7 @@ def recursive_fine_tuning(seed: int, plain: str, args: argparse.Namespace, out: 
         args.overrides,
         f"conductor.model={model}",
         "conductor.max_depth=2",
-        "train.warm_start.steps=0",
+        f"train.warm_start.steps={args.recursive_warm_start}",
     )
     logged = records(out)
     return {
@@ -83,12 +88,12 @@ def recursive_fine_tuning(seed: int, plain: str, args: argparse.Namespace, out: 
     }
 
 
-def evaluate_depths(run: Path, args: argparse.Namespace, out: Path) -> list[EvalRecord]:
-    """One `evaluate` of the fine-tuned Conductor at each depth, on the seated pool."""
+def evaluate_depths(run: Path, plain: str, args: argparse.Namespace, out: Path) -> list[EvalRecord]:
+    """One `evaluate` of the fine-tuned Conductor at each depth, and of the plain one, on the seated pool."""
     from jobs.evaluate import evaluate
 
     shutil.rmtree(out, ignore_errors=True)
-    methods = [f"conductor:{run}@depth={d}" for d in DEPTHS]
+    methods = [f"conductor:{run}@depth={d}" for d in DEPTHS] + [f"conductor:{plain}"]
     limit = [f"evaluate.limit={args.limit}"] if args.limit else []
     config = load_config(
         None,
@@ -107,10 +112,11 @@ def evaluate_depths(run: Path, args: argparse.Namespace, out: Path) -> list[Eval
     return [EvalRecord.from_dict(json.loads(line)) for line in (out / "records.jsonl").read_text().splitlines()]
 
 
-def depth_figures(records: Sequence[EvalRecord]) -> dict[str, float | None]:
+def depth_figures(records: Sequence[EvalRecord], plain: str) -> dict[str, float | None]:
     """One seed's figures, flat (`depth_<d>_<figure>`, so that `mean_over_seeds` averages them)."""
     scored = [r for r in records if r.verdict != "error"]  # a plan error scores 0, an infrastructure error nothing
-    figures: dict[str, float | None] = {}
+    before = [r for r in scored if r.method == f"conductor:{plain}"]
+    figures: dict[str, float | None] = {"plain_accuracy": accuracy_of(before) if before else None}
     recursive = StopCounts()
     for depth in DEPTHS:
         mine = [r for r in scored if r.method.endswith(f"@depth={depth}")]
@@ -168,7 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=0, help="the first seed (to add seeds to a run)")
     parser.add_argument("--checkpoint", help="a plain Conductor (run, checkpoint or model folder): no plain training")
     parser.add_argument("--iterations", type=int, default=10, help="plain training iterations per seed")
-    parser.add_argument("--recursive-iterations", type=int, default=3, help="recursive fine-tuning iterations")
+    parser.add_argument("--recursive-iterations", type=int, default=4, help="recursive fine-tuning iterations")
+    parser.add_argument(
+        "--recursive-warm-start", type=int, default=6, help="warm-start steps of the recursive fine-tuning (0: none)"
+    )
     parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
     parser.add_argument("--limit", type=int, default=None, help="evaluate.limit: questions per benchmark (all)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-recursion")
@@ -188,8 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         tuning = recursive_fine_tuning(seed, plain, args, where / "recursive")
         log(f"seed {seed}: evaluating at depths {list(DEPTHS)} ...")
-        records = evaluate_depths(where / "recursive", args, where / "eval")
-        run = {"seed": seed, **depth_figures(records), "fine_tuning": tuning}
+        records = evaluate_depths(where / "recursive", plain, args, where / "eval")
+        run = {"seed": seed, **depth_figures(records, plain), "fine_tuning": tuning}
         run["wall_s"] = round(time.perf_counter() - started, 1)
         runs.append(run)
         log(f"seed {seed}: {json.dumps(by_depth(run))}")
@@ -203,14 +212,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "checkpoint": args.checkpoint,
         "iterations": None if args.checkpoint else args.iterations,
         "recursive_iterations": args.recursive_iterations,
+        "recursive_warm_start": args.recursive_warm_start,
         "repeats": args.repeats,
         "limit": args.limit,
+        "plain_accuracy": mean.get("plain_accuracy"),
         "by_depth": by_depth(mean),
         "stop_rate_when_right": mean.get("stop_rate_when_right"),
         "stop_rate_when_wrong": mean.get("stop_rate_when_wrong"),
         "goals": goals(mean),
         "seeds": [
-            {"seed": r["seed"], "by_depth": by_depth(r), **{k: r[k] for k in ("fine_tuning", "wall_s")}} for r in runs
+            {
+                "seed": r["seed"],
+                "by_depth": by_depth(r),
+                **{k: r[k] for k in ("plain_accuracy", "fine_tuning", "wall_s")},
+            }
+            for r in runs
         ],
     }
     print(json.dumps(result))

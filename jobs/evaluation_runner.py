@@ -230,8 +230,9 @@ class Runner:
                 f"router: pilot pass of every worker over {len(ev.pilot)} training questions "
                 f"({ev.config.data.questions}), {repeats} times each ..."
             )
+            pool = [w.name for w in ev.config.workers]  # a method names its worker by pool place
             for name in ctx.worker_names:
-                self.run_cell(parse_method(f"single:{name}", ctx.worker_names), PILOT, ev.pilot, repeats)
+                self.run_cell(parse_method(f"single:{name}", pool), PILOT, ev.pilot, repeats)
             records = self.store.records()
             verdicts = single_verdict_lists(records, ctx.worker_names, repeats).get(PILOT, {})
             costs = call_costs_of(records, ctx.worker_names, PILOT, repeats)

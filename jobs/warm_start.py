@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import time
 
-from conductor_rl.config import answering_workers
-from conductor_rl.policy.warm_start import warm_start_batches
+from conductor_rl.policy.warm_start import warm_start_for
 from jobs.common import log
 from jobs.iteration import TrainingRun
 
@@ -17,17 +16,8 @@ def warm_start(run: TrainingRun) -> dict:
     weights to the generators. Returns what it did, for the run's summary."""
     c, started = run.config.train, time.perf_counter()
     w = c.warm_start
-    questions = [q.question for q in run.stream.questions]
     fits = []
-    batches = warm_start_batches(
-        run.system.prompts,
-        questions,
-        w.steps,
-        w.questions_per_step,
-        w.demonstrations_per_question,
-        c.seed,
-        workers=answering_workers(run.config.workers),  # demonstrations never give a step to the Conductor's seat
-    )
+    batches = warm_start_for(run.config, run.system.prompts, run.stream.questions)
     for k, batch in enumerate(batches):
         run.stop.check()
         fits.append(run.actors.learners.train_step(batch).logprob_mean)

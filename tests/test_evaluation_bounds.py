@@ -190,3 +190,46 @@ def test_oracle_single_runs_after_the_single_runs_it_needs_in_a_real_pool_only()
     )
     names = [m.name for m in prepare_evaluation(mixed).methods]
     assert names == [*(f"single:{w.name}" for w in mixed.workers), "oracle-single"]
+
+
+# --------------------------------------------------------------------------- the Conductor's seat
+
+
+def test_no_baseline_calls_the_conductors_seat_wherever_it_sits_in_the_pool():
+    """The seat (provider: conductor) answers nothing by itself: `*` skips it, naming it is refused,
+    and every baseline's plans give steps to the answering workers only, by their pool places."""
+    from conductor_rl.evaluation.router import Router
+
+    base = load_config(None, ["evaluate.benchmarks=[samples:gsm8k, samples:mmlu]", "evaluate.limit=4"])
+    seat = WorkerConfig(name="conductor", provider="conductor")
+    config = base.model_copy(update={"workers": [seat, *base.workers]})  # the seat first: places shift by one
+    answering = [w.name for w in base.workers]
+    ctx = baseline_context(config)
+    assert ctx.worker_names == answering and list(ctx.places) == [1, 2, 3] and ctx.optimum is not None
+
+    every = config.model_copy(
+        update={"evaluate": config.evaluate.model_copy(update={"methods": ["single:*", "oracle", "optimal"]})}
+    )
+    methods = prepare_evaluation(every).methods
+    assert [m.name for m in methods] == [*(f"single:{n}" for n in answering), "oracle", "optimal"]
+    assert [m.worker for m in methods[:3]] == [1, 2, 3]  # pool places
+    for refused in (["single:conductor"], ["reflect:conductor:2"]):
+        bad = config.model_copy(update={"evaluate": config.evaluate.model_copy(update={"methods": refused})})
+        with pytest.raises(EvaluationError, match="'conductor' is the Conductor's own seat"):
+            prepare_evaluation(bad)
+    bad = config.model_copy(update={"evaluate": config.evaluate.model_copy(update={"moa_aggregator": "conductor"})})
+    with pytest.raises(EvaluationError, match="evaluate.moa_.*own seat"):
+        prepare_evaluation(bad)
+
+    questions = [question(), question(PLANETS, "mmlu", "choice", "C"), question(VERIFY, "mmlu", "choice", "C")]
+    ctx.single_verdicts = {"b": {q.id: {n: float(i == 2) for i, n in enumerate(answering)} for q in questions}}
+    texts = [q.question for q in questions] * 2
+    verdicts = [{n: ["correct" if n == answering[1] else "wrong"] for n in answering}] * len(texts)
+    ctx.router = Router.fit(texts, verdicts, answering, ctx.prices)
+    used = {}
+    for name in ("moa", "random", "optimal", "oracle-single", "oracle", "router"):
+        samples = baseline_samples(parse_method(name, answering), "b", questions, 2, ctx)
+        used[name] = {s.model_id for row in samples for sample in row for s in sample.plan.steps}
+    assert all(steps and steps <= {1, 2, 3} for steps in used.values()), used
+    assert used["moa"] == used["random"] == {1, 2, 3}
+    assert used["oracle"] == {3} and used["router"] == {2}  # the index of the verdicts' worker, as a pool place

@@ -363,12 +363,14 @@ def test_warm_start_steps_raise_the_demonstrations_likelihood(groups):
     """A warm-start batch (advantage 1, the learner's own old log-probs) is a supervised step: the
     demonstrations' log-likelihood over their loss tokens rises."""
     from conductor_rl.config import load_config
+    from conductor_rl.data.question import Question
     from conductor_rl.plan.prompts import ConductorPrompt
     from conductor_rl.policy.warm_start import warm_start_batches
 
     _, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     prompts = ConductorPrompt.from_config(load_config(None, ["conductor.model=tiny-qwen2"]), tokenizer)
-    questions = ["Natalia sold clips to 48 of her friends in April.", "Which city is the capital of Australia?"]
+    texts = ["Natalia sold clips to 48 of her friends in April.", "Which city is the capital of Australia?"]
+    questions = [Question(f"q{i}", "math", t, "72", "math", "test") for i, t in enumerate(texts)]
     (batch,) = warm_start_batches(prompts, questions, steps=1, per_step=2, per_question=4, seed=0)
 
     def likelihood(weights=None) -> float:

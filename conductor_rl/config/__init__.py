@@ -8,6 +8,7 @@ An invalid setting fails at start with a `ConfigError` that names the key.
 """
 
 from .answering import AskConfig, ServeConfig
+from .evaluating import EvaluateConfig
 from .infrastructure import ClusterConfig, GraderConfig, SandboxConfig
 from .loading import CONFIG_DIR, DEFAULT_CONFIG, apply_override, is_override, load_config, validate_config
 from .sections import (
@@ -15,7 +16,6 @@ from .sections import (
     ConductorConfig,
     Config,
     DataConfig,
-    EvaluateConfig,
     GeneratorConfig,
     LearnerConfig,
     MixConfig,

@@ -1,6 +1,6 @@
 """The configuration's sections: pydantic models whose defaults reproduce the paper
-(the workers' own sections are in `workers.py`, `ask` and `serve` in `answering.py`, `cluster` and `grader` in
-`infrastructure.py`).
+(the workers' own sections are in `workers.py`, `ask` and `serve` in `answering.py`, `evaluate` in
+`evaluating.py`, `cluster` and `grader` in `infrastructure.py`).
 
 Every model forbids unknown keys, so a typo fails at start with the key's path
 instead of being silently ignored (conductor_rl/config/loading.py names it).
@@ -13,6 +13,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 
 from conductor_rl.config.answering import AskConfig, ServeConfig
+from conductor_rl.config.evaluating import EvaluateConfig
 from conductor_rl.config.infrastructure import ClusterConfig, GraderConfig
 from conductor_rl.config.strict import Strict
 from conductor_rl.config.workers import WorkerConfig, _paper_workers, answering_workers, missing_seat, model_ids
@@ -228,11 +229,13 @@ class WarmStartConfig(Strict):
         "word a subtask after the question or check an earlier answer, so that reward can find those plans.",
     )
     questions_per_step: int = Field(4, ge=1, description="Questions drawn for each warm-start step.")
-    demonstrations_per_question: int = Field(
-        4,
-        ge=1,
-        description="Demonstration plans per drawn question; they share the question's prompt, which the "
-        "learner then runs once.",
+    demonstrations_per_question: int = Field(4, ge=1, description="Demonstrations per drawn question (one prompt).")
+    recursive_share: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="With conductor.max_depth >= 1: share of drawn questions shown as a recursive call's prompt, "
+        "answered by keeping the answer or a new plan, half each; the seat is then demonstrated like any worker.",
     )
 
 
@@ -335,86 +338,6 @@ class TrainConfig(Strict):
 
     report: bool = Field(True, description="Write report.md with plots at the end.")
     progress: bool = Field(True, description="Show a progress bar on stderr.")
-
-
-class EvaluateConfig(Strict):
-    """`conductor-rl evaluate` (jobs/evaluate.py): methods x benchmarks with repeats (paper §4, tables 1, 5-7).
-    Method names and the baselines are in conductor_rl/evaluation/methods.py."""
-
-    benchmarks: list[str] = Field(
-        default_factory=lambda: [
-            "math500",
-            "mmlu:eval",
-            "rlpr:test",
-            "livecodebench:v6",
-            "aime25",
-            "bigcodebench:complete",
-            "gpqa:diamond",
-        ],
-        description="Dataset specs (conductor_rl.data.load_dataset) of the benchmarks: the paper's seven.",
-    )
-    methods: list[str] = Field(
-        default_factory=lambda: [
-            "conductor:untrained",
-            "single:*",
-            "reflect:*:5",
-            "moa",
-            "router",
-            "random",
-            "oracle",
-            "oracle-single",
-        ],
-        description="Methods in rows: conductor:<checkpoint or run folder>, conductor:untrained, single:<worker>, "
-        "reflect:<worker>:<rounds>, moa, router, random, oracle, oracle-single, optimal (a simulated pool only); "
-        "'*' for a worker means every worker.",
-    )
-    repeats: int = Field(3, ge=1, description="Samples per question and method (the standard error is over both).")
-    limit: int | None = Field(None, ge=1, description="Questions per benchmark (the first N; None: all).")
-    output_dir: str = Field(
-        "runs/eval",
-        description="results.json, results.md, records.parquet, the plot, and "
-        "records.jsonl, from which a stopped evaluation resumes.",
-    )
-    batch_questions: int = Field(32, ge=1, description="Questions whose plans are made and run together.")
-    temperature: float | None = Field(
-        None,
-        ge=0.0,
-        description="The Conductor's sampling temperature here (None: conductor.temperature, what training optimised).",
-    )
-    budget_usd: float | None = Field(None, ge=0.0, description="Stop cleanly once worker calls cost this much.")
-    attempts: int = Field(
-        2,
-        ge=1,
-        description="Runs of a sample whose execution or grading failed for "
-        "infrastructure reasons before it is recorded as an error (left out of accuracy).",
-    )
-    moa_layers: int = Field(3, ge=2, description="Mixture-of-Agents layers, the last one the aggregator (MoA: 3).")
-    moa_proposers: list[str] | None = Field(None, description="Workers proposing in each MoA layer (None: all).")
-    moa_aggregator: str | None = Field(None, description="The MoA aggregator worker (None: the first worker).")
-    router_pilot: str | None = Field(
-        None,
-        description="A training mixture (conductor-rl data mix) whose pilot verdicts (one per question and "
-        "worker) train the router; None: a pilot pass of every worker over data.questions "
-        "(router_pilot_questions of them, router_pilot_repeats times each) is run and kept with the records.",
-    )
-    router_pilot_questions: int = Field(200, ge=2, description="Training questions of the router's own pilot pass.")
-    router_pilot_repeats: int = Field(
-        4,
-        ge=1,
-        description="Verdicts per question and worker in the router's own pilot pass: the router learns each "
-        "worker's chance of success, which one verdict says little about.",
-    )
-    cost_weight: float = Field(
-        0.0,
-        ge=0.0,
-        description="Reward per USD that a method's expected cost takes off its expected reward (1 right, 0.5 "
-        "wrong) when the router, oracle-single and optimal choose a worker or plan; 0: accuracy alone. "
-        "The training reward has no cost term.",
-    )
-    progress: bool = Field(True, description="Show a progress bar on stderr.")
-    preflight: bool = Field(
-        True, description="Probe every worker before the first sample (conductor-rl check); --no-check skips it."
-    )
 
 
 class MixConfig(Strict):

@@ -194,10 +194,13 @@ def expand_methods(names: Sequence[str], worker_names: Sequence[str]) -> list[st
     return list(dict.fromkeys(out))
 
 
-def parse_methods(names: Sequence[str], worker_names: Sequence[str]) -> list[Method]:
-    """Expand, then parse every name; two spellings of one method count once."""
+def parse_methods(
+    names: Sequence[str], worker_names: Sequence[str], every: Sequence[str] | None = None
+) -> list[Method]:
+    """Expand (a '*' over `every`, default all of `worker_names`), then parse every name; two
+    spellings of one method count once."""
     methods: dict[str, Method] = {}
-    for name in expand_methods(names, worker_names):
+    for name in expand_methods(names, worker_names if every is None else every):
         method = parse_method(name, worker_names)
         methods.setdefault(method.name, method)
     return list(methods.values())

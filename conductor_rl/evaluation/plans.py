@@ -9,6 +9,9 @@ from a router trained on a pilot pass over training questions, and, in a pool of
 simulated workers, `oracle-single` and `optimal` from the exact optimum
 (conductor_rl/evaluation/optimal.py); with a real worker in the pool,
 `oracle-single` picks as `oracle` does.
+
+No baseline calls the Conductor's own seat (`provider: conductor`): it is not a worker that
+answers, so every worker a baseline may choose is one of `BaselineContext.places`.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from conductor_rl.config import Config, Price
+from conductor_rl.config import Config, Price, answering_workers
 from conductor_rl.data import Question
 from conductor_rl.data.difficulty import difficulty_of
 from conductor_rl.grading.verdict import SCORED_VERDICTS
+from conductor_rl.plan import Plan
+from conductor_rl.plan.roster import Roster
 
 from .baselines import moa_plan, optimal_plan, oracle_worker, random_plan, reflection_plan, single_plan, wording
 from .methods import Method
@@ -52,30 +57,43 @@ class BaselineContext:
     router: Router | None = None
     # The exact optimum of a pool of simulated workers (for `oracle-single`, `optimal`); None: a real worker.
     optimum: PoolOptimum | None = None
+    # The pool places of `worker_names` (the pool less the Conductor's seat); None: the pool, in order.
+    places: Sequence[int] | None = None
+
+    def on_pool(self, plan: Plan) -> Plan:
+        """`plan`, whose steps name workers by their index in `worker_names`, with pool places."""
+        return plan if self.places is None else Roster(tuple(self.places)).pool_plan(plan)
+
+    def place(self, index: int) -> int:
+        """The pool place of `worker_names[index]`."""
+        return index if self.places is None else self.places[index]
 
 
 def baseline_context(config: Config) -> BaselineContext:
     """The context of an evaluation's baselines, before any cell has run."""
-    names = [w.name for w in config.workers]
+    pool = [w.name for w in config.workers]
+    places = answering_workers(config.workers)  # the Conductor's seat answers nothing: no baseline calls it
+    workers = [config.workers[i] for i in places]
     e = config.evaluate
     optimum = None
-    if simulated_pool(config.workers):
-        optimum = PoolOptimum(config.workers, 0, config.conductor.max_steps, e.cost_weight)
+    if simulated_pool(workers):
+        optimum = PoolOptimum(workers, 0, config.conductor.max_steps, e.cost_weight)
     return BaselineContext(
-        names,
-        [w.price for w in config.workers],
+        [w.name for w in workers],
+        [w.price for w in workers],
         config.conductor.max_steps,
         e.moa_layers,
-        None if e.moa_proposers is None else [names.index(n) for n in e.moa_proposers],
-        names.index(e.moa_aggregator) if e.moa_aggregator else 0,
+        None if e.moa_proposers is None else [pool.index(n) for n in e.moa_proposers],
+        pool.index(e.moa_aggregator) if e.moa_aggregator else places[0],
         config.conductor.seed,
         optimum=optimum,
+        places=places,
     )
 
 
 def oracle_single_label(config: Config) -> str:
     """How `oracle-single` picks in this pool, for the report."""
-    if simulated_pool(config.workers):
+    if simulated_pool([config.workers[i] for i in answering_workers(config.workers)]):
         return "exact: the highest expected success (less cost) by the simulator's rules"
     return "estimated: the share of correct single:<worker> repeats, as oracle"
 
@@ -108,19 +126,20 @@ def baseline_samples(
         assert worker is not None and rounds is not None, "a reflection method names its worker and rounds"
         plans = [reflection_plan(q.question, worker, rounds, q.answer_kind) for q in questions]
     elif method.kind == "moa":
-        proposers = list(ctx.moa_proposers) if ctx.moa_proposers is not None else list(range(n))
+        proposers = list(ctx.moa_proposers) if ctx.moa_proposers is not None else [ctx.place(i) for i in range(n)]
         plans = [moa_plan(q.question, proposers, ctx.moa_aggregator, ctx.moa_layers, q.answer_kind) for q in questions]
     elif method.kind == "router":
         if ctx.router is None:
             raise MissingEvidenceError("the router baseline needs a trained router (a pilot pass): none was given")
         picks = ctx.router.route([q.question for q in questions])
-        plans = [single_plan(q.question, w, q.answer_kind) for q, w in zip(questions, picks)]
+        plans = [single_plan(q.question, ctx.place(w), q.answer_kind) for q, w in zip(questions, picks)]
     elif method.kind == "optimal":
         if ctx.optimum is None:
             raise MissingEvidenceError("optimal: the best plan is computable only for a pool of simulated workers")
-        plans = [optimal_plan(exact_optimum(q, ctx.optimum, False).steps, q.question, q.answer_kind) for q in questions]
+        best = [exact_optimum(q, ctx.optimum, False).steps for q in questions]
+        plans = [ctx.on_pool(optimal_plan(steps, q.question, q.answer_kind)) for q, steps in zip(questions, best)]
     elif method.kind == "oracle-single" and ctx.optimum is not None:
-        picks = [exact_optimum(q, ctx.optimum, True).steps[0].worker for q in questions]
+        picks = [ctx.place(exact_optimum(q, ctx.optimum, True).steps[0].worker) for q in questions]
         plans = [single_plan(q.question, w, q.answer_kind) for q, w in zip(questions, picks)]
     elif method.kind in ("oracle", "oracle-single"):
         plans = [single_plan(q.question, _oracle_pick(method, benchmark, q, ctx), q.answer_kind) for q in questions]
@@ -128,13 +147,15 @@ def baseline_samples(
         return [
             [
                 Sample.of_plan(
-                    random_plan(
-                        q.question,
-                        n,
-                        ctx.conductor_lengths,
-                        _rng(ctx.seed, method.name, q.id, r),
-                        ctx.max_steps,
-                        q.answer_kind,
+                    ctx.on_pool(
+                        random_plan(
+                            q.question,
+                            n,
+                            ctx.conductor_lengths,
+                            _rng(ctx.seed, method.name, q.id, r),
+                            ctx.max_steps,
+                            q.answer_kind,
+                        )
                     )
                 )
                 for r in range(repeats)
@@ -154,7 +175,7 @@ def _oracle_pick(method: Method, benchmark: str, q: Question, ctx: BaselineConte
             f"(have {sorted(by_worker or {})}); the oracle picks from single:<worker> runs"
         )
     best = oracle_worker([by_worker[name] for name in ctx.worker_names], ctx.prices)
-    return 0 if best is None else best
+    return ctx.place(0 if best is None else best)
 
 
 def _single_records(records: Sequence, worker_names: Sequence[str], repeats: int | None = None) -> Iterator:

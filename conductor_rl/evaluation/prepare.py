@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conductor_rl.config import ConductorConfig, Config, missing_seat, validate_config
+from conductor_rl.config import (
+    ConductorConfig,
+    Config,
+    answering_workers,
+    missing_seat,
+    seat_of,
+    validate_config,
+)
 from conductor_rl.data import Question, load_dataset
 from conductor_rl.data.overlap import ContaminationError, check_disjoint
 
@@ -49,15 +56,27 @@ def prepare_evaluation(config: Config) -> Evaluation:
     data against the benchmarks; raises EvaluationError."""
     e = config.evaluate
     names = [w.name for w in config.workers]
+    answering = [config.workers[i] for i in answering_workers(config.workers)]  # no baseline calls the seat
+    callable_names = [w.name for w in answering]
     try:
-        methods = parse_methods(e.methods, names)
+        methods = parse_methods(e.methods, names, every=callable_names)
     except MethodError as err:
         raise EvaluationError(str(err)) from None
     if not methods:
         raise EvaluationError("evaluate.methods is empty: name at least one method, e.g. --method single:*")
-    simulated = simulated_pool(config.workers)
+    seat = seat_of(config.workers)
+    if seat is not None:  # the seat answers nothing by itself: it only calls the Conductor again
+        calls_seat = [m.name for m in methods if m.worker is not None and names[m.worker] == seat]
+        if seat == e.moa_aggregator or seat in (e.moa_proposers or []):
+            calls_seat.append("evaluate.moa_*")
+        if calls_seat:
+            raise EvaluationError(
+                f"{calls_seat[0]}: {seat!r} is the Conductor's own seat, not a worker that answers; baselines "
+                f"call {', '.join(callable_names)}"
+            )
+    simulated = simulated_pool(answering)
     if any(m.kind == "optimal" for m in methods) and not simulated:
-        real = [w.name for w in config.workers if w.provider != "sim"]
+        real = [w.name for w in answering if w.provider != "sim"]
         raise EvaluationError(
             f"method 'optimal' needs a pool of simulated workers (provider: sim), whose best plan can be "
             f"computed; {', '.join(real)} {'is' if len(real) == 1 else 'are'} not simulated: drop optimal "
@@ -66,7 +85,7 @@ def prepare_evaluation(config: Config) -> Evaluation:
     # The oracle picks from every worker's single runs; so does oracle-single in a pool with a real worker.
     if any(m.kind == "oracle" or (m.kind == "oracle-single" and not simulated) for m in methods):
         have = {m.name for m in methods}
-        methods += [parse_method(f"single:{n}", names) for n in names if f"single:{n}" not in have]
+        methods += [parse_method(f"single:{n}", names) for n in callable_names if f"single:{n}" not in have]
     methods.sort(key=lambda m: KIND_ORDER.index(m.kind))
     for name in (e.moa_aggregator, *(e.moa_proposers or [])):
         if name is not None and name not in names:

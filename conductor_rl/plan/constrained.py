@@ -254,14 +254,14 @@ def encode_plan(fmt: PlanFormat, plan: Plan, prefix: str = "") -> list[int]:
     `PlanLogitsProcessor` (forced text from the tokenizer's encoding of each piece,
     ids digit by digit, each subtask as the tokenizer encodes it alone), so a
     demonstration (conductor_rl/plan/demonstrations.py) teaches tokens the sampler
-    can choose. `prefix`: the response prefix already in the prompt. Raises
-    PlanFormatError for a plan the format cannot hold."""
+    can choose, the empty plan included (as under `allow_empty`). `prefix`: the response prefix
+    already in the prompt. Raises PlanFormatError for a plan the format cannot hold."""
     if not PLAN_START.startswith(prefix):
         raise PlanFormatError(f"prefix {prefix!r} must be a start of {PLAN_START!r}")
     steps = plan.steps
-    if not steps:
-        raise PlanFormatError("the empty plan has no steps to encode")
     ids = fmt.encode(PLAN_START[len(prefix) :])
+    if not steps:  # the empty plan (a recursive call's "keep the answer"): its "]", then forced text
+        return [*ids, fmt.close, *fmt.encode(EMPTY_TAIL[1:])]
     for i, step in enumerate(steps):
         ids += [fmt.digit[d] for d in str(step.model_id)]
         ids += [fmt.comma, *fmt.encode(" ")] if i + 1 < len(steps) else [fmt.close]

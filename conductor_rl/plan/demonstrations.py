@@ -11,6 +11,14 @@ earlier answers, or checks them, each a third of the time. It teaches how plans 
 not which plan pays: the workers, the number of steps and the roles are uniform, and which of
 them earns reward is left to GRPO.
 
+With recursion on (`conductor.max_depth` >= 1) the Conductor's own seat is a worker like the
+others, and some demonstrations answer a recursive call's prompt (the question, a demonstrated
+plan, and an answer that is the question's reference or another question's): half keep the answer
+(three empty lists), half write a new plan (`demonstration_reply`), whatever the answer shown. A
+small Conductor never writes the empty plan by itself, so without them no call is ever seen to
+stop and GRPO cannot learn when to; whether the shown answer is right never decides the reply,
+so the demonstrations teach that stopping can be written, not when it pays.
+
 How a demonstration words a step (decisions, docs/decisions.md "Warm start"):
 - a solving step: the question's opening words (four to eight), as a person would start
   to restate the task: a small model can copy them from its prompt;
@@ -55,8 +63,8 @@ def demonstration_plan(
 ) -> Plan:
     """One plan drawn uniformly from the family above, worded for `question`, its steps given to
     `workers`: a number n (Model 0 to n-1), or the model ids to draw from, which in a pool with
-    the Conductor's own seat are the answering workers only (`answering_workers`): a demonstration
-    shows how to write a worker plan, and a demonstrated recursion would teach calls, not stops.
+    the Conductor's own seat are the answering workers only (`answering_workers`) unless recursion
+    is on (then demonstrated stops come with them: `demonstration_reply`).
     `fits`: whether a subtask is short enough for the format."""
     ids: Sequence[int] = range(workers) if isinstance(workers, int) else list(workers)
     if not ids or max_steps < 1:
@@ -68,3 +76,16 @@ def demonstration_plan(
         subtask = CHECK_SUBTASK if role == "check" else opening_words(question, words, fits)
         steps.append(Step(rng.choice(ids), subtask, [] if role == "solve" else "all"))
     return Plan(tuple(steps))
+
+
+def demonstration_reply(rng: random.Random, new_plan: Callable[[], Plan]) -> Plan:
+    """A recursive call's demonstrated reply: the empty plan (keep the answer) or `new_plan()` (a
+    `demonstration_plan`), half each, drawn without looking at the answer shown."""
+    return Plan(()) if rng.random() < 0.5 else new_plan()
+
+
+def shown_answer(reference: str, others: Sequence[str], rng: random.Random) -> str:
+    """The answer a demonstrated recursive prompt shows: the question's `reference` or, half the
+    time, one of `others` (other questions' references: a plausible wrong answer), so that the
+    demonstrations see both and tie neither to a reply."""
+    return rng.choice(others) if others and rng.random() < 0.5 else reference
