@@ -38,6 +38,7 @@ from conductor_rl.evaluation.summary import EvalRecord, recorded_plan_shape  # n
 from conductor_rl.grading.verdict import reward  # noqa: E402
 
 BASELINES = ["conductor:untrained", "single:*", "moa", "router", "random", "oracle-single", "optimal"]
+REUSE_HELP = "keep the trainings already finished in --out (after a stop in an evaluation)"
 GOALS = {
     "fraction_of_optimal_reward": 0.9,
     "accuracy_over_oracle_single": 0.05,
@@ -47,11 +48,15 @@ GOALS = {
 }
 
 
-def train_seed(seed: int, iterations: int, overrides: Sequence[str], out: Path, base: Config | None = None) -> Config:
-    """Train `base` (default: the embedded default) with `seed` for `iterations` into `out`."""
+def train_seed(
+    seed: int, iterations: int, overrides: Sequence[str], out: Path, base: Config | None = None, reuse: bool = False
+) -> Config:
+    """Train `base` (default: the embedded default) with `seed` for `iterations` into `out`; with `reuse`,
+    a run already in `out` whose last checkpoint is the final one is kept (a benchmark that stopped
+    after its trainings starts again from its evaluations)."""
+    from conductor_rl.run.checkpoint import Checkpoints, checkpoint_name
     from jobs.train import train
 
-    shutil.rmtree(out, ignore_errors=True)
     config = load_config(
         base,
         [
@@ -64,6 +69,11 @@ def train_seed(seed: int, iterations: int, overrides: Sequence[str], out: Path, 
             *overrides,
         ],
     )
+    last = Checkpoints(out / "checkpoints").latest()
+    if reuse and last is not None and last.name == checkpoint_name(iterations - 1):
+        print(f"reusing the finished training in {out}", file=sys.stderr, flush=True)
+        return config
+    shutil.rmtree(out, ignore_errors=True)
     summary = train(config)
     if summary.get("stopped") != "finished":
         raise SystemExit(f"the training in {out} did not finish: {summary}")
@@ -206,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=20, help="training iterations per seed")
     parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-orchestration")
+    parser.add_argument("--reuse", action="store_true", help=REUSE_HELP)
     args = parser.parse_args(argv)
 
     base = load_config(None, args.overrides)
@@ -214,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         print(f"seed {seed}: training {args.iterations} iterations ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        trained = train_seed(seed, args.iterations, args.overrides, args.out / f"seed-{seed}" / "run")
+        trained = train_seed(seed, args.iterations, args.overrides, args.out / f"seed-{seed}" / "run", reuse=args.reuse)
         trained_s = time.perf_counter() - started
         print(f"seed {seed}: evaluating on {len(questions)} held-out questions ...", file=sys.stderr, flush=True)
         records = evaluate_seed(trained, args.repeats, args.out / f"seed-{seed}" / "eval")

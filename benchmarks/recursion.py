@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import log  # noqa: E402
-from benchmarks.orchestration import accuracy_of, mean_over_seeds, train_seed  # noqa: E402
+from benchmarks.orchestration import REUSE_HELP, accuracy_of, mean_over_seeds, train_seed  # noqa: E402
 from conductor_rl.config import SEAT_EXAMPLE, Config, load_config  # noqa: E402
 from conductor_rl.evaluation.summary import EvalRecord  # noqa: E402
 from conductor_rl.rollout.recursion import StopCounts  # noqa: E402
@@ -55,9 +55,9 @@ PER_SEED = ("plain_accuracy", "fine_tuning", "wall_s")  # reported per seed besi
 GOALS = {"calls_ratio_3_to_0": 2.0, "stop_rate_when_right": 0.70, "stop_rate_when_wrong": 0.30}
 
 
-def train_run(seed: int, iterations: int, out: Path, overrides: Sequence[str], *extra: str) -> Config:
+def train_run(seed: int, iterations: int, out: Path, args: argparse.Namespace, *extra: str) -> Config:
     """One `train` of the seated embedded default; `extra` settings come after the user's overrides."""
-    return train_seed(seed, iterations, [SEAT, *overrides, *extra], out)
+    return train_seed(seed, iterations, [SEAT, *args.overrides, *extra], out, reuse=args.reuse)
 
 
 def recursive_fine_tuning(seed: int, plain: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def recursive_fine_tuning(seed: int, plain: str, args: argparse.Namespace, out: 
         seed,
         args.recursive_iterations,
         out,
-        args.overrides,
+        args,
         f"conductor.model={model}",
         "conductor.max_depth=2",
         f"train.warm_start.steps={args.recursive_warm_start}",
@@ -181,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
     parser.add_argument("--limit", type=int, default=None, help="evaluate.limit: questions per benchmark (all)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-recursion")
+    parser.add_argument("--reuse", action="store_true", help=REUSE_HELP)
     parser.add_argument("--json", action="store_true", help="accepted for the common interface: JSON is always last")
     args = parser.parse_args(argv)
 
@@ -191,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plain = args.checkpoint
         if plain is None:
             log(f"seed {seed}: plain training, {args.iterations} iterations (max depth 0) ...")
-            plain = str(train_run(seed, args.iterations, where / "plain", args.overrides).train.output_dir)
+            plain = str(train_run(seed, args.iterations, where / "plain", args).train.output_dir)
         log(
             f"seed {seed}: recursive fine-tuning from {plain}, {args.recursive_iterations} iterations (max depth 2) ..."
         )

@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.orchestration import accuracy_of, mean_over_seeds, train_seed  # noqa: E402
+from benchmarks.orchestration import REUSE_HELP, accuracy_of, mean_over_seeds, train_seed  # noqa: E402
 from conductor_rl.config import Config, load_config, validate_config  # noqa: E402
 from conductor_rl.evaluation.summary import EvalRecord  # noqa: E402
 from conductor_rl.plan.roster import with_workers  # noqa: E402
@@ -109,7 +109,9 @@ def one_seed(seed: int, args: argparse.Namespace, base: Config) -> dict:
     for name, extra in (("whole", []), ("subsets", [f"train.worker_subset={args.subset_size}"])):
         print(f"seed {seed}: training on {name} ({args.iterations} iterations) ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        runs[name] = train_seed(seed, args.iterations, [*args.overrides, *extra], out / f"train-{name}", base)
+        runs[name] = train_seed(
+            seed, args.iterations, [*args.overrides, *extra], out / f"train-{name}", base, reuse=args.reuse
+        )
         train_s[name] = round(time.perf_counter() - started, 1)
     whole, subsets = (f"conductor:{runs[n].train.output_dir}" for n in ("whole", "subsets"))
     trained = [runs["whole"]]
@@ -174,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cheap", default=CHEAP, help="the user's cheap-only subset (names, comma-separated)")
     parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-subsets")
+    parser.add_argument("--reuse", action="store_true", help=REUSE_HELP)
     args = parser.parse_args(argv)
 
     base = pool_config(args.overrides)
