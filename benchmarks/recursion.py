@@ -7,8 +7,9 @@ Per seed:
 1. a plain Conductor: trained here on the seated pool at conductor.max_depth=0 (a step given to
    the seat keeps the answer), or `--checkpoint` (a run, checkpoint or model folder);
 2. recursive fine-tuning from it: conductor.model=<its model folder>, conductor.max_depth=2,
-   a short warm start (`--recursive-warm-start` steps: the seat demonstrated like any worker, and
-   recursive prompts answered by keeping the answer or a new plan, half each, whatever the answer;
+   a short warm start (`--recursive-warm-start` steps: the seat demonstrated like any worker after
+   a plan's first step, and `--recursive-share` of the questions shown as recursive prompts, answered
+   by keeping the answer or a new plan, half each, whatever the answer;
    conductor_rl/plan/demonstrations.py), then GRPO: half of each batch's groups end with a forced
    call, and a rollout in which the Conductor was never called again earns 0.75 of its reward
    (docs/decisions.md);
@@ -75,6 +76,7 @@ def recursive_fine_tuning(seed: int, plain: str, args: argparse.Namespace, out: 
         f"conductor.model={model}",
         "conductor.max_depth=2",
         f"train.warm_start.steps={args.recursive_warm_start}",
+        f"train.warm_start.recursive_share={args.recursive_share}",
     )
     logged = records(out)
     return {
@@ -176,7 +178,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=10, help="plain training iterations per seed")
     parser.add_argument("--recursive-iterations", type=int, default=4, help="recursive fine-tuning iterations")
     parser.add_argument(
-        "--recursive-warm-start", type=int, default=6, help="warm-start steps of the recursive fine-tuning (0: none)"
+        "--recursive-warm-start", type=int, default=4, help="warm-start steps of the recursive fine-tuning (0: none)"
+    )
+    parser.add_argument(
+        "--recursive-share",
+        type=float,
+        default=0.75,
+        help="its share of recursive prompts: a fine-tuning keeps most of the plain Conductor's root plans",
     )
     parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
     parser.add_argument("--limit", type=int, default=None, help="evaluate.limit: questions per benchmark (all)")
@@ -214,6 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "iterations": None if args.checkpoint else args.iterations,
         "recursive_iterations": args.recursive_iterations,
         "recursive_warm_start": args.recursive_warm_start,
+        "recursive_share": args.recursive_share,
         "repeats": args.repeats,
         "limit": args.limit,
         "plain_accuracy": mean.get("plain_accuracy"),

@@ -175,6 +175,7 @@ def test_with_recursion_on_the_warm_start_demonstrates_recursive_prompts_and_the
             text = prompts.tokenizer.decode(prompt)
             plan = parse_plan(seated.response_prefix + prompts.tokenizer.decode(ids), 4, 3, allow_empty=True)
             workers.update(s.model_id for s in plan.steps)
+            assert not plan.steps or plan.steps[0].model_id != 3  # the seat reviews an answer: never first
             if "The workflow that ran:" not in text:
                 roots += 1
                 assert plan.steps
@@ -185,6 +186,7 @@ def test_with_recursion_on_the_warm_start_demonstrates_recursive_prompts_and_the
             shown[next(q.reference for q in questions if q.question in text) in answer] += 1
             chosen = prompts.tokenizer.decode([t for t, m in zip(ids, mask) if m])
             assert "subtasks" not in chosen and (plan.steps or chosen.strip() == "]")
+            assert all(s.model_id != 3 or (i > 0 and s.access == "all") for i, s in enumerate(plan.steps))
     assert roots and recursive and 0 < kept < recursive, (roots, recursive, kept)
     assert shown[True] and shown[False], shown  # the question's own reference and another's
     assert workers[3] > 0  # the seat is demonstrated like any worker
@@ -199,3 +201,19 @@ def test_without_recursion_the_warm_start_never_demonstrates_the_seat_nor_a_recu
             assert "The workflow that ran:" not in prompts.tokenizer.decode(prompt)
             plan = parse_plan(seated.response_prefix + prompts.tokenizer.decode(ids), 4, 3)
             assert all(s.model_id != 3 for s in plan.steps)
+
+
+def test_the_seat_is_demonstrated_as_a_later_review_step_only():
+    rng = random.Random(4)
+    plans = [demonstration_plan(QUESTION, [0, 1, 2, 3], 3, rng, seat=3) for _ in range(600)]
+    firsts = Counter(p.steps[0].model_id for p in plans)
+    assert set(firsts) == {0, 1, 2}, firsts
+    reviews = [s for p in plans for s in p.steps[1:] if s.model_id == 3]
+    later = sum(len(p.steps) - 1 for p in plans)
+    assert 0.2 * later <= len(reviews) <= 0.3 * later  # a quarter of the later steps, like any worker
+    assert all(s.access == "all" and s.subtask == CHECK_SUBTASK for s in reviews)
+    # Without a seat the draws are exactly those of before.
+    again, plain = random.Random(4), random.Random(4)
+    assert [demonstration_plan(QUESTION, 3, 3, again) for _ in range(50)] == [
+        demonstration_plan(QUESTION, 3, 3, plain, seat=None) for _ in range(50)
+    ]

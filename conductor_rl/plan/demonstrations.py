@@ -12,8 +12,9 @@ not which plan pays: the workers, the number of steps and the roles are uniform,
 them earns reward is left to GRPO.
 
 With recursion on (`conductor.max_depth` >= 1) the Conductor's own seat is a worker like the
-others, and some demonstrations answer a recursive call's prompt (the question, a demonstrated
-plan, and an answer that is the question's reference or another question's): half keep the answer
+others after the first step (a step given to it reviews the answer so far), and some
+demonstrations answer a recursive call's prompt (the question, a demonstrated plan, and an
+answer that is the question's reference or another question's): half keep the answer
 (three empty lists), half write a new plan (`demonstration_reply`), whatever the answer shown. A
 small Conductor never writes the empty plan by itself, so without them no call is ever seen to
 stop and GRPO cannot learn when to; whether the shown answer is right never decides the reply,
@@ -60,12 +61,15 @@ def demonstration_plan(
     max_steps: int,
     rng: random.Random,
     fits: Callable[[str], bool] = lambda text: True,
+    seat: int | None = None,
 ) -> Plan:
     """One plan drawn uniformly from the family above, worded for `question`, its steps given to
     `workers`: a number n (Model 0 to n-1), or the model ids to draw from, which in a pool with
     the Conductor's own seat are the answering workers only (`answering_workers`) unless recursion
     is on (then demonstrated stops come with them: `demonstration_reply`).
-    `fits`: whether a subtask is short enough for the format."""
+    `fits`: whether a subtask is short enough for the format. `seat`: the id among `workers` that is
+    the Conductor's own seat: a step given to it reviews the answer so far, so it is never the first
+    step (there is nothing to review yet) and it reads every earlier step."""
     ids: Sequence[int] = range(workers) if isinstance(workers, int) else list(workers)
     if not ids or max_steps < 1:
         raise ValueError("a demonstration needs at least one worker and one step")
@@ -74,7 +78,12 @@ def demonstration_plan(
         role = "solve" if i == 0 else rng.choice(("solve", "read", "check"))
         words = rng.randint(4, 8)
         subtask = CHECK_SUBTASK if role == "check" else opening_words(question, words, fits)
-        steps.append(Step(rng.choice(ids), subtask, [] if role == "solve" else "all"))
+        worker = rng.choice(ids)
+        if worker == seat and i == 0:
+            worker = rng.choice([w for w in ids if w != seat] or [worker])
+        elif worker == seat:
+            role, subtask = "check", CHECK_SUBTASK
+        steps.append(Step(worker, subtask, [] if role == "solve" else "all"))
     return Plan(tuple(steps))
 
 

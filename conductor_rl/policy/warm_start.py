@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 
-from conductor_rl.config import Config, ConfigError, answering_workers
+from conductor_rl.config import Config, ConfigError, answering_workers, seat_places
 from conductor_rl.data.question import Question
 from conductor_rl.plan.constrained import PlanFormat, choice_mask, encode_plan
 from conductor_rl.plan.demonstrations import demonstration_plan, demonstration_reply, shown_answer
@@ -54,13 +54,15 @@ def warm_start_batches(
     seed: int,
     workers: Sequence[int] | None = None,
     recursive_share: float = 0.0,
+    seat: int | None = None,
 ) -> Iterator[RolloutBatch]:
     """`steps` batches, each of `per_question` demonstrations for each of `per_step` questions drawn
     from `questions` (with repeats across batches), seeded by `seed`. A question's rows share one
     prompt and are contiguous: the learner runs it once. `workers`: the model ids demonstrations
     give steps to (`answering_workers`: never the Conductor's seat); None: every listed model.
     `recursive_share`: the share of drawn questions shown as a recursive call's prompt, whose
-    rows are `demonstration_reply`s (with recursion on; 0: none)."""
+    rows are `demonstration_reply`s (with recursion on; 0: none); `seat`: the Conductor's own seat
+    among `workers`, which reviews the answer so far (`demonstration_plan`)."""
     if prompts.shape is None:
         raise WarmStartError("train.warm_start needs conductor.constrain_format: true (it teaches the plan format)")
     if not questions:
@@ -77,10 +79,10 @@ def warm_start_batches(
         """A recursive call's prompt for `question` (a demonstrated plan ran and gave an answer) and
         its `per_question` demonstrated replies."""
         text = question.question
-        parent = prompts.roster.written_plan(demonstration_plan(text, ids, shape.max_steps, rng, fits))
+        parent = prompts.roster.written_plan(demonstration_plan(text, ids, shape.max_steps, rng, fits, seat))
         answer = shown_answer(question.reference, [r for r in references if r != question.reference], rng)
         prompt = prompts.recursive_ids(text, prompts.roster, render_plan(parent), answer)
-        new_plan = lambda: demonstration_plan(text, ids, shape.max_steps, rng, fits)  # noqa: E731
+        new_plan = lambda: demonstration_plan(text, ids, shape.max_steps, rng, fits, seat)  # noqa: E731
         return prompt, [demonstration_reply(rng, new_plan) for _ in range(per_question)]
 
     rng = random.Random(seed)
@@ -91,10 +93,9 @@ def warm_start_batches(
             if recursive_share and rng.random() < recursive_share:
                 rows.append(recursive_row(question, rng))
                 continue
-            plans = [
-                demonstration_plan(question.question, ids, shape.max_steps, rng, fits) for _ in range(per_question)
-            ]
-            rows.append((list(prompts.ids(question.question)), plans))
+            text = question.question
+            plans = [demonstration_plan(text, ids, shape.max_steps, rng, fits, seat) for _ in range(per_question)]
+            rows.append((list(prompts.ids(text)), plans))
         prompt_ids = [prompt for prompt, plans in rows for _ in plans]
         # Written with the numbers the prompt lists (the pool's roster), as a sampled plan is.
         written = [prompts.roster.written_plan(plan) for _, plans in rows for plan in plans]
@@ -110,7 +111,8 @@ def warm_start_batches(
 
 def warm_start_for(config: Config, prompts: ConductorPrompt, questions: Sequence[Question]) -> Iterator[RolloutBatch]:
     """The warm start of a run with `config` (`train.warm_start`): with recursion on
-    (conductor.max_depth >= 1), recursive prompts are demonstrated too and the seat like any worker;
+    (conductor.max_depth >= 1), recursive prompts are demonstrated too and the seat like any worker
+    after the first step;
     without, no demonstration gives the seat a step (it would only keep the answer)."""
     w, recursive = config.train.warm_start, config.conductor.max_depth >= 1
     return warm_start_batches(
@@ -122,4 +124,5 @@ def warm_start_for(config: Config, prompts: ConductorPrompt, questions: Sequence
         config.train.seed,
         workers=None if recursive else answering_workers(config.workers),
         recursive_share=w.recursive_share if recursive else 0.0,
+        seat=next(iter(seat_places(config.workers)), None) if recursive else None,
     )
