@@ -3,17 +3,7 @@ untrained Conductor minutes on a CPU; its figures are in docs/results.md.)"""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("bench_exploration", REPO / "benchmarks" / "exploration.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmark_scripts import load_benchmark
 
 
 def plan(ids: str, subtasks: str, access: str) -> str:
@@ -21,7 +11,7 @@ def plan(ids: str, subtasks: str, access: str) -> str:
 
 
 def test_shares_count_reading_checks_on_task_solving_and_parse_errors() -> None:
-    bench = load_benchmark()
+    bench = load_benchmark("exploration")
     question = "How many apples does Tom have after buying seven apples?"
     plans = [
         plan("0", '"Count apples Tom has"', "[]"),  # one on-task solving step
@@ -38,5 +28,5 @@ def test_shares_count_reading_checks_on_task_solving_and_parse_errors() -> None:
 
 
 def test_no_plans_give_zero_shares_not_a_division_error() -> None:
-    shares = load_benchmark().exploration_shares(["q"], [["not a plan"]], n_workers=2)
+    shares = load_benchmark("exploration").exploration_shares(["q"], [["not a plan"]], n_workers=2)
     assert shares["plans"] == 0 and shares["parse_errors"] == 1 and shares["reading_step_share"] == 0.0

@@ -3,7 +3,6 @@ iteration of the real loop end to end (slow: Ray, vLLM and the learner start).""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,15 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.benchmark_scripts import load_benchmark
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "benchmarks" / "iteration.py"
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("bench_iteration", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def step(latency: float, access: list[int]) -> SimpleNamespace:
@@ -28,7 +22,7 @@ def step(latency: float, access: list[int]) -> SimpleNamespace:
 
 
 def test_critical_path_follows_what_each_step_reads() -> None:
-    bench = load_benchmark()
+    bench = load_benchmark("iteration")
     # 0 and 1 independent, 2 reads both, 3 reads only 0: the chain 1 -> 2 is the longest.
     steps = [step(2.0, []), step(3.0, []), step(1.5, [0, 1]), step(4.0, [0])]
     assert bench.step_critical_paths(steps) == [2.0, 3.0, 4.5, 6.0]
@@ -38,7 +32,7 @@ def test_critical_path_follows_what_each_step_reads() -> None:
 
 
 def test_peak_overlap_counts_calls_in_flight() -> None:
-    bench = load_benchmark()
+    bench = load_benchmark("iteration")
     assert bench.peak_overlap([(0, 2), (1, 3), (2.5, 4), (5, 6)]) == 2
     assert bench.peak_overlap([(0, 1), (1, 2)]) == 1  # one ends as the next starts
     assert bench.peak_overlap([]) == 0
@@ -85,7 +79,7 @@ def test_a_tiny_iteration_runs_end_to_end() -> None:
 def test_the_round_recorder_hears_each_execute_phase_of_the_loop() -> None:
     from jobs.run_control import Phases
 
-    bench = load_benchmark()
+    bench = load_benchmark("iteration")
     recorder = bench.RoundRecorder()
     phases = Phases(iteration=0, observer=recorder)
     first, retried = ["a", "b", "c"], ["b"]

@@ -4,25 +4,19 @@ tens of minutes; its figures are in docs/results.md.)"""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from conductor_rl.config import load_config
 from conductor_rl.data import load_dataset
 from conductor_rl.evaluation.summary import EvalRecord
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_orchestration", REPO / "benchmarks" / "orchestration.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("orchestration")
 
 
 def record(method: str, verdict: str, steps: int = 1, difficulty: float = 0.1, check: bool = False, **kw) -> EvalRecord:

@@ -4,23 +4,17 @@ trains and evaluates for tens of minutes; its figures are in docs/results.md.)""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from conductor_rl.evaluation.summary import EvalRecord
+from tests.benchmark_scripts import load_benchmark
 
-REPO = Path(__file__).resolve().parent.parent
 RUN, PLAIN = "runs/bench/recursive", "runs/bench/plain"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_recursion", REPO / "benchmarks" / "recursion.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("recursion")
 
 
 def record(method: str, verdict: str, calls: int = 1, q: int = 0, **stops: int) -> EvalRecord:

@@ -4,22 +4,14 @@ benchmark fails here. (Its measurements take minutes; their figures are in docs/
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_worker_pool", REPO / "benchmarks" / "worker_pool.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # Ray pickles its actor class by module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("worker_pool")
 
 
 @pytest.fixture(scope="module")

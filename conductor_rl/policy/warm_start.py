@@ -112,8 +112,8 @@ def warm_start_batches(
 def warm_start_for(config: Config, prompts: ConductorPrompt, questions: Sequence[Question]) -> Iterator[RolloutBatch]:
     """The warm start of a run with `config` (`train.warm_start`): with recursion on
     (conductor.max_depth >= 1), recursive prompts are demonstrated too and the seat like any worker
-    after the first step;
-    without, no demonstration gives the seat a step (it would only keep the answer)."""
+    after the first step; without, no demonstration gives the seat a step (it would only keep the
+    answer)."""
     w, recursive = config.train.warm_start, config.conductor.max_depth >= 1
     return warm_start_batches(
         prompts,
