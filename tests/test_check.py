@@ -56,19 +56,41 @@ def test_check_on_the_paper_pool_prints_the_table_and_sends_each_model_what_it_a
     table = out.splitlines()
     assert table[0].split()[:3] == ["worker", "provider", "model"]
     assert all(any(line.startswith(name + " ") for line in table) for name in names)
-    assert "note gpt-5:" in out and "temperature" in out  # 0.2 is the paper's, but GPT-5 takes none
+    assert "note gpt-6.1-sol:" in out and "temperature" in out  # 0.2 is the paper's, but GPT-6.1 Sol takes none
     bodies = {json.dumps(b, sort_keys=True) for b in server.stats.bodies}
-    gpt5 = [json.loads(b) for b in bodies if '"model": "gpt-5"' in b]
-    assert gpt5 and all("temperature" not in b and b["reasoning_effort"] == "minimal" for b in gpt5)
+    gpt = [json.loads(b) for b in bodies if '"model": "gpt-6.1-sol"' in b]
+    assert gpt and all("temperature" not in b and b["reasoning_effort"] == "low" for b in gpt)
+    claude = [json.loads(b) for b in bodies if '"model": "claude-sonnet-4-6"' in b]
+    assert claude and all("temperature" not in b and "thinking" not in b for b in claude)
     qwen = [json.loads(b) for b in bodies if '"model": "Qwen/Qwen3-32B"' in b]
     assert sorted(str(b.get("chat_template_kwargs")) for b in qwen) == ["None", "{'enable_thinking': False}"]
     assert FAKE_KEY not in out
 
 
 def test_check_exits_nonzero_naming_a_worker_whose_settings_its_api_refuses(ray_cluster, server, keys, capsys):
-    # Told that GPT-5 takes a temperature, the pool sends 0.2, which OpenAI refuses with a 400.
+    # Told that GPT-6.1 Sol takes a temperature, the pool sends 0.2, which OpenAI refuses with a 400.
     code, result, out = run_check([*paper_on_fakes(server), "workers.0.fixed_temperature=false"], capsys)
     assert code == 1
-    assert result["failed"] == ["gpt-5"]
-    assert "FAIL gpt-5: bad_request:" in out and "temperature" in out
-    assert out.splitlines()[-2].endswith("failed: gpt-5")
+    assert result["failed"] == ["gpt-6.1-sol"]
+    assert "FAIL gpt-6.1-sol: bad_request:" in out and "temperature" in out
+    assert out.splitlines()[-2].endswith("failed: gpt-6.1-sol")
+
+
+def test_check_fails_the_pool_as_it_shipped_before(ray_cluster, server, keys, capsys):
+    """What the pool sent before: Claude Sonnet 4's and Gemini 2.5 Pro's ids (gone from the public
+    APIs: a 404), a temperature to a GPT that takes none, and Claude's temperature in the body (the
+    old Anthropic shaping: refused by API version 2026-10-21). `check` names each worker before
+    anything is trained."""
+    old = [
+        "workers.1.model=gemini-2.5-pro",
+        "workers.2.model=claude-sonnet-4-20250514",
+        "workers.0.extra_body={temperature: 0.2}",
+    ]
+    code, result, out = run_check([*paper_on_fakes(server), *old], capsys)
+    assert code == 1 and result["failed"] == ["gpt-6.1-sol", "gemini-3.8-flash", "claude-sonnet-4-6"], out
+    assert "FAIL claude-sonnet-4-6: bad_request: worker 'claude-sonnet-4-6': HTTP 404: model: " in out
+    assert "models/gemini-2.5-pro is not found" in out and "retired or misspelt" in out
+    # The old shaping's body temperature, on the new id: refused by API version 2026-10-21.
+    code, result, out = run_check([*paper_on_fakes(server), "workers.2.extra_body={temperature: 0.2}"], capsys)
+    assert code == 1 and result["failed"] == ["claude-sonnet-4-6"]
+    assert "temperature: Extra inputs are not permitted" in out

@@ -21,9 +21,9 @@ from conductor_rl.config import (
 )
 
 PAPER_WORKERS = [
-    "gpt-5",
-    "gemini-2.5-pro",
-    "claude-sonnet-4",
+    "gpt-6.1-sol",
+    "gemini-3.8-flash",
+    "claude-sonnet-4-6",
     "qwen3-32b",
     "qwen3-32b-thinking",
     "deepseek-r1-distill-qwen-32b",
@@ -72,10 +72,10 @@ def test_defaults_reproduce_the_paper():
 
 def test_paper_api_workers_have_prices_and_key_variables():
     workers = {w.name: w for w in Config().workers}
-    assert workers["gpt-5"].api_key_env == "OPENAI_API_KEY"
-    assert workers["claude-sonnet-4"].provider == "anthropic"
-    assert workers["gemini-2.5-pro"].provider == "google"
-    for name in ("gpt-5", "gemini-2.5-pro", "claude-sonnet-4"):
+    assert workers["gpt-6.1-sol"].api_key_env == "OPENAI_API_KEY"
+    assert workers["claude-sonnet-4-6"].provider == "anthropic"
+    assert workers["gemini-3.8-flash"].provider == "google"
+    for name in PAPER_WORKERS[:3]:
         assert workers[name].price.input > 0 and workers[name].price.output > workers[name].price.input
     for name in PAPER_WORKERS[3:]:
         # Served on the cluster's GPU node by the jobs themselves: no address to point at.
@@ -84,7 +84,7 @@ def test_paper_api_workers_have_prices_and_key_variables():
     # Qwen3 with and without thinking: two workers, one server.
     assert workers["qwen3-32b"].serve == workers["qwen3-32b-thinking"].serve
     assert (workers["qwen3-32b"].reasoning, workers["qwen3-32b-thinking"].reasoning) == ("off", "default")
-    for name in ("gpt-5", "gemini-2.5-pro", "claude-sonnet-4"):
+    for name in PAPER_WORKERS[:3]:
         assert workers[name].rpm and workers[name].tpm  # tier-1 limits, not unlimited
         assert workers[name].reasoning in ("minimal", "off")
 

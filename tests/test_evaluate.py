@@ -176,7 +176,7 @@ def test_an_unknown_method_is_refused_listing_the_methods(tmp_path, no_cluster):
 def test_the_optimal_plan_of_a_pool_with_real_workers_is_refused(tmp_path, no_cluster):
     argv = ["--config", "configs/paper.yaml", "--benchmark", "samples:math500", "--method", "optimal"]
     message = refused(argv, tmp_path / "out")
-    assert "'optimal' needs a pool of simulated workers" in message and "gpt-5" in message, message
+    assert "'optimal' needs a pool of simulated workers" in message and "gpt-6.1-sol" in message, message
     assert "drop optimal from evaluate.methods" in message, message
 
 

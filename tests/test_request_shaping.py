@@ -35,8 +35,16 @@ from tests.http_fakes import FAKE_KEY, KEY_ENV, PRICE
 # Every test talks to the fake LLM server: the fake key set, the server reset (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("fresh")
 
+
+@pytest.fixture(autouse=True)
+def serves_retired(fresh, server):
+    """These tests pin each model family's parameter rules, retired ids included (Gemini 2.5 Pro's
+    budgets: Vertex AI retires on its own dates). The public APIs' 404 for them is tested apart."""
+    server.serves_retired = True
+
+
 GPT5, PRO, FLASH, LITE = "gpt-5", "gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite"
-SONNET, OPUS_47 = "claude-sonnet-4-20250514", "claude-opus-4-7"
+SONNET, OPUS_47 = "claude-sonnet-4-6", "claude-opus-4-7"
 QWEN3, R1, GEMMA = "Qwen/Qwen3-32B", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "google/gemma-3-27b-it"
 
 
@@ -149,8 +157,8 @@ CASES = [
         {"thinkingConfig": {"thinkingLevel": "HIGH", "includeThoughts": True}},
         [],
     ),
-    ("anthropic", SONNET, "minimal", None, {"temperature": 0.2, "max_tokens": 4096}, ["thinking"]),
-    ("anthropic", SONNET, "off", None, {"temperature": 0.2}, ["thinking"]),
+    ("anthropic", SONNET, "minimal", None, {"max_tokens": 4096}, ["thinking", "temperature"]),
+    ("anthropic", SONNET, "off", None, {}, ["thinking", "temperature"]),
     ("anthropic", SONNET, "high", None, {"thinking": {"type": "enabled", "budget_tokens": 2048}}, ["temperature"]),
     ("anthropic", SONNET, "default", 3000, {"thinking": {"type": "enabled", "budget_tokens": 3000}}, ["temperature"]),
     (
@@ -260,10 +268,12 @@ def test_extra_body_reaches_every_wire_merged_last(server):
     call(server, gpt)
     assert sent(server)["reasoning"] == {"effort": "low", "summary": "auto"}
 
-    claude = worker("anthropic", SONNET, server, reasoning="off", extra_body={"top_k": 5, "temperature": 0.7})
+    claude = worker(
+        "anthropic", SONNET, server, reasoning="off", extra_body={"metadata": {"user_id": "u7"}, "inference_geo": "us"}
+    )
     call(server, claude)
     body = sent(server)
-    assert body["top_k"] == 5 and body["temperature"] == 0.7  # the user's value is merged last
+    assert body["metadata"] == {"user_id": "u7"} and body["inference_geo"] == "us"
 
     gemini = worker("google", PRO, server, reasoning="minimal", extra_body={"generationConfig": {"topK": 7}})
     call(server, gemini)
@@ -387,9 +397,17 @@ def test_the_fake_refuses_what_gemini_refuses(model, thinking, words, server):
     "args,words",
     [
         (
-            {"thinking": {"type": "enabled", "budget_tokens": 2048}, "extra_body": {"temperature": 0.2}},
+            # The API version before 2026-10-21 took a temperature, but not with thinking.
+            {
+                "thinking": {"type": "enabled", "budget_tokens": 2048},
+                "extra_body": {"temperature": 0.2},
+                "extra_headers": {"anthropic-version": "2023-06-01"},
+            },
             "`temperature` may only be set to 1 when thinking is enabled",
         ),
+        ({"extra_body": {"temperature": 0.2}}, "temperature: Extra inputs are not permitted"),
+        ({"extra_body": {"temperature": 1.0}}, "temperature: Extra inputs are not permitted"),
+        ({"extra_body": {"top_k": 5}}, "top_k: Extra inputs are not permitted"),
         (
             {"thinking": {"type": "enabled", "budget_tokens": 512}},
             "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
@@ -547,14 +565,19 @@ def test_traits_table(provider, model, family):
     assert traits_for(provider, model).name == family
 
 
-def test_the_paper_pool_has_no_problems_and_notes_the_temperature_gpt5_never_gets():
+def test_the_paper_pool_has_no_problems_and_notes_what_it_does_not_send():
     pool = {w.name: w for w in _paper_workers()}
     assert all(shape_problems(w) == [] for w in pool.values())
-    assert shape_notes(pool["gpt-5"]) == [
-        "workers.gpt-5.temperature=0.2 is not sent: gpt-5 only takes its default temperature (1)"
+    assert shape_notes(pool["gpt-6.1-sol"]) == [
+        "workers.gpt-6.1-sol.reasoning=minimal: gpt-6.1-sol has no 'minimal' effort; sending 'low'",
+        "workers.gpt-6.1-sol.temperature=0.2 is not sent: gpt-6.1-sol only takes its default temperature (1)",
     ]
-    assert shape_notes(pool["claude-sonnet-4"]) == []  # thinking off: the temperature is sent
-    assert shape_request(pool["gemini-2.5-pro"]).budget == 128
+    assert shape_notes(pool["claude-sonnet-4-6"]) == [
+        "workers.claude-sonnet-4-6.temperature=0.2 is not sent: the Anthropic API (version 2026-10-21) "
+        "takes no temperature"
+    ]
+    gemini = shape_request(pool["gemini-3.8-flash"])
+    assert gemini.effort == "low" and gemini.temperature == 0.2
 
 
 @pytest.mark.parametrize(
@@ -576,7 +599,7 @@ def test_the_paper_pool_has_no_problems_and_notes_the_temperature_gpt5_never_get
             "anthropic",
             SONNET,
             {"reasoning_budget": 4096},
-            "must be below max_tokens (workers.w-claude-sonnet-4-20250514.max_tokens=4096); raise",
+            "must be below max_tokens (workers.w-claude-sonnet-4-6.max_tokens=4096); raise",
         ),
         ("anthropic", "claude-new-model", {"reasoning_budget": 999}, "1024"),  # Claude's rules hold for unknown Claudes
         ("anthropic", OPUS_47, {"reasoning_budget": 2048}, "takes no thinking budget (adaptive thinking only)"),
@@ -622,10 +645,11 @@ def test_notes_explain_what_is_not_sent_as_configured():
         "takes an effort, not a budget; sending reasoning=medium" in n
         for n in shape_notes(worker("openai", GPT5, reasoning_budget=8000))
     )
-    assert any(
-        "Claude's extended thinking refuses a temperature" in n
-        for n in shape_notes(worker("anthropic", SONNET, reasoning="medium"))
-    )
+    for level in ("off", "medium"):
+        assert any(
+            "is not sent: the Anthropic API (version 2026-10-21) takes no temperature" in n
+            for n in shape_notes(worker("anthropic", SONNET, reasoning=level))
+        )
     sim = WorkerConfig(name="s", provider="sim", sim={"accuracy": {"math": 0.5}}, reasoning="high")
     assert shape_notes(sim) == [] and shape_problems(sim) == []
 
@@ -633,8 +657,9 @@ def test_notes_explain_what_is_not_sent_as_configured():
 def test_fixed_temperature_overrides_the_table():
     assert shape_request(worker("openai", GPT5, fixed_temperature=False)).temperature == 0.2
     assert shape_request(worker("openai", "gpt-4o", fixed_temperature=True)).temperature is None
-    # Claude with thinking refuses a temperature whatever the override says.
-    assert shape_request(worker("anthropic", SONNET, reasoning="high", fixed_temperature=False)).temperature is None
+    # No Claude takes a temperature under the API version the SDK sends: the override is refused.
+    [problem] = shape_problems(worker("anthropic", SONNET, fixed_temperature=False))
+    assert "fixed_temperature=false" in problem and "2026-10-21" in problem and "remove" in problem
 
 
 def test_level_budgets_leave_room_for_the_answer():
@@ -643,7 +668,7 @@ def test_level_budgets_leave_room_for_the_answer():
     assert shape_request(worker("google", PRO, reasoning="low", max_tokens=200)).budget == 128
     assert shape_request(worker("anthropic", SONNET, reasoning="high", max_tokens=1500)).budget == 1024
     small = shape_request(worker("anthropic", SONNET, reasoning="high", max_tokens=1024))
-    assert small.budget == 0 and small.temperature == 0.2 and "no room" in small.warnings[0]
+    assert small.budget == 0 and small.temperature is None and "no room" in small.warnings[0]
 
 
 def test_a_probe_smaller_than_the_budget_fits_it_instead_of_failing():
@@ -651,7 +676,7 @@ def test_a_probe_smaller_than_the_budget_fits_it_instead_of_failing():
     the worker is fitted under the probe's max_tokens rather than refused."""
     config = worker("anthropic", SONNET, reasoning_budget=3000, max_tokens=8000)
     shape = request_shape.shape_for(config, request_of(config, max_tokens=512))
-    assert shape.budget == 0 and shape.temperature == 0.2
+    assert shape.budget == 0 and shape.temperature is None
     shape = request_shape.shape_for(config, request_of(config, max_tokens=2500))
     assert shape.budget == 1250  # half the probe's output, above Claude's minimum 1024
 

@@ -156,7 +156,8 @@ class WorkerConfig(Strict):
         0.2,
         ge=0.0,
         description="Sent where the model accepts it; reasoning models that "
-        "only take their default (GPT-5, o-series) get none (see fixed_temperature).",
+        "only take their default (GPT-5 and later, o-series) and every Claude model (API version "
+        "2026-10-21) get none (see fixed_temperature).",
     )
     max_tokens: int = Field(4096, ge=1, description="Output tokens per call, reasoning included.")
     reasoning: Reasoning = Field(
@@ -319,22 +320,24 @@ def _paper_workers() -> list[WorkerConfig]:
         return WorkerConfig(name=name, provider="openai_compatible", model=model, reasoning=reasoning, serve=spec)
 
     return [
-        api("gpt-5", "openai", "gpt-5", "OPENAI_API_KEY", (1.25, 10.0, 0.125), "minimal", 500, 500_000),
+        # The paper's GPT-5, Gemini 2.5 Pro and Claude Sonnet 4 are retired or about to be: each provider's
+        # named replacement (docs/decisions.md, "The paper's pool as served today").
+        api("gpt-6.1-sol", "openai", "gpt-6.1-sol", "OPENAI_API_KEY", (2.0, 10.0, 0.1), "minimal", 500, 500_000),
         api(
-            "gemini-2.5-pro",
+            "gemini-3.8-flash",
             "google",
-            "gemini-2.5-pro",
+            "gemini-3.8-flash",
             "GOOGLE_API_KEY",
-            (1.25, 10.0, 0.31),
+            (1.5, 7.5, 0.15),
             "minimal",
             150,
             2_000_000,
         ),
         # Anthropic's tier 1 counts 30k input and 8k output tokens a minute apart; our limiter counts them together.
         api(
-            "claude-sonnet-4",
+            "claude-sonnet-4-6",
             "anthropic",
-            "claude-sonnet-4-20250514",
+            "claude-sonnet-4-6",
             "ANTHROPIC_API_KEY",
             (3.0, 15.0, 0.3),
             "off",

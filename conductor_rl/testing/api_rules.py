@@ -7,7 +7,9 @@ not support 0.2 with this model. Only the default (1) value is supported.", its 
 listing, "Unrecognized request argument supplied: ...", the max_tokens and
 reasoning.effort messages; Gemini's "Budget 0 is invalid. This model only works in
 thinking mode."; Anthropic's budget_tokens, max_tokens, temperature and Opus 4.7
-messages. The other Gemini and Anthropic wordings are ours (same status and shape).
+messages, its "Extra inputs are not permitted" for sampling parameters on API version
+2026-10-21, and each provider's 404 for a model it no longer serves. The other Gemini and
+Anthropic wordings are ours (same status and shape).
 """
 
 from __future__ import annotations
@@ -23,6 +25,26 @@ class Refusal:
     message: str
     param: str | None = None
     code: str | None = None
+    status: int = 400
+
+
+# Model ids the providers' public APIs no longer serve, as their deprecation pages stated them on
+# 2026-12-05 (id: shutdown date, the replacement the provider names). Vertex AI and Bedrock keep their
+# own schedules. A request for one gets the provider's 404: what `conductor-rl check` must catch.
+RETIRED_MODELS: dict[str, tuple[str, str]] = {
+    "claude-sonnet-4-20250514": ("2026-06-15", "claude-sonnet-4-6"),
+    "claude-sonnet-4-0": ("2026-06-15", "claude-sonnet-4-6"),
+    "claude-opus-4-20250514": ("2026-06-15", "claude-opus-4-8"),
+    "claude-opus-4-0": ("2026-06-15", "claude-opus-4-8"),
+    "claude-sonnet-4-5-20250929": ("2026-11-30", "claude-sonnet-4-6"),
+    "gemini-2.5-pro": ("2026-12-01", "gemini-3.8-flash"),
+    "gemini-2.5-flash": ("2026-12-01", "gemini-3.5-flash-lite"),
+}
+# Announced, not yet shut down on 2026-12-05 (served until then): gpt-5, gpt-5-mini, gpt-5-nano, o3
+# (2026-12-11, replacements gpt-6.1-sol/-terra/-luna).
+
+# Anthropic API versions: the anthropic SDK 2.x sends 2026-10-21, which removed the sampling parameters.
+ANTHROPIC_NO_SAMPLING_FROM = "2026-10-21"
 
 
 # Chat Completions arguments OpenAI knows (anything else: "Unrecognized request argument").
@@ -72,6 +94,8 @@ def _openai_efforts(model: str) -> frozenset[str] | None:
         return frozenset({"high"})
     if re.match(r"gpt-5\.1(\D|$)", model):
         return frozenset({"none", "low", "medium", "high"})
+    if re.match(r"gpt-6\.\d", model):
+        return frozenset({"low", "medium", "high"})
     if re.match(r"gpt-5\.[2-9]", model):
         return frozenset({"none", "low", "medium", "high", "xhigh"})
     if re.match(r"gpt-5(?!(\.\d+)?-chat)", model):
@@ -174,7 +198,11 @@ _GEMINI_BUDGETS = (
     ("gemini-2.5-flash-lite", (512, 24576, True)),
     ("gemini-2.5-flash", (1, 24576, True)),
 )
-_GEMINI_3_LEVELS = (("pro", {"LOW", "HIGH"}), ("flash", {"MINIMAL", "LOW", "MEDIUM", "HIGH"}))
+_GEMINI_3_LEVELS = (
+    ("pro", {"LOW", "HIGH"}),
+    ("3.8-flash", {"LOW", "MEDIUM", "HIGH"}),
+    ("flash", {"MINIMAL", "LOW", "MEDIUM", "HIGH"}),
+)
 
 
 def _gemini_refusal(model: str, request: dict[str, Any]) -> Refusal | None:
@@ -205,10 +233,14 @@ def _gemini_refusal(model: str, request: dict[str, Any]) -> Refusal | None:
 _CLAUDE_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 
 
-def _anthropic_refusal(request: dict[str, Any]) -> Refusal | None:
+def _anthropic_refusal(request: dict[str, Any], version: str) -> Refusal | None:
     model = str(request.get("model", "")).lower()
     if not model.startswith("claude"):
         return None
+    if version >= ANTHROPIC_NO_SAMPLING_FROM:
+        for name in ("temperature", "top_p", "top_k"):
+            if name in request:
+                return Refusal(f"{name}: Extra inputs are not permitted")
     thinking = request.get("thinking") or {}
     kind = thinking.get("type")
     if kind not in ("enabled", "adaptive"):
@@ -238,11 +270,35 @@ def _anthropic_refusal(request: dict[str, Any]) -> Refusal | None:
     return None
 
 
-def refusal(wire: str, model: str, request: dict[str, Any]) -> Refusal | None:
+def retired_refusal(wire: str, model: str) -> Refusal | None:
+    """The 404 a provider's public API gives a model id it no longer serves (RETIRED_MODELS)."""
+    name = model.lower().removeprefix("models/")
+    if name not in RETIRED_MODELS:
+        return None
+    if wire == "anthropic":
+        return Refusal(f"model: {model}", status=404)
+    if wire == "gemini":
+        return Refusal(
+            f"models/{name} is not found for API version v1beta, or is not supported for generateContent. "
+            "Call ListModels to see the list of available models and their supported methods.",
+            status=404,
+        )
+    return Refusal(
+        f"The model `{model}` does not exist or you do not have access to it.", code="model_not_found", status=404
+    )
+
+
+def refusal(
+    wire: str, model: str, request: dict[str, Any], anthropic_version: str = "2023-06-01", retired: bool = True
+) -> Refusal | None:
     """What the real API would refuse in `request` to `model` on `wire` (chat, responses, anthropic,
-    gemini); None: nothing."""
+    gemini); None: nothing. `anthropic_version`: the request's anthropic-version header; `retired`:
+    refuse the ids the public APIs no longer serve."""
+    gone = retired_refusal(wire, model) if retired else None
+    if gone is not None:
+        return gone
     if wire in ("chat", "responses"):
         return _openai_refusal(wire, request)
     if wire == "anthropic":
-        return _anthropic_refusal(request)
+        return _anthropic_refusal(request, anthropic_version)
     return _gemini_refusal(model, request)

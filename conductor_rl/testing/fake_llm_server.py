@@ -34,19 +34,13 @@ closed without an answer), "malformed" (a 200 whose JSON is broken). Answers
                     the reasoning as "think[:VARIANT]" shows it (inline: an unclosed tag;
                     open: content with no tag at all)
 
-Strict models: requests are checked as the real APIs check them, per model (the
-rules, in conductor_rl/testing/api_rules.py, are kept apart from
-conductor_rl/workers/request_shape.py, so that a mistake in that table shows as a
-refusal): GPT-5 and o-series refuse a
-temperature other than 1 (gpt-5.1 takes one with reasoning_effort "none"), efforts
-they lack, and Chat's `max_tokens`; non-reasoning OpenAI models refuse
-reasoning_effort; OpenAI models refuse arguments they do not know (vLLM's
-chat_template_kwargs); Gemini refuses a thinking budget outside the model's range
-(0 on 2.5 Pro), a thinking level before Gemini 3, and both at once; Anthropic
-refuses thinking with a temperature other than 1, a budget below 1024 or not
-below max_tokens, and `thinking.type.enabled` on Claude 4.7+. Refusals use each
-provider's status, error shape and, where we know them, its words (`stats.refusals`).
-Models outside these names (the tests' "fake-model") are accepted as they come.
+Strict models: requests are checked as the real APIs check them, per model and API version:
+the rules (conductor_rl/testing/api_rules.py) are kept apart from
+conductor_rl/workers/request_shape.py, so that a mistake in that table shows as a refusal,
+with the provider's status, error shape and, where we know them, its words
+(`stats.refusals`). A model id the public APIs retired gets its provider's 404
+(`serves_retired` turns that off).
+Models the rules do not name (the tests' "fake-model") are accepted as they come.
 
 It is a small HTTP/1.1 server on asyncio streams (keep-alive, Content-Length
 bodies): small enough to make faults exact, such as a connection dropped
@@ -97,6 +91,9 @@ class FakeLLMServer:
         self.rpm = rpm
         self.window_s = window_s
         self.stats = ServerStats()
+        # False: model ids the public APIs retired get their 404 (api_rules.RETIRED_MODELS); true: served,
+        # for tests of such a model's parameter rules (Vertex AI and Bedrock retire on their own dates).
+        self.serves_retired = False
         self._faults: collections.deque[str] = collections.deque()
         self._accepted: collections.deque[float] = collections.deque()
         self._lock = threading.Lock()
@@ -164,6 +161,7 @@ class FakeLLMServer:
     def reset(self, latency_s: float | None = None, rpm: int | None = None, window_s: float | None = None) -> None:
         with self._lock:
             self.stats = ServerStats()
+            self.serves_retired = False
             self._faults.clear()
             self._accepted.clear()
             if latency_s is not None:
@@ -237,11 +235,12 @@ class FakeLLMServer:
         if not isinstance(request, dict):
             return _error(wire, 400, "We could not parse the JSON body of your request.")
         model = _gemini_model(path) if wire == "gemini" else str(request.get("model", ""))
-        refused = refusal(wire, model, request)
+        version = headers.get("anthropic-version", "")
+        refused = refusal(wire, model, request, anthropic_version=version, retired=not self.serves_retired)
         if refused is not None:
             with self._lock:
                 stats.refusals.append(refused.message)
-            return _error(wire, 400, refused.message, param=refused.param, code=refused.code)
+            return _error(wire, refused.status, refused.message, param=refused.param, code=refused.code)
         output = _Output.of(fault if answers else "ok")
         usage = _usage_for(request, output)
         with self._lock:
@@ -443,8 +442,19 @@ _STATUS_TEXT = {
     429: "Too Many Requests",
     500: "Internal Server Error",
 }
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error"}
-_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL"}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+_GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+}
 
 
 def _error(

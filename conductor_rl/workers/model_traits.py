@@ -8,6 +8,7 @@ The table (provider, first matching model-name pattern wins):
 | openai(_responses)| gpt-5-chat                     | none                                               | sent        |
 |                   | gpt-5-pro                      | reasoning_effort high only                         | never       |
 |                   | gpt-5.1                        | reasoning_effort none/low/medium/high (none = off) | only with effort none |
+|                   | gpt-6.1 and later (gpt-6.x)    | reasoning_effort low/medium/high (no none, minimal)| never       |
 |                   | gpt-5.2 and later              | reasoning_effort none/low/medium/high/xhigh        | never       |
 |                   | gpt-5, -mini, -nano            | reasoning_effort minimal/low/medium/high           | never       |
 |                   | o1-mini, o1-preview            | always reasons, no control                         | never       |
@@ -17,11 +18,15 @@ The table (provider, first matching model-name pattern wins):
 |                   | gemini-2.5-flash-lite          | thinking_budget 512..24576 or 0 (off, its default) | sent        |
 |                   | gemini-2.5-flash               | thinking_budget 1..24576 or 0 (off)                | sent        |
 |                   | gemini-3 pro                   | thinking_level low/high, cannot be off             | sent        |
+|                   | gemini-3.8-flash               | thinking_level low/medium/high (no minimal)        | sent        |
 |                   | gemini-3 flash                 | thinking_level minimal/low/medium/high             | sent        |
 |                   | gemini-1.x, gemini-2.0         | none                                               | sent        |
 | anthropic         | claude-*-4-7 and later, *-5+   | adaptive thinking + output_config.effort low/medium/high | never |
-|                   | claude-3-7-sonnet, claude-*-4* | extended thinking: off, or budget_tokens >= 1024 and < max_tokens | not with thinking |
-|                   | claude-3*                      | none                                               | sent        |
+|                   | claude-3-7-sonnet, claude-*-4* | extended thinking: off, or budget_tokens >= 1024 and < max_tokens | never |
+|                   | claude-3*                      | none                                               | never       |
+
+No Claude model takes a temperature: the anthropic SDK 2.x (the pinned range) sends API version
+2026-10-21, which refuses `temperature`, `top_p` and `top_k` on every model, even at their defaults.
 | openai_compatible | qwen3 *-thinking-2507          | always thinks                                      | sent        |
 |                   | qwen3 *-instruct-2507, -coder  | none                                               | sent        |
 |                   | qwen3                          | chat_template_kwargs.enable_thinking on/off        | sent        |
@@ -34,7 +39,9 @@ supported", gpt-5.1's "Supported values are: 'none', 'low', 'medium', and 'high'
 Gemini's thinking guide (budget ranges; "Budget 0 is invalid. This model only works in
 thinking mode."; thinking_level is for Gemini 3 only); Anthropic's extended-thinking
 guide (budget >= 1024, below max_tokens, temperature only 1) and its Opus 4.7 refusal
-of `thinking.type.enabled`; Qwen3's model card (enable_thinking); vLLM, which drops
+of `thinking.type.enabled`; Anthropic's API version 2026-10-21 (no sampling parameters); the
+GPT-6.1 Sol and Gemini 3.8 Flash model pages as quoted at their release (no effort below low;
+thinking levels low/medium/high); Qwen3's model card (enable_thinking); vLLM, which drops
 chat_template_kwargs a template does not use (so enable_thinking is harmless elsewhere).
 """
 
@@ -97,6 +104,11 @@ TRAITS: tuple[tuple[tuple[str, ...], str, ModelTraits], ...] = (
     ),
     (
         _OPENAI,
+        r"^gpt-6\.\d",
+        ModelTraits("gpt-6.1+", "effort", ("low", "medium", "high"), fixed_temperature=True, thinks_by_default=True),
+    ),
+    (
+        _OPENAI,
         r"^gpt-5\.\d",
         ModelTraits(
             "gpt-5.2+",
@@ -143,6 +155,11 @@ TRAITS: tuple[tuple[tuple[str, ...], str, ModelTraits], ...] = (
     ),
     (
         ("google",),
+        r"^gemini-3\.8-flash",
+        ModelTraits("gemini-3.8-flash", "level", ("low", "medium", "high"), thinks_by_default=True),
+    ),
+    (
+        ("google",),
         r"^gemini-3(\.\d+)?-flash",
         ModelTraits("gemini-3-flash", "level", ("minimal", "low", "medium", "high"), thinks_by_default=True),
     ),
@@ -161,9 +178,10 @@ TRAITS: tuple[tuple[tuple[str, ...], str, ModelTraits], ...] = (
             budget_range=(ANTHROPIC_MIN_BUDGET, None),
             can_turn_off=True,
             budget_below_max_tokens=True,
+            fixed_temperature=True,
         ),
     ),
-    (("anthropic",), r"^claude-3", ModelTraits("claude-3", "none")),
+    (("anthropic",), r"^claude-3", ModelTraits("claude-3", "none", fixed_temperature=True)),
     (
         ("openai_compatible",),
         r"qwen3.*thinking-2507",
@@ -195,6 +213,7 @@ UNKNOWN: dict[str, ModelTraits] = {
         budget_range=(ANTHROPIC_MIN_BUDGET, None),
         can_turn_off=True,
         budget_below_max_tokens=True,
+        fixed_temperature=True,
         known=False,
     ),
     "openai_compatible": ModelTraits("unknown", "switch", can_turn_off=True, known=False),

@@ -93,10 +93,7 @@ def anthropic_args(config: WorkerConfig, request: WorkerRequest) -> dict[str, An
         args["output_config"] = {"effort": shape.effort}
     elif shape.budget:
         args["thinking"] = {"type": "enabled", "budget_tokens": shape.budget}
-    if shape.temperature is not None:
-        # This SDK version no longer lists `temperature`; the API still takes it without
-        # thinking, so it goes in the body as the API names it.
-        args["extra_body"] = {"temperature": shape.temperature}
+    # No temperature: the API version this SDK sends (2026-10-21) refuses it (request_shape.py).
     return with_extra_body(args, config.extra_body)
 
 

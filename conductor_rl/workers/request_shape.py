@@ -5,7 +5,8 @@ minimal, low, medium, high; or a token `reasoning_budget`) and at what temperatu
 Providers disagree on both: GPT-5 refuses any temperature but its default and takes a
 `reasoning_effort`; Gemini 2.5 takes a `thinking_budget` whose range depends on the
 model (2.5 Pro cannot turn thinking off); Claude's extended thinking needs a budget of
-at least 1024 tokens below `max_tokens` and no temperature; Qwen3 switches thinking
+at least 1024 tokens below `max_tokens`, and Claude takes no temperature at all (API version
+2026-10-21); Qwen3 switches thinking
 in its chat template. `TRAITS` (model_traits.py) is the table; `shape_request` turns a configuration into
 one `RequestShape`; conductor_rl/workers/request_args.py turns that into the exact
 keyword arguments each SDK call takes (so tests compare them with what went over the wire).
@@ -265,9 +266,16 @@ def shape_request(
             if config.provider in UNKNOWN:  # offline providers have nothing to say
                 warnings.append(f"{key}.{what}: {model} does not reason; nothing sent")
 
+    if config.provider == "anthropic" and config.fixed_temperature is False:
+        raise ShapeError(
+            f"{key}.fixed_temperature=false: the Anthropic API version the anthropic SDK 2.x sends "
+            f"(2026-10-21) refuses any temperature on every model; remove {key}.fixed_temperature"
+        )
     send_temperature = _sends_temperature(config, traits, effort, thinking_budget, thinking)
     if not send_temperature and config.provider in UNKNOWN:
-        if traits.control == "budget":
+        if config.provider == "anthropic":
+            why = "the Anthropic API (version 2026-10-21) takes no temperature"
+        elif traits.control == "budget":
             why = "Claude's extended thinking refuses a temperature"
         elif traits.temperature_when_off:
             why = f"{model} takes a temperature only with reasoning_effort {traits.off!r} ({key}.reasoning=off)"

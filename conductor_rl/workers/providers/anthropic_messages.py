@@ -7,7 +7,8 @@ here: slightly under their 1.25x list price). `output_tokens` includes thinking;
 `output_tokens_details.thinking_tokens` is the reasoning share when present.
 
 Thinking (request_args.anthropic_args): off, or on with `budget_tokens >= 1024`
-below `max_tokens` and no temperature; without thinking the temperature is sent.
+below `max_tokens` (adaptive with an effort from Claude 4.7). No temperature is ever sent:
+the SDK's API version (2026-10-21) refuses `temperature`, `top_p` and `top_k`.
 The answer is the text blocks; `thinking` blocks are the reasoning; redacted
 thinking carries no text and is left out. stop_reason "max_tokens" is "length".
 """

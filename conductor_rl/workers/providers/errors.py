@@ -6,6 +6,7 @@
 | 408, 409                              | `timeout`, `conflict`| yes |
 | 5xx (incl. Anthropic's 529 overload)  | `server_error`       | yes |
 | 401, 403                              | `auth`               | no  |
+| 404 (a retired model id, a wrong URL) | `bad_request`        | no (with that hint) |
 | other 4xx                             | `bad_request`        | no (the provider's message is kept) |
 | no answer in time                     | `timeout`            | yes |
 | connection refused or dropped         | `connection`         | yes |
@@ -64,6 +65,8 @@ def status_error(worker: str, status: int, message: str, retry_after_s: float | 
         return ProviderError(text, kind="server_error", retryable=True, retry_after_s=retry_after_s)
     if status in (401, 403):
         return ProviderError(text + " (check the key in the worker's api_key_env variable)", kind="auth")
+    if status == 404:
+        text += " (a model id the provider does not serve, retired or misspelt, or a wrong base_url)"
     return ProviderError(text, kind="bad_request")
 
 
