@@ -42,7 +42,7 @@ from conductor_rl.evaluation import (
     write_results,
 )
 from conductor_rl.evaluation.cost_forecast import evaluation_forecast
-from conductor_rl.evaluation.plans import oracle_single_label
+from conductor_rl.evaluation.plans import moa_aggregator_of, oracle_single_label
 from conductor_rl.evaluation.prepare import (
     Evaluation,
     EvaluationError,
@@ -155,6 +155,8 @@ def evaluate(config: Config, force: bool = False) -> dict:
     }
     if any(m.kind == "oracle-single" for m in ev.methods):
         info["oracle_single"] = oracle_single_label(config)
+    if any(m.kind == "moa" for m in ev.methods):
+        info["moa_aggregator"] = moa_aggregator_of(config)
     write_results(out, cells, strategy(records), records, info)
     return {"output_dir": str(out), **info, "cells": [c.to_dict() for c in cells]}
 

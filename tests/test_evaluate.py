@@ -43,11 +43,11 @@ pytestmark = pytest.mark.timeout(2 * HANG_GUARD_S)
 WORKERS = [w.name for w in load_config(None).workers]
 LIMIT, REPEATS = 3, 2
 HUMANEVAL_QUESTIONS = 2  # evaluate.limit is one for all benchmarks: HumanEval's two are a file of their own
-METHODS = ["conductor:untrained", "single:*", "reflect:*:2", "moa", "router", "random", "oracle"]
+METHODS = ["conductor:untrained", "single:*", "reflect:*:1", "moa", "router", "random", "oracle"]
 EXPANDED = (
     ["conductor:untrained"]
     + [f"single:{w}" for w in WORKERS]
-    + [f"reflect:{w}:2" for w in WORKERS]
+    + [f"reflect:{w}:1" for w in WORKERS]
     + ["moa", "router", "random", "oracle"]
 )
 FAST = [
@@ -396,8 +396,8 @@ def test_baselines_make_the_calls_their_shape_says_and_samples_are_labelled_simu
             worker = r["method"].split(":")[1]
             assert r["calls"] == 2 and r["steps"] == 2 and r["workers"] == [worker, worker], r
         elif r["method"] == "moa":
-            assert r["calls"] == len(WORKERS) * 2 + 1 == r["steps"], r
-            assert r["workers"][-1] == WORKERS[0], "the aggregator defaults to the first worker"
+            assert r["calls"] == len(WORKERS) + 1 == r["steps"], r  # one layer of proposers, one aggregator
+            assert r["workers"][-1] == "sim-knowledge-expert", "the aggregator: the highest output price"
         elif r["method"].startswith("single:") or r["method"] in ("router", "oracle"):
             assert r["calls"] == 1 and len(r["workers"]) == 1, r
         if r["method"].startswith("single:"):
@@ -514,7 +514,7 @@ def test_an_evaluation_killed_and_resumed_gives_the_uninterrupted_table(straight
 
 # ---------------------------------------------------------------- budget
 
-BASELINES = ["single:*", "reflect:*:2", "moa", "random", "oracle"]
+BASELINES = ["single:*", "reflect:*:1", "moa", "random", "oracle"]
 
 
 def run_main(out: Path, benchmarks: list[str], *extra: str) -> int:

@@ -18,7 +18,6 @@ from conductor_rl.evaluation.baselines import CHECK, wording
 from conductor_rl.evaluation.optimal import PlanStep, PoolOptimum, expected_cost, plan_accuracy
 from conductor_rl.evaluation.plans import BaselineContext, baseline_context, baseline_samples, exact_optimum
 from conductor_rl.evaluation.prepare import KIND_ORDER, EvaluationError, prepare_evaluation
-from conductor_rl.plan.prompts import answer_instruction
 from conductor_rl.rollout.workflow import Task, run_plan
 from conductor_rl.workers.providers.sim import SimProvider
 from conductor_rl.workers.sim_rules import on_task, step_role
@@ -93,8 +92,8 @@ def test_oracle_single_in_a_pool_with_a_real_worker_picks_from_single_worker_run
 
 def test_the_best_plan_becomes_a_plan_whose_steps_the_simulator_reads_as_the_optimum_does():
     steps = (PlanStep(2), PlanStep(0, (0,)), PlanStep(1, (1, 0), "check"), PlanStep(0, (2,), "check"))
-    plan = optimal_plan(steps, APPLES, "numeric")
-    solve = f"{APPLES}\n\n{answer_instruction('numeric')}"
+    plan = optimal_plan(steps, APPLES)
+    solve = APPLES  # the engine adds the answer format to the last step, as to every plan
     assert [s.model_id for s in plan.steps] == [2, 0, 1, 0]
     assert [s.access for s in plan.steps] == [[], [0], [0, 1], [2]]  # exactly what each step reads
     assert plan.steps[0].subtask == plan.steps[1].subtask == solve  # as a single worker is asked
@@ -102,14 +101,14 @@ def test_the_best_plan_becomes_a_plan_whose_steps_the_simulator_reads_as_the_opt
     for step, planned in zip(plan.steps, steps):
         assert step_role(step.subtask, bool(step.access)) == planned.role
         assert on_task(step.subtask, APPLES)
-    assert wording(APPLES, "numeric") == (True, True)
+    assert wording(APPLES) == (True, True)
 
 
-def test_a_question_or_instruction_with_a_check_word_leaves_solving_steps_that_read_out():
-    assert wording(PLANETS, "choice") == (True, True)  # "the correct option" asks for no check
-    assert wording(VERIFY, "choice") == (True, False)
-    assert wording("Which of these would you check first: the apples or the pears?", "numeric") == (True, False)
-    assert wording("What is 17 * 23?", "numeric") == (False, True)  # no content word: never on task
+def test_a_question_with_a_check_word_leaves_solving_steps_that_read_out():
+    assert wording(PLANETS) == (True, True)
+    assert wording(VERIFY) == (True, False)
+    assert wording("Which of these would you check first: the apples or the pears?") == (True, False)
+    assert wording("What is 17 * 23?") == (False, True)  # no content word: never on task
     # Reading lifts this worker (gain 0.3) but its checks are poor: the best plan reads as a solve, which
     # a question holding a check word cannot write, so there the best plan is one call.
     pool = [sim_worker("w", gain_with_context=0.3, keep_rate=0.6, repair_rate=0.2)]
@@ -158,7 +157,7 @@ def test_a_reading_solve_in_a_question_with_a_check_word_runs_as_a_check():
     """Why the search leaves reading solves out where the wording holds a check word."""
     pool = [sim_worker("w", gain_with_context=0.3, keep_rate=0.6, repair_rate=0.2)]
     planets = question(VERIFY, "mmlu", "choice", "C")
-    reading = optimal_plan((PlanStep(0), PlanStep(0, (0,))), VERIFY, "choice")
+    reading = optimal_plan((PlanStep(0), PlanStep(0, (0,))), VERIFY)
     as_check = plan_accuracy((PlanStep(0), PlanStep(0, (0,), "check")), [pool[0].sim], "mmlu", 0.2)
     assert near(success_rate(reading, planets, pool), as_check)  # 0.35, not the 0.8 of a solve reading
 

@@ -204,7 +204,7 @@ def pilot_pass(questions: list[Question], workers: list[WorkerConfig]) -> tuple[
     runs = [(q, w, r) for q in questions for w in range(len(workers)) for r in range(PILOT_REPEATS)]
 
     async def go() -> list:
-        plans = (single_plan(q.question, w, q.answer_kind) for q, w, _ in runs)
+        plans = (single_plan(q.question, w) for q, w, _ in runs)
         return await asyncio.gather(
             *(run_plan(p, Task.of(q), pool, sample_key=f"pilot/{r}") for p, (q, _, r) in zip(plans, runs))
         )

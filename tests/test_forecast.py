@@ -123,7 +123,7 @@ def test_an_evaluation_is_forecast_per_method_from_its_plan_shape_and_skips_what
     config = load_config(
         None,
         [
-            'evaluate.methods=["single:sim-math-expert", "reflect:sim-generalist:2", "moa"]',
+            'evaluate.methods=["single:sim-math-expert", "reflect:sim-generalist:1", "moa"]',
             'evaluate.benchmarks=["samples:gsm8k:eval"]',
             "evaluate.limit=3",
             "evaluate.repeats=2",
@@ -132,12 +132,12 @@ def test_an_evaluation_is_forecast_per_method_from_its_plan_shape_and_skips_what
     ev = prepare_evaluation(config)
     [questions] = ev.benchmarks.values()
     got = evaluation_forecast(ev)
-    # 6 samples each: single 1 call, reflect 2, MoA 3 proposers x 2 layers + the aggregator.
-    assert got.samples == 18 and got.calls == Range(6 + 12 + 42, 6 + 12 + 42)
+    # 6 samples each: single 1 call, reflect 2 (an answer, one reflection), MoA 3 proposers + the aggregator.
+    assert got.samples == 18 and got.calls == Range(6 + 12 + 24, 6 + 12 + 24)
     single = forecast([config.workers[0]], 6, Range(1, 1), 0)
     assert got.usd.low > single.usd.low  # the other methods' calls add to it
     done = {("single:sim-math-expert", "samples:gsm8k:eval", questions[0].id, r) for r in range(2)}
-    assert evaluation_forecast(ev, done).calls == Range(4 + 12 + 42, 4 + 12 + 42)
+    assert evaluation_forecast(ev, done).calls == Range(4 + 12 + 24, 4 + 12 + 24)
 
 
 def test_an_evaluation_whose_budget_is_below_its_forecast_is_refused_before_any_actor_starts(tmp_path, no_cluster):

@@ -176,7 +176,7 @@ def test_an_evaluation_killed_with_calls_in_flight_loses_no_billed_call_and_its_
     journal = out / JOURNAL_FILE
     argv = [
         "evaluate.benchmarks=[samples:math500:eval]",
-        "evaluate.methods=[single:*, reflect:*:2]",
+        "evaluate.methods=[single:*, reflect:*:1]",
         "evaluate.limit=3",
         "evaluate.repeats=2",
         "evaluate.progress=false",

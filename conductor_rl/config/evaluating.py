@@ -58,9 +58,18 @@ class EvaluateConfig(Strict):
         description="Runs of a sample whose execution or grading failed for "
         "infrastructure reasons before it is recorded as an error (left out of accuracy).",
     )
-    moa_layers: int = Field(3, ge=2, description="Mixture-of-Agents layers, the last one the aggregator (MoA: 3).")
+    moa_layers: int = Field(
+        2,
+        ge=2,
+        description="Mixture-of-Agents layers, the last one the aggregator (the paper's MoA: 2, one layer of "
+        "proposers and one aggregator, 8 calls on its 7 workers; Wang et al. used 3).",
+    )
     moa_proposers: list[str] | None = Field(None, description="Workers proposing in each MoA layer (None: all).")
-    moa_aggregator: str | None = Field(None, description="The MoA aggregator worker (None: the first worker).")
+    moa_aggregator: str | None = Field(
+        None,
+        description="The MoA aggregator worker (None: the answering worker with the highest output price, "
+        "named in the evaluation's output as moa_aggregator).",
+    )
     router_pilot: str | None = Field(
         None,
         description="A training mixture (conductor-rl data mix) whose pilot verdicts (one per question and "

@@ -90,6 +90,11 @@ class WorkflowConfig(Strict):
     show_question: bool = Field(
         False, description="Also show workers the original question (paper: subtask and selected context only)."
     )
+    answer_format: bool = Field(
+        True,
+        description="Tell the last step of every plan, the Conductor's and each baseline's alike, the answer "
+        "format its grader reads (\\boxed{}, an 'Answer:' line, a code block); false: no step is told.",
+    )
     response_cache: str | None = Field(
         None,
         description="Folder of an on-disk response cache for evaluation and debugging "

@@ -2,22 +2,25 @@
 
 A baseline is a fixed plan shape, so it runs through `run_plan` like a
 Conductor's plan: the same worker prompts, the same context format, the same
-token and dollar accounting. Every subtask carries the question and asks for the
-answer in the form its grader reads (`answer_instruction`).
+token and dollar accounting, the same answer format told to the last step only.
+Every subtask carries the question.
 
 Decisions:
 
 - Single worker: one step whose subtask is the question and the answer instruction.
-- Self-reflection (the paper's "GPT-5 with 5x self-reflection"): ``rounds`` calls
-  to one worker, strictly in turn; call i > 0 reads only call i-1's answer,
-  critiques it and writes a revised complete answer (the question is in each
-  subtask, since a worker sees only its subtask and what it may read).
-- Mixture-of-Agents (Wang et al. 2024, arXiv 2406.04692; default 3 layers, the
-  last a single aggregator): ``layers - 1`` layers of proposers, where each
-  proposer of layer k > 0 reads every answer of layer k - 1; the aggregator reads
-  the last proposer layer. Calls: ``len(proposers) * (layers - 1) + 1``. The
-  proposers default to every worker and the aggregator to the first configured
-  worker (`evaluate.moa_proposers`, `evaluate.moa_aggregator`). The engine shows
+- Self-reflection (the paper's "GPT-5 with 5x self-reflection", read as five
+  reflections on an answer): an answer, then ``rounds`` critique-and-revise calls to
+  the same worker, strictly in turn (``rounds + 1`` calls; 6 at the default 5); call
+  i > 0 reads only call i-1's answer, critiques it and writes a revised complete
+  answer (the question is in each subtask, since a worker sees only its subtask and
+  what it may read).
+- Mixture-of-Agents (Wang et al. 2024, arXiv 2406.04692) as the paper ran it: by default 2
+  layers, every worker proposing once and one aggregator reading all the proposals (8 calls on
+  the paper's 7 workers). More layers (`evaluate.moa_layers`, Wang et al.'s 3): each proposer
+  of layer k > 0 reads every answer of layer k - 1; the aggregator reads the last proposer
+  layer. Calls: ``len(proposers) * (layers - 1) + 1``. The proposers default to every worker;
+  the aggregator is `evaluate.moa_aggregator`, else the worker with the highest output price
+  (`moa_aggregator_of`; the paper names none), and the evaluation's output names it. The engine shows
   each earlier step's subtask beside its answer, so MoA's later layers also pay
   for reading the question once per proposer: its accounting is the engine's, as
   for every other method.
@@ -37,9 +40,8 @@ Decisions:
   checking step's starts with a check word (`CHECK`) before the question; each reads exactly the
   steps the optimum's step reads. `wording` says what the simulator makes of those subtasks, so the
   optimum is searched among the plans this conversion can write.
-- Every builder takes the question's answer kind (`answer_instruction`); without
-  one it asks for a short final answer ("freeform"), which graders of every
-  non-code kind can read.
+- No subtask carries the grader's answer format: the workflow engine gives it to the last step of
+  every plan, a baseline's as a Conductor's (`workflow.answer_format`), so neither side is favoured.
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Literal
 
 from conductor_rl.plan import Plan, Step
-from conductor_rl.plan.prompts import answer_instruction
 from conductor_rl.workers.sim_rules import has_check_word, on_task
 
 if TYPE_CHECKING:
@@ -71,8 +72,6 @@ __all__ = [
     "wording",
 ]
 
-# The answer form asked for when the caller names none: a short final answer, which any question has.
-DEFAULT_KIND = "freeform"
 REFLECT = (
     "The step above holds an earlier answer to the question below. First critique it: check its reasoning and "
     "its final answer for mistakes, gaps and unjustified steps. Then write a revised, complete answer to the "
@@ -94,40 +93,37 @@ CHECK = (
 )
 
 
-def _ask(question: str, answer_kind: str, preamble: str = "") -> str:
-    body = f"Question:\n{question}" if preamble else question
-    return "\n\n".join(p for p in (preamble, body, answer_instruction(answer_kind)) if p)
+def _ask(question: str, preamble: str = "") -> str:
+    return f"{preamble}\n\nQuestion:\n{question}" if preamble else question
 
 
-def single_plan(question: str, worker: int, answer_kind: str = DEFAULT_KIND) -> Plan:
+def single_plan(question: str, worker: int) -> Plan:
     """One call: `worker` answers the question."""
-    return Plan((Step(worker, _ask(question, answer_kind), []),))
+    return Plan((Step(worker, _ask(question), []),))
 
 
-def reflection_plan(question: str, worker: int, rounds: int = 5, answer_kind: str = DEFAULT_KIND) -> Plan:
-    """`rounds` calls to `worker` in turn: an answer, then `rounds - 1` critique-and-revise steps."""
+def reflection_plan(question: str, worker: int, rounds: int = 5) -> Plan:
+    """`rounds + 1` calls to `worker` in turn: an answer, then `rounds` critique-and-revise steps."""
     if rounds < 1:
         raise ValueError(f"reflection needs at least 1 round, got {rounds}")
-    revise = _ask(question, answer_kind, REFLECT)
-    steps = [Step(worker, _ask(question, answer_kind), [])]
-    steps += [Step(worker, revise, [i - 1]) for i in range(1, rounds)]
+    revise = _ask(question, REFLECT)
+    steps = [Step(worker, _ask(question), [])]
+    steps += [Step(worker, revise, [i - 1]) for i in range(1, rounds + 1)]
     return Plan(tuple(steps))
 
 
-def moa_plan(
-    question: str, proposers: Sequence[int], aggregator: int, layers: int = 3, answer_kind: str = DEFAULT_KIND
-) -> Plan:
+def moa_plan(question: str, proposers: Sequence[int], aggregator: int, layers: int = 2) -> Plan:
     """Mixture-of-Agents: `layers - 1` proposer layers, each reading the one before, then the aggregator."""
     if layers < 2 or not proposers:
         raise ValueError(f"MoA needs at least 2 layers and one proposer, got {layers} layers and {list(proposers)}")
-    first, again = _ask(question, answer_kind), _ask(question, answer_kind, PROPOSE_AGAIN)
+    first, again = _ask(question), _ask(question, PROPOSE_AGAIN)
     steps: list[Step] = []
     previous: list[int] = []
     for _layer in range(layers - 1):
         start = len(steps)
         steps += [Step(p, again if previous else first, list(previous)) for p in proposers]
         previous = list(range(start, len(steps)))
-    steps.append(Step(aggregator, _ask(question, answer_kind, AGGREGATE), previous))
+    steps.append(Step(aggregator, _ask(question, AGGREGATE), previous))
     return Plan(tuple(steps))
 
 
@@ -137,7 +133,6 @@ def random_plan(
     lengths: Sequence[int],
     rng: random.Random,
     max_steps: int = 5,
-    answer_kind: str = DEFAULT_KIND,
 ) -> Plan:
     """A random valid plan; its length is drawn from `lengths` (the Conductor's observed
     step counts), or uniformly from 1..`max_steps` when `lengths` is empty."""
@@ -148,7 +143,7 @@ def random_plan(
             f"got n_workers={n_workers}, lengths {sorted(set(bad))}"
         )
     n = rng.choice(list(lengths)) if lengths else rng.randint(1, max_steps)
-    subtask = _ask(question, answer_kind)
+    subtask = _ask(question)
 
     def access(i: int) -> list[int] | Literal["all"]:
         if i == n - 1:
@@ -158,20 +153,20 @@ def random_plan(
     return Plan(tuple(Step(rng.randrange(n_workers), subtask, access(i)) for i in range(n)))
 
 
-def optimal_plan(steps: Sequence[PlanStep], question: str, answer_kind: str = DEFAULT_KIND) -> Plan:
+def optimal_plan(steps: Sequence[PlanStep], question: str) -> Plan:
     """A plan of optimal.py's family as the engine runs it: solving steps ask the question as
     `single_plan` does, checking steps ask to check the latest answer they read (`CHECK`), and every
     step reads exactly the steps it reads there."""
-    solve, check = _ask(question, answer_kind), _ask(question, answer_kind, CHECK)
+    solve, check = _ask(question), _ask(question, CHECK)
     return Plan(tuple(Step(s.worker, check if s.role == "check" else solve, sorted(s.reads)) for s in steps))
 
 
-def wording(question: str, answer_kind: str = DEFAULT_KIND) -> tuple[bool, bool]:
+def wording(question: str) -> tuple[bool, bool]:
     """What the simulator (conductor_rl/workers/sim_rules.py) makes of `optimal_plan`'s subtasks for
     this question: whether they are on task (the question has a content word), and whether a solving
     step that reads earlier answers stays a solve (its subtask holds no check word, which a question
     may: "verify which ..."). The `on_task` and `solve_reads` of optimal.py."""
-    solve = _ask(question, answer_kind)
+    solve = _ask(question)
     return on_task(solve, question), not has_check_word(solve)
 
 

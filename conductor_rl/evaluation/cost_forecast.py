@@ -4,8 +4,9 @@
 Calls per sample, by method (conductor_rl/evaluation/baselines.py for the plans' shapes):
 
     conductor   1 to max_steps at each recursion level (the method's @depth, else conductor.max_depth)
-    single      1, on its worker           reflect   its rounds, on its worker
-    moa         proposers x (layers - 1) + 1                 random, optimal   1 to max_steps
+    single      1, on its worker           reflect   its rounds + 1, on its worker
+    moa         proposers x (layers - 1) + 1 (8 on the paper's 7 workers)
+    random, optimal   1 to max_steps
     router, oracle, oracle-single   1
 
 The router's own pilot pass (when `evaluate.router_pilot` is unset) adds one call per worker,
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from conductor_rl.config import Config, answering_workers
 from conductor_rl.evaluation.methods import Method
 from conductor_rl.evaluation.prepare import Evaluation
 from conductor_rl.workers.forecast import Forecast, Range, forecast, summed
@@ -25,15 +27,17 @@ from conductor_rl.workers.limits import CHARS_PER_TOKEN
 Done = Collection[tuple[str, str, str, int]]
 
 
-def calls_per_sample(method: Method, ev: Evaluation) -> Range:
-    c, e = ev.config.conductor, ev.config.evaluate
+def calls_per_sample(method: Method, config: Config) -> Range:
+    """How many worker calls one sample of `method` makes (the module's table)."""
+    c, e = config.conductor, config.evaluate
     if method.kind == "conductor":
         depth = c.max_depth if method.depth is None else method.depth
         return Range(1, c.max_steps * (depth + 1))
     if method.kind == "reflect":
-        return Range(method.rounds or 1, method.rounds or 1)
+        calls = (method.rounds or 0) + 1
+        return Range(calls, calls)
     if method.kind == "moa":
-        proposers = len(e.moa_proposers) if e.moa_proposers else len(ev.config.workers)
+        proposers = len(e.moa_proposers) if e.moa_proposers else len(answering_workers(config.workers))
         calls = proposers * (e.moa_layers - 1) + 1
         return Range(calls, calls)
     if method.kind in ("random", "optimal"):
@@ -56,7 +60,7 @@ def evaluation_forecast(ev: Evaluation, done: Done = ()) -> Forecast:
             for r in range(repeats)
         )
         workers = config.workers if method.worker is None else [config.workers[method.worker]]
-        parts.append(forecast(workers, samples, calls_per_sample(method, ev), tokens))
+        parts.append(forecast(workers, samples, calls_per_sample(method, config), tokens))
     e = config.evaluate
     if any(m.kind == "router" for m in ev.methods) and not e.router_pilot and ev.pilot:
         pilot = len(ev.pilot) * e.router_pilot_repeats

@@ -10,8 +10,9 @@ name                       what answers a question
                            step to the Conductor's seat, below N (needs a
                            ``provider: conductor`` worker when N >= 1)
 ``single:<worker>``        one worker, asked the question
-``reflect:<worker>[:<n>]`` one worker, then n-1 rounds of critique and
-                           revision of its own answer (n calls; default 5)
+``reflect:<worker>[:<n>]`` one worker's answer, then n rounds of critique
+                           and revision of it (n + 1 calls; default 5: the
+                           paper's "5x self-reflection")
 ``moa``                    Mixture-of-Agents (`baselines.moa_plan`)
 ``router``                 the worker with the best predicted success less
                            cost (`router`)
@@ -31,8 +32,9 @@ Decisions:
   named ``qwen3:32b`` works in ``single:qwen3:32b`` and ``reflect:qwen3:32b:3``.
 - ``reflect:<worker>`` is stored as ``reflect:<worker>:5``: both spellings are
   one method, so a resumed evaluation finds the records of either.
-- Reflection rounds run from 1 (the worker alone) to `MAX_ROUNDS`: a typo such as
-  ``reflect:gpt-5:50`` should not spend fifty calls per question.
+- "5x self-reflection" is read as five reflections on an answer: the answer, then
+  five critique-and-revise rounds, six calls. Rounds run from 1 to `MAX_ROUNDS`: a
+  typo such as ``reflect:gpt-5:50`` should not spend fifty calls per question.
 - ``conductor:<path>`` keeps the path as written in its name (the row label)
   and resolves the model folder at once, so a wrong path fails before any call.
 - ``@depth=N`` (0 to `MAX_DEPTH`) sets the Conductor's maximum recursion depth: a
@@ -104,7 +106,7 @@ class MethodError(ValueError):
 @dataclass(frozen=True)
 class Method:
     """One evaluated method. `worker` indexes the configured workers (single, reflect);
-    `rounds` is the reflection's number of calls; `checkpoint` is the Conductor's
+    `rounds` is the reflection's critique-and-revise rounds (rounds + 1 calls); `checkpoint` is the Conductor's
     model folder (None for every other kind and for ``conductor:untrained``)."""
 
     name: str

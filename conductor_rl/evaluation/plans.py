@@ -46,7 +46,7 @@ class BaselineContext:
     worker_names: Sequence[str]
     prices: Sequence[Price]
     max_steps: int
-    moa_layers: int = 3
+    moa_layers: int = 2
     moa_proposers: Sequence[int] | None = None
     moa_aggregator: int = 0
     seed: int = 0
@@ -84,11 +84,20 @@ def baseline_context(config: Config) -> BaselineContext:
         config.conductor.max_steps,
         e.moa_layers,
         None if e.moa_proposers is None else [pool.index(n) for n in e.moa_proposers],
-        pool.index(e.moa_aggregator) if e.moa_aggregator else places[0],
+        pool.index(moa_aggregator_of(config)),
         config.conductor.seed,
         optimum=optimum,
         places=places,
     )
+
+
+def moa_aggregator_of(config: Config) -> str:
+    """The MoA aggregator: `evaluate.moa_aggregator`, else the answering worker with the highest output
+    price (the paper names none; the priciest is taken as the strongest), ties to the first."""
+    if config.evaluate.moa_aggregator:
+        return config.evaluate.moa_aggregator
+    answering = [config.workers[i] for i in answering_workers(config.workers)]
+    return max(answering, key=lambda w: w.price.output).name  # max keeps the first of equals
 
 
 def oracle_single_label(config: Config) -> str:
@@ -100,7 +109,7 @@ def oracle_single_label(config: Config) -> str:
 
 def exact_optimum(question: Question, optimum: PoolOptimum, single: bool) -> OptimalPlan:
     """The best one-step plan (`single`) or the best plan of the family for `question`."""
-    topical, solve_reads = wording(question.question, question.answer_kind)
+    topical, solve_reads = wording(question.question)
     difficulty, chars = difficulty_of(question.source, question.meta), len(question.question)
     if single:
         return optimum.single(question.domain, difficulty, chars, on_task=topical)
@@ -120,29 +129,29 @@ def baseline_samples(
     if method.kind == "single":
         worker = method.worker
         assert worker is not None, "a single-worker method names its worker"
-        plans = [single_plan(q.question, worker, q.answer_kind) for q in questions]
+        plans = [single_plan(q.question, worker) for q in questions]
     elif method.kind == "reflect":
         worker, rounds = method.worker, method.rounds
         assert worker is not None and rounds is not None, "a reflection method names its worker and rounds"
-        plans = [reflection_plan(q.question, worker, rounds, q.answer_kind) for q in questions]
+        plans = [reflection_plan(q.question, worker, rounds) for q in questions]
     elif method.kind == "moa":
         proposers = list(ctx.moa_proposers) if ctx.moa_proposers is not None else [ctx.place(i) for i in range(n)]
-        plans = [moa_plan(q.question, proposers, ctx.moa_aggregator, ctx.moa_layers, q.answer_kind) for q in questions]
+        plans = [moa_plan(q.question, proposers, ctx.moa_aggregator, ctx.moa_layers) for q in questions]
     elif method.kind == "router":
         if ctx.router is None:
             raise MissingEvidenceError("the router baseline needs a trained router (a pilot pass): none was given")
         picks = ctx.router.route([q.question for q in questions])
-        plans = [single_plan(q.question, ctx.place(w), q.answer_kind) for q, w in zip(questions, picks)]
+        plans = [single_plan(q.question, ctx.place(w)) for q, w in zip(questions, picks)]
     elif method.kind == "optimal":
         if ctx.optimum is None:
             raise MissingEvidenceError("optimal: the best plan is computable only for a pool of simulated workers")
         best = [exact_optimum(q, ctx.optimum, False).steps for q in questions]
-        plans = [ctx.on_pool(optimal_plan(steps, q.question, q.answer_kind)) for q, steps in zip(questions, best)]
+        plans = [ctx.on_pool(optimal_plan(steps, q.question)) for q, steps in zip(questions, best)]
     elif method.kind == "oracle-single" and ctx.optimum is not None:
         picks = [ctx.place(exact_optimum(q, ctx.optimum, True).steps[0].worker) for q in questions]
-        plans = [single_plan(q.question, w, q.answer_kind) for q, w in zip(questions, picks)]
+        plans = [single_plan(q.question, w) for q, w in zip(questions, picks)]
     elif method.kind in ("oracle", "oracle-single"):
-        plans = [single_plan(q.question, _oracle_pick(method, benchmark, q, ctx), q.answer_kind) for q in questions]
+        plans = [single_plan(q.question, _oracle_pick(method, benchmark, q, ctx)) for q in questions]
     elif method.kind == "random":
         return [
             [
@@ -154,7 +163,6 @@ def baseline_samples(
                             ctx.conductor_lengths,
                             _rng(ctx.seed, method.name, q.id, r),
                             ctx.max_steps,
-                            q.answer_kind,
                         )
                     )
                 )

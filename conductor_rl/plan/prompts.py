@@ -168,11 +168,13 @@ def worker_messages(
     question: str | None = None,
     max_context_chars: int = 32_000,
     answer_so_far: str | None = None,
+    answer_format: str | None = None,
 ) -> list[dict[str, str]]:
     """The chat messages for one step: the subtask plus the earlier (index,
     subtask, answer) triples its access list selects. Long answers are cut
     from the front so the most recent conclusions survive. `answer_so_far`: in a
-    recursive call's plan, the answer that plan is to improve (every step sees it)."""
+    recursive call's plan, the answer that plan is to improve (every step sees it).
+    `answer_format`: the grader's answer instruction, after the subtask (a plan's last step)."""
     parts = []
     if question is not None:
         parts.append(f"Original question:\n{question}")
@@ -189,6 +191,8 @@ def worker_messages(
             shown.append(f"Step {index} subtask: {earlier_subtask}\nStep {index} answer: {answer}")
         parts.append("Earlier steps you may use:\n" + "\n\n".join(shown))
     parts.append(f"Your subtask:\n{subtask}")
+    if answer_format:
+        parts.append(answer_format)
     return [{"role": "system", "content": WORKER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 

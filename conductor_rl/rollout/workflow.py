@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from conductor_rl.data.difficulty import UNKNOWN, difficulty_of
 from conductor_rl.plan import Plan
-from conductor_rl.plan.prompts import worker_messages
+from conductor_rl.plan.prompts import ANSWER_INSTRUCTIONS, worker_messages
 from conductor_rl.workers.providers.base import CallKey, Provider, ProviderError, TaskHint, Usage, WorkerRequest
 
 if TYPE_CHECKING:
@@ -54,6 +54,12 @@ class Task:
                 f"Task {self.id!r}: difficulty {self.difficulty} must be between 0 and 1 "
                 "(conductor_rl/data/difficulty.py; leave it unset for the middle of the scale)"
             )
+
+    @property
+    def answer_format(self) -> str | None:
+        """The answer instruction of the grader this task goes to (None: no grader, a user's own question)."""
+        graded = bool(self.reference) or self.answer_kind.startswith("code_")
+        return ANSWER_INSTRUCTIONS.get(self.answer_kind) if graded else None
 
     @classmethod
     def of(cls, question: Question) -> Task:
@@ -205,6 +211,7 @@ class StepLimits:
     timeout_s: float = 900.0
     max_context_chars: int = 32_000
     show_question: bool = False
+    answer_format: bool = True  # the last step of a plan is told the grader's answer format
     reasoning: str = "default"
     reasoning_in_context: bool = False  # later steps may read this worker's reasoning too
 
@@ -220,6 +227,7 @@ class StepLimits:
             timeout_s=min(worker.timeout_s, config.workflow.step_timeout_s),
             max_context_chars=config.workflow.max_context_chars,
             show_question=config.workflow.show_question,
+            answer_format=config.workflow.answer_format,
         )
 
 
@@ -399,12 +407,14 @@ async def _call_worker(
         return
     worker, limit = workers[trace.model_id], limits[trace.model_id]
     context = [(j, traces[j].subtask, _readable_output(traces[j], limits)) for j in trace.access]
+    last = trace.index == len(traces) - 1
     trace.messages = worker_messages(
         trace.subtask,
         context,
         question=task.question if limit.show_question else None,
         max_context_chars=limit.max_context_chars,
         answer_so_far=answer_so_far,
+        answer_format=task.answer_format if limit.answer_format and last else None,
     )
     hint = None
     if getattr(worker, "simulated", False):
