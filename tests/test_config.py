@@ -70,6 +70,10 @@ def test_defaults_reproduce_the_paper():
         assert len({w.provider for w in config.workers}) >= 4  # OpenAI, Google, Anthropic, open models
 
 
+def test_the_paper_yaml_and_the_default_pool_are_one_pool():
+    assert load_config("configs/paper.yaml").workers == Config().workers
+
+
 def test_paper_api_workers_have_prices_and_key_variables():
     workers = {w.name: w for w in Config().workers}
     assert workers["gpt-6.1-sol"].api_key_env == "OPENAI_API_KEY"
@@ -81,6 +85,8 @@ def test_paper_api_workers_have_prices_and_key_variables():
         # Served on the cluster's GPU node by the jobs themselves: no address to point at.
         assert workers[name].provider == "openai_compatible" and workers[name].serve is not None
         assert workers[name].base_url is None and workers[name].serve.gpus == 1
+        # Priced as a serving provider charges, not $0: $/sample compares across the pool.
+        assert 0 < workers[name].price.input <= workers[name].price.output < 1
     # Qwen3 with and without thinking: two workers, one server.
     assert workers["qwen3-32b"].serve == workers["qwen3-32b-thinking"].serve
     assert (workers["qwen3-32b"].reasoning, workers["qwen3-32b-thinking"].reasoning) == ("off", "default")

@@ -309,7 +309,7 @@ def _paper_workers() -> list[WorkerConfig]:
             price=Price(input=price[0], output=price[1], cached_input=price[2]),
         )
 
-    def served(name: str, model: str, reasoning: str, **engine_args: Any) -> WorkerConfig:
+    def served(name: str, model: str, reasoning: str, price: tuple[float, float], **engine_args: Any) -> WorkerConfig:
         spec = ServeSpec(
             model=model,
             gpus=1,
@@ -317,7 +317,14 @@ def _paper_workers() -> list[WorkerConfig]:
             resources={"conductor_gpu_node": 0.01},
             engine_args={"max_model_len": 16384, "gpu_memory_utilization": 0.9, **engine_args},
         )
-        return WorkerConfig(name=name, provider="openai_compatible", model=model, reasoning=reasoning, serve=spec)
+        return WorkerConfig(
+            name=name,
+            provider="openai_compatible",
+            model=model,
+            reasoning=reasoning,
+            serve=spec,
+            price=Price(input=price[0], output=price[1]),
+        )
 
     return [
         # The paper's GPT-5, Gemini 2.5 Pro and Claude Sonnet 4 are retired or about to be: each provider's
@@ -344,13 +351,16 @@ def _paper_workers() -> list[WorkerConfig]:
             50,
             38_000,
         ),
-        served("qwen3-32b", "Qwen/Qwen3-32B", "off", reasoning_parser="qwen3"),
-        served("qwen3-32b-thinking", "Qwen/Qwen3-32B", "default", reasoning_parser="qwen3"),
+        # Open weights at what a serving provider charges for them (docs/decisions.md), not $0: served on our
+        # own GPUs they still cost, and a $0 worker would skew every price-based choice.
+        served("qwen3-32b", "Qwen/Qwen3-32B", "off", (0.10, 0.30), reasoning_parser="qwen3"),
+        served("qwen3-32b-thinking", "Qwen/Qwen3-32B", "default", (0.10, 0.30), reasoning_parser="qwen3"),
         served(
             "deepseek-r1-distill-qwen-32b",
             "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
             "default",
+            (0.27, 0.27),
             reasoning_parser="deepseek_r1",
         ),
-        served("gemma-3-27b-it", "google/gemma-3-27b-it", "default"),
+        served("gemma-3-27b-it", "google/gemma-3-27b-it", "default", (0.10, 0.19)),
     ]
