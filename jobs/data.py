@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conductor_rl.config import Config, ConfigError
-from conductor_rl.data import Question, load_available, load_dataset
+from conductor_rl.data import Question, load_available, load_first
 from conductor_rl.data.mixture import mixture_report, select_mixture, write_mixture
 from conductor_rl.data.overlap import text_key
 from conductor_rl.evaluation import ResumeMismatchError, parse_method, single_verdicts_of
@@ -32,18 +32,23 @@ from jobs.common import add_config_arguments, config_from_args, log
 from jobs.evaluate import run_evaluation
 
 
-def candidates(config: Config) -> dict[str, list[Question]]:
-    """A seeded draw of `mix.candidates_per_source` from each source that loads, minus evaluation questions."""
+def candidates(config: Config, fallbacks: dict[str, str] | None = None) -> dict[str, list[Question]]:
+    """A seeded draw of `mix.candidates_per_source` from each source that loads, minus evaluation questions.
+    A source "a|b" is a and, where a is not here, its fallback b: `fallbacks` records each one used."""
     m = config.mix
     # A training mixture never holds an evaluation question (a benchmark that is not here cannot leak).
     held_out = {text_key(q.question) for qs in load_available(config.evaluate.benchmarks).values() for q in qs}
     pools: dict[str, list[Question]] = {}
-    for spec in m.sources:
+    for wanted in m.sources:
         try:
-            questions = load_dataset(spec)
+            spec, questions = load_first(wanted)
         except (FileNotFoundError, RuntimeError, ValueError) as err:
-            log(f"mix: skipping source {spec!r}: {' '.join(str(err).split())[:300]}")
+            log(f"mix: skipping source {wanted!r}: {' '.join(str(err).split())[:300]}")
             continue
+        if spec != wanted.split("|")[0].strip():
+            log(f"mix: {wanted.split('|')[0].strip()} is not available here: using its offline fallback {spec}")
+            if fallbacks is not None:
+                fallbacks[wanted] = spec
         kept = [q for q in questions if text_key(q.question) not in held_out]
         if len(kept) < len(questions):
             log(f"mix: {spec}: left out {len(questions) - len(kept)} questions that evaluation benchmarks contain")
@@ -58,7 +63,8 @@ def candidates(config: Config) -> dict[str, list[Question]]:
 
 
 def mix(config: Config) -> dict:
-    pools = candidates(config)
+    fallbacks: dict[str, str] = {}
+    pools = candidates(config, fallbacks)
     names = [w.name for w in config.workers]
     output = Path(config.mix.output)
     pilot_dir = output.with_name(output.name + ".pilot")
@@ -86,7 +92,9 @@ def mix(config: Config) -> dict:
     chosen = select_mixture(everything, verdicts, total=config.mix.total, seed=config.mix.seed)
     info = {
         "sources": list(pools),
-        "skipped_sources": [s for s in config.mix.sources if s not in pools],
+        "skipped_sources": [s for s in config.mix.sources if not any(a.strip() in pools for a in s.split("|"))],
+        # A source "a|b" drawn from its fallback b: named, since it is not the source the config asked for.
+        "fallback_sources": fallbacks,
         "candidates": {s: len(qs) for s, qs in pools.items()},
         "workers": names,
         "simulated_workers": [w.name for w in config.workers if w.provider == "sim"],

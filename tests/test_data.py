@@ -620,3 +620,31 @@ def test_an_unknown_sample_split_is_refused_naming_the_splits():
         load_dataset("samples:gsm8k:test")
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         load_samples("gsm8k", split="dev")
+
+
+def test_mmlu_auxiliary_train_from_a_file_in_the_hubs_schema(tmp_path):
+    rows = [
+        {"question": "Which gas do plants take in?", "subject": "", "choices": ["O2", "CO2", "N2", "He"], "answer": 1},
+        {"question": "2 + 2 = ?", "subject": "", "choices": ["3", "4"], "answer": "B"},
+    ]
+    f = tmp_path / "auxiliary_train.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    questions = load_dataset(f"mmlu:auxiliary_train@{f}")
+    assert [q.id for q in questions] == ["mmlu/auxiliary_train/none/0", "mmlu/auxiliary_train/none/1"]
+    assert [q.reference for q in questions] == ["B", "B"] and questions[0].meta["split"] == "auxiliary_train"
+
+
+def test_the_first_source_that_loads_and_its_offline_fallback(tmp_path, monkeypatch):
+    """`a|b`: a where it loads, else b; a bad spec is an error, not a reason to fall back."""
+    from conductor_rl.data import load_first
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # MMLU's auxiliary_train comes from the Hub: not here
+    spec, questions = load_first("mmlu:auxiliary_train|samples:mmlu:train")
+    assert spec == "samples:mmlu:train" and questions == load_dataset("samples:mmlu:train")
+    assert load_dataset("mmlu:auxiliary_train|samples:mmlu:train") == questions
+    assert load_first(f"jsonl:{tmp_path / 'none.jsonl'}|samples:gsm8k")[0] == "samples:gsm8k"
+    assert load_first("samples:gsm8k|samples:mmlu")[0] == "samples:gsm8k"
+    with pytest.raises(ValueError, match="unknown sample set"):
+        load_first("samples:nope|samples:gsm8k")
+    with pytest.raises(RuntimeError, match="cais/mmlu"):
+        load_first("mmlu:auxiliary_train")

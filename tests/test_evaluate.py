@@ -606,7 +606,8 @@ def test_with_the_response_cache_a_second_evaluation_costs_nothing_and_prices_th
 
 # ---------------------------------------------------------------- conductor-rl data mix
 
-MIX_SOURCES = ["math:train", "mmlu:train", "rlpr:train"]
+# MMLU as the paper: its auxiliary_train split, which is not here (no Hub): its offline fallback is used, named.
+MIX_SOURCES = ["math:train", "mmlu:auxiliary_train|mmlu:train", "rlpr:train"]
 
 
 def loads(spec: str) -> bool:
@@ -649,9 +650,13 @@ def test_data_mix_picks_informative_questions_by_a_pilot_that_a_second_run_reuse
     started = time.perf_counter()
     assert jd.main(argv) == 0
     first_s = time.perf_counter() - started
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.strip().splitlines()[-1])
     missing = [s for s in MIX_SOURCES if not loads(s)]
-    assert summary["skipped_sources"] == missing and summary["sources"] == [s for s in MIX_SOURCES if s not in missing]
+    used = [s.split("|")[-1] for s in MIX_SOURCES if s not in missing]
+    assert summary["skipped_sources"] == missing and summary["sources"] == used
+    assert summary["fallback_sources"] == {"mmlu:auxiliary_train|mmlu:train": "mmlu:train"}
+    assert "mmlu:auxiliary_train is not available here: using its offline fallback mmlu:train" in captured.err
     if not loads("rlpr:train"):
         assert missing == ["rlpr:train"]
     assert summary["candidates"] == dict.fromkeys(summary["sources"], 30)

@@ -350,8 +350,10 @@ class MixConfig(Strict):
     LiveCodeBench v1, chosen by a pilot pass; the rule is in conductor_rl/data/mixture.py)."""
 
     sources: list[str] = Field(
-        default_factory=lambda: ["math:train", "mmlu:train", "rlpr:train", "livecodebench:v1"],
-        description="Candidate pools (dataset specs); a source missing offline is skipped, named.",
+        default_factory=lambda: ["math:train", "mmlu:auxiliary_train|mmlu:train", "rlpr:train", "livecodebench:v1"],
+        description="Candidate pools (dataset specs); a source missing offline is skipped, named. MMLU: its "
+        "auxiliary_train split (the paper's), else, offline, our ~20 % part of its test split (named in the "
+        "output's fallback_sources).",
     )
     candidates_per_source: int = Field(
         800, ge=1, description="Candidates drawn (seeded) from each source for the pilot."

