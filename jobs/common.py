@@ -71,6 +71,19 @@ def check_workers_before_start(config: Config) -> None:
         raise ConfigError("invalid worker settings:\n  " + "\n  ".join(problems))
 
 
+def check_sandbox_before_start(config: Config) -> None:
+    """With `grader.sandbox.require_isolation`, refuse to start where bubblewrap cannot isolate code
+    (a ConfigError naming the key and the fix), not at the first answer graded. Graders on other
+    nodes check again where they run."""
+    if config.grader.sandbox.require_isolation:
+        from conductor_rl.grading.sandbox import IsolationUnavailableError, Sandbox
+
+        try:
+            _ = Sandbox.from_config(config.grader.sandbox).isolation
+        except IsolationUnavailableError as err:
+            raise ConfigError(str(err)) from None
+
+
 def quiet_third_party_output() -> None:
     """A command prints its own progress and summary; the libraries' routine INFO lines stay out
     of it (warnings and errors do not), unless $CONDUCTOR_RL_VERBOSE is set. Model conversion and

@@ -57,7 +57,14 @@ from conductor_rl.workers.preflight import PreflightFailed
 from conductor_rl.workers.providers import MissingApiKeyError
 from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
 from jobs.check import preflight
-from jobs.common import add_config_arguments, add_workers_argument, check_workers_before_start, config_from_args, log
+from jobs.common import (
+    add_config_arguments,
+    add_workers_argument,
+    check_sandbox_before_start,
+    check_workers_before_start,
+    config_from_args,
+    log,
+)
 from jobs.evaluation_runner import Runner
 from jobs.run_control import StopRun, StopSignal
 
@@ -69,6 +76,7 @@ def prepare(config: Config) -> tuple[Evaluation, dict[str, System]]:
     ev = prepare_evaluation(config)
     conductors = {name: conductor_system(name, c.config) for name, c in ev.conductors.items()}
     check_workers_before_start(config)
+    check_sandbox_before_start(config)
     return ev, conductors
 
 
@@ -148,7 +156,18 @@ def evaluate(config: Config, force: bool = False) -> dict:
         "benchmarks": list(ev.benchmarks),
         "repeats": config.evaluate.repeats,
         "limit": config.evaluate.limit,
-        "workers": [{"name": w.name, "provider": w.provider, "model": w.model} for w in config.workers],
+        # The budget setting (the paper's Table 1 vs Table 7) and what each worker ran with.
+        "budgets": config.workflow.budgets or "custom",
+        "workers": [
+            {
+                "name": w.name,
+                "provider": w.provider,
+                "model": w.model,
+                "max_tokens": w.max_tokens,
+                "reasoning": w.reasoning,
+            }
+            for w in config.workers
+        ],
         "simulated_workers": [w.name for w in config.workers if w.provider == "sim"],
         "random_lengths": random_lengths_label(conductor_lengths_of(records), config.conductor.max_steps),
         "cost_weight": config.evaluate.cost_weight,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from conductor_rl.config import Config, TrainConfig
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable
-from jobs.common import check_workers_before_start, log
+from jobs.common import check_sandbox_before_start, check_workers_before_start, log
 
 if TYPE_CHECKING:
     from jobs.training_system import TrainingSystem, WorkerPools
@@ -40,6 +40,7 @@ def open_run(config: Config, resume: bool) -> tuple[Path, Checkpoints, dict | No
             f"set train.output_dir to a new folder, or delete {out} to start over"
         )
     check_workers_before_start(config)  # a missing key fails here, not after the actors start
+    check_sandbox_before_start(config)
     if state and state["config"]["train"]["iterations"] != t.iterations:
         log(
             f"warning: resuming with train.iterations={t.iterations}, the run started with "

@@ -70,6 +70,20 @@ def test_defaults_reproduce_the_paper():
         assert len({w.provider for w in config.workers}) >= 4  # OpenAI, Google, Anthropic, open models
 
 
+def test_the_unconstrained_setting_is_the_papers_pool_at_each_models_maximum():
+    from conductor_rl.workers.request_shape import shape_problems
+
+    constrained, free = load_config("configs/paper.yaml"), load_config("configs/paper-unconstrained.yaml")
+    assert (constrained.workflow.budgets, free.workflow.budgets) == ("constrained", "unconstrained")
+    assert free.grader.sandbox.require_isolation and free.data == constrained.data  # all else is paper.yaml's
+    for low, high in zip(constrained.workers, free.workers, strict=True):
+        assert (high.name, high.model, high.price) == (low.name, low.model, low.price)
+        assert high.max_tokens > low.max_tokens == 4096 and shape_problems(high) == []
+    assert [w.reasoning for w in free.workers[:3]] == ["high"] * 3  # minimal in the constrained setting
+    served = {w.name: w for w in free.workers if w.serve is not None}
+    assert all(w.max_tokens < w.serve.engine_args["max_model_len"] for w in served.values())
+
+
 def test_the_paper_yaml_and_the_default_pool_are_one_pool():
     assert load_config("configs/paper.yaml").workers == Config().workers
 

@@ -173,6 +173,20 @@ def test_an_unknown_method_is_refused_listing_the_methods(tmp_path, no_cluster):
         assert allowed in message, f"{allowed!r} missing from: {message}"
 
 
+def test_the_papers_setting_refuses_to_grade_code_without_isolation(tmp_path, no_cluster, monkeypatch):
+    """configs/paper.yaml requires bubblewrap: where it cannot isolate, evaluate stops before Ray
+    starts, naming the key and the fix, instead of grading untrusted code with rlimits alone."""
+    import conductor_rl.grading.sandbox as sandbox
+
+    for name in ("OPENAI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.setenv(name, "sk-test")
+    monkeypatch.setattr(sandbox, "detect_isolation", lambda _path: ("rlimits", [], "bubblewrap is not installed"))
+    argv = ["--config", "configs/paper.yaml", "--benchmark", "samples:math500", "--method", "single:gpt-6.1-sol"]
+    message = refused(argv, tmp_path / "out")
+    assert "sandbox isolation is required (grader.sandbox.require_isolation)" in message, message
+    assert "apt-get install bubblewrap" in message, message
+
+
 def test_the_optimal_plan_of_a_pool_with_real_workers_is_refused(tmp_path, no_cluster):
     argv = ["--config", "configs/paper.yaml", "--benchmark", "samples:math500", "--method", "optimal"]
     message = refused(argv, tmp_path / "out")
@@ -417,6 +431,12 @@ def test_baselines_make_the_calls_their_shape_says_and_samples_are_labelled_simu
     summary = results(straight.out)
     assert summary["simulated"] is True and summary["info"]["simulated_workers"] == WORKERS
     assert "**Simulated workers**" in (straight.out / "results.md").read_text()
+    # The budget setting it ran under: the embedded pool follows neither of the paper's.
+    assert (
+        summary["info"]["budgets"] == "custom" and "> **Budgets**: custom" in (straight.out / "results.md").read_text()
+    )
+    assert [w["max_tokens"] for w in summary["info"]["workers"]] == [w.max_tokens for w in load_config(None).workers]
+    assert summary["info"]["moa_aggregator"] == "sim-knowledge-expert"
 
 
 # ---------------------------------------------------------------- resumed after a kill

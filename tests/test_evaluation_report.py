@@ -181,3 +181,29 @@ def test_a_cost_weight_is_a_setting_only_when_set_so_older_folders_resume(tmp_pa
     RecordStore(tmp_path).check_settings(settings_of(Evaluation(config, [], {})))
     with pytest.raises(ResumeMismatchError, match="cost_weight differ"):
         RecordStore(tmp_path).check_settings(settings_of(Evaluation(weighted, [], {})))
+
+
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        ("constrained", "constrained (the paper's Table 7: 4096 output tokens, minimal reasoning)"),
+        ("unconstrained", "unconstrained (the paper's Table 1: each model's maximum budgets)"),
+        ("custom", "custom (neither of the paper's settings)"),
+    ],
+)
+def test_results_name_the_budget_setting_and_each_workers_budget(tmp_path, setting, words):
+    workers = [
+        {"name": "gpt", "provider": "openai", "model": "gpt-6.1-sol", "max_tokens": 4096, "reasoning": "minimal"},
+        {
+            "name": "qwen",
+            "provider": "openai_compatible",
+            "model": "Qwen/Qwen3-32B",
+            "max_tokens": 4096,
+            "reasoning": "off",
+        },
+    ]
+    info = {"budgets": setting, "workers": workers}
+    paths = write_results(tmp_path, summarise(RECORDS), strategy(RECORDS), RECORDS, info)
+    line = next(x for x in paths["results.md"].read_text().splitlines() if x.startswith("> **Budgets**"))
+    assert line == f"> **Budgets**: {words}: gpt 4096 tokens, reasoning minimal, qwen 4096 tokens, reasoning off."
+    assert json.loads(paths["results.json"].read_text())["info"]["budgets"] == setting

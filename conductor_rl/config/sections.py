@@ -90,6 +90,12 @@ class WorkflowConfig(Strict):
     show_question: bool = Field(
         False, description="Also show workers the original question (paper: subtask and selected context only)."
     )
+    budgets: Literal["constrained", "unconstrained"] | None = Field(
+        None,
+        description="Which of the paper's settings the workers' budgets follow, named in every evaluation's "
+        "output beside each worker's max_tokens and reasoning: constrained (its Table 7: 4096 output tokens, "
+        "minimal reasoning) or unconstrained (its Table 1: each model's maximum); unset: neither (custom).",
+    )
     answer_format: bool = Field(
         True,
         description="Tell the last step of every plan, the Conductor's and each baseline's alike, the answer "

@@ -209,6 +209,24 @@ def _strategy_table(rows: Sequence[StrategyRow]) -> str:
     return "\n".join(table_lines(header, body))
 
 
+# The paper's two settings, as a results.md line names them (workflow.budgets).
+BUDGET_SETTINGS = {
+    "constrained": "constrained (the paper's Table 7: 4096 output tokens, minimal reasoning)",
+    "unconstrained": "unconstrained (the paper's Table 1: each model's maximum budgets)",
+    "custom": "custom (neither of the paper's settings)",
+}
+
+
+def _budgets_line(info: Mapping[str, Any]) -> str:
+    workers = ", ".join(
+        f"{w['name']} {w['max_tokens']} tokens, reasoning {w['reasoning']}"
+        for w in info.get("workers", ())
+        if "max_tokens" in w
+    )
+    setting = BUDGET_SETTINGS.get(info["budgets"], info["budgets"])
+    return f"> **Budgets**: {setting}" + (f": {workers}." if workers else ".")
+
+
 def render_markdown(
     cells: Sequence[Cell], strategy: Sequence[StrategyRow], info: Mapping[str, Any], records: Sequence[EvalRecord] = ()
 ) -> str:
@@ -223,6 +241,8 @@ def render_markdown(
             f"(their workers: {names}), so these numbers test the pipeline and say nothing about real models.",
             "",
         ]
+    if "budgets" in info:
+        lines += [_budgets_line(info), ""]
     lines += [
         "## Accuracy",
         "",
