@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from conductor_rl.config import Config, ConfigError
+from conductor_rl.config import Config, ConfigError, answering_workers
 from conductor_rl.data import Question, load_available, load_first
 from conductor_rl.data.mixture import mixture_report, select_mixture, write_mixture
 from conductor_rl.data.overlap import text_key
@@ -65,7 +65,8 @@ def candidates(config: Config, fallbacks: dict[str, str] | None = None) -> dict[
 def mix(config: Config) -> dict:
     fallbacks: dict[str, str] = {}
     pools = candidates(config, fallbacks)
-    names = [w.name for w in config.workers]
+    # Every worker that answers (the Conductor's own seat answers nothing: configs/paper-recursion.yaml has one).
+    names = [config.workers[i].name for i in answering_workers(config.workers)]
     output = Path(config.mix.output)
     pilot_dir = output.with_name(output.name + ".pilot")
     pilot_config = config.model_copy(
@@ -73,7 +74,8 @@ def mix(config: Config) -> dict:
             "evaluate": config.evaluate.model_copy(update={"repeats": 1, "output_dir": str(pilot_dir), "limit": None})
         }
     )
-    ev = Evaluation(pilot_config, [parse_method(f"single:{n}", names) for n in names], pools)
+    pool = [w.name for w in config.workers]  # a method names its worker by its place in the pool
+    ev = Evaluation(pilot_config, [parse_method(f"single:{n}", pool) for n in names], pools)
     log(
         f"mix: pilot pass of {len(names)} workers over {sum(map(len, pools.values()))} candidates "
         f"from {list(pools)} ..."

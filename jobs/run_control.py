@@ -24,6 +24,26 @@ if TYPE_CHECKING:
     from jobs.training_system import TrainingSystem, WorkerPools
 
 
+def from_trained_conductor(config: Config) -> Config:
+    """`config` with `conductor.model` naming a model folder: a run folder or checkpoint folder there
+    (fine-tuning from a trained Conductor, configs/paper-recursion.yaml) becomes its newest complete
+    checkpoint's model. A Hub id or a model folder is kept; a folder that holds no model is refused."""
+    from conductor_rl.config import ConfigError
+    from conductor_rl.evaluation.methods import MethodError, resolve_checkpoint
+
+    named = Path(config.conductor.model).expanduser()
+    if not named.is_dir():
+        return config
+    try:
+        model = resolve_checkpoint(named)
+    except MethodError as err:
+        raise ConfigError(f"conductor.model={config.conductor.model!r}: {err}") from None
+    if model == named.resolve():
+        return config
+    log(f"train: starting from the trained Conductor {model}")
+    return config.model_copy(update={"conductor": config.conductor.model_copy(update={"model": str(model)})})
+
+
 def open_run(config: Config, resume: bool) -> tuple[Path, Checkpoints, dict | None]:
     """The run's folder, its checkpoints and the state to resume from; refuses a
     folder that holds another run, and a worker whose API key is missing."""

@@ -47,7 +47,15 @@ from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
 from jobs.check import preflight
 from jobs.common import add_config_arguments, config_from_args, log
 from jobs.iteration import TrainingRun, learned_iterations
-from jobs.run_control import StopRun, StopSignal, needs_final_checkpoint, open_run, progress_bar, run_summary
+from jobs.run_control import (
+    StopRun,
+    StopSignal,
+    from_trained_conductor,
+    needs_final_checkpoint,
+    open_run,
+    progress_bar,
+    run_summary,
+)
 from jobs.warm_start import warm_start
 
 if TYPE_CHECKING:
@@ -67,6 +75,7 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
     from conductor_rl.run.log import RunLog
     from conductor_rl.run.traces import TraceWriter, remove_after
 
+    config = from_trained_conductor(config)
     t = config.train
     check_warm_start(config)
     out, checkpoints, saved = open_run(config, resume)

@@ -516,3 +516,35 @@ def test_the_routing_preset_is_the_embedded_default_with_the_domain_only_pool():
     assert all(w.sim.keep_rate is not None and w.sim.hard_accuracy for w in embedded.workers)
     assert routing.conductor == embedded.conductor and routing.learner == embedded.learner
     assert not routing.train.subtask_text_in_loss and embedded.train.subtask_text_in_loss
+
+
+def test_the_recursive_fine_tune_preset_is_the_papers():
+    """configs/paper-recursion.yaml: the paper's pool with the Conductor's seat, 20 iterations on 350
+    questions over LiveCodeBench and RLPR (175 each: the mixture weighs domains equally), one call
+    forced in half of each batch, non-recursive rollouts discounted by 0.25, from a trained Conductor."""
+    paper, preset = load_config("configs/paper.yaml"), load_config("configs/paper-recursion.yaml")
+    assert preset.workers[:-1] == paper.workers and preset.workers[-1].provider == "conductor"
+    assert preset.conductor.max_depth == 1 and preset.conductor.model == "runs/paper"
+    assert (preset.train.iterations, preset.mix.total) == (20, 350)
+    assert preset.mix.sources == ["livecodebench:v1", "rlpr:train"]
+    assert preset.data.questions == f"mixture:{preset.mix.output}"
+    assert (preset.train.recursion.forced_share, preset.train.recursion.discount) == (0.5, 0.25)
+
+
+def test_training_starts_from_a_trained_run_folders_newest_checkpoint(tmp_path):
+    import json as json_
+
+    from jobs.run_control import from_trained_conductor
+
+    for iteration in (3, 7):
+        model = tmp_path / "run" / "checkpoints" / f"ckpt-{iteration:06d}" / "model"
+        model.mkdir(parents=True)
+        (model / "config.json").write_text("{}")
+        (model / "model.safetensors").write_bytes(b"")
+        (model.parent / "state.json").write_text(json_.dumps({"iteration": iteration}))
+    config = validate_config({"conductor": {"model": str(tmp_path / "run")}})
+    assert from_trained_conductor(config).conductor.model == str(model.resolve())
+    assert from_trained_conductor(Config()).conductor.model == Config().conductor.model  # a Hub id stays
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="conductor.model=.*holds no model"):
+        from_trained_conductor(validate_config({"conductor": {"model": str(tmp_path / "empty")}}))

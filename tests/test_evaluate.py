@@ -638,6 +638,28 @@ def loads(spec: str) -> bool:
         return False
 
 
+def test_data_mix_pilots_every_answering_worker_and_never_the_conductors_seat(tmp_path, monkeypatch):
+    """configs/paper-recursion.yaml's pool holds the Conductor's seat: the pilot runs single:<worker> for
+    the workers that answer, each by its place in the pool (here the seat is first)."""
+    import jobs.data as jd
+
+    seen = []
+
+    def stop_at_the_pilot(ev, out):
+        seen.extend(ev.methods)
+        return "stopped", 0.0, None
+
+    monkeypatch.setattr(jd, "run_evaluation", stop_at_the_pilot)
+    sim = {"accuracy": {"default": 0.5}}
+    pool = [{"name": "conductor", "provider": "conductor"}] + [{"name": w, "provider": "sim", "sim": sim} for w in "ab"]
+    (tmp_path / "seated.yaml").write_text(json.dumps({"workers": pool}))
+    argv = ["mix", "--config", str(tmp_path / "seated.yaml"), 'mix.sources=["samples:gsm8k"]']
+    argv += [f"mix.output={tmp_path / 'm.parquet'}", "evaluate.benchmarks=[]"]
+    with pytest.raises(SystemExit, match="stopped"):
+        jd.main(argv)
+    assert [(m.name, m.worker) for m in seen] == [("single:a", 1), ("single:b", 2)]
+
+
 def test_data_mix_picks_informative_questions_by_a_pilot_that_a_second_run_reuses(
     ray_cluster, tmp_path, monkeypatch, capsys
 ):
