@@ -84,6 +84,7 @@ from benchmarks.measure import (  # noqa: F401
     MeteredPool,
     RoundRecorder,
     critical_path_s,
+    keep_result,
     peak_overlap,
     rollout_phase_figures,
     step_critical_paths,
@@ -381,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             f"asynchronous / max(phase) "
             f"{pacing['bound_max_phase_s']:.1f}s = {pacing['async_vs_bound']} (goal <= {GOAL_ASYNC_VS_BOUND})"
         )
+    keep_result(figures)
     if args.json:
         print(json.dumps(figures))
     return 0

@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.measure import keep_result  # noqa: E402
 from conductor_rl.config import load_config  # noqa: E402
 from conductor_rl.config.loading import CONFIG_DIR  # noqa: E402
 from conductor_rl.run.log import records  # noqa: E402
@@ -97,6 +98,7 @@ def main() -> int:
         "reward_goal_met": gain >= 0.15,
         "best_worker_goal_met": share >= 0.8,
     }
+    keep_result(figures)
     print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
     return 0
 

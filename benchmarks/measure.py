@@ -24,9 +24,51 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+# Where `keep_result` writes: benchmarks/results/<benchmark>/, unless this names another folder (the tests').
+RESULTS_DIR_ENV = "CONDUCTOR_RL_RESULTS_DIR"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def keep_result(figures: dict[str, Any], benchmark: str | None = None) -> Path:
+    """Write a benchmark's figures with what they need to be checked: the command, the commit (and
+    whether the tree had changes), the machine (CPU model, bf16 flags, cores, load) and the time, to
+    benchmarks/results/<benchmark>/<UTC time>.json. A figure quoted in the docs names its file, and
+    the file is committed with it (tests/test_docs.py fails when a named file is missing)."""
+    import datetime
+    import subprocess
+
+    name = benchmark or Path(sys.argv[0]).stem
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    now = datetime.datetime.now(datetime.UTC)
+    record = {
+        "benchmark": name,
+        "command": " ".join([".venv/bin/python", f"benchmarks/{name}.py", *sys.argv[1:]]),
+        "commit": git("rev-parse", "HEAD"),
+        "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "machine": machine(),
+        "finished_utc": now.isoformat(timespec="seconds"),
+        "figures": figures,
+    }
+    folder = Path(os.environ.get(RESULTS_DIR_ENV) or RESULTS_DIR) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{now.strftime('%Y-%m-%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    log(f"kept: {path}")
+    return path
+
+
 def report(figures: dict[str, Any], as_json: bool, show: Callable[[str], None] = log) -> None:
-    """A benchmark's ending: its figures for people (through `show`), then with `as_json` the one
-    JSON line on stdout that scripts read."""
+    """A benchmark's ending: its figures kept with their provenance (`keep_result`), shown for people
+    (through `show`), then with `as_json` the one JSON line on stdout that scripts read."""
+    keep_result(figures)
     show(json.dumps(figures, indent=2))
     if as_json:
         print(json.dumps(figures))

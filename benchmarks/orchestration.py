@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.measure import keep_result  # noqa: E402
 from conductor_rl.config import Config, WorkerConfig, load_config  # noqa: E402
 from conductor_rl.data import Question, band_of, difficulty_of, load_dataset  # noqa: E402
 from conductor_rl.evaluation.optimal import PoolOptimum, value_of  # noqa: E402
@@ -249,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "goals_reached": goals(mean),
         "seeds": runs,
     }
+    keep_result(result)
     print(json.dumps(result))
     return 0
 

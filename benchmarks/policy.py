@@ -32,6 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from benchmarks.measure import keep_result
 from conductor_rl.config import GeneratorConfig, LearnerConfig
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan.prompts import ConductorPrompt
@@ -241,6 +242,7 @@ def main() -> int:
             "greedy_matches_transformers": greedy.text == expected.text,
         },
     }
+    keep_result(figures)
     if args.json:
         print(json.dumps(figures))
     return 0

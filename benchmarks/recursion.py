@@ -44,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure import log  # noqa: E402
+from benchmarks.measure import keep_result, log  # noqa: E402
 from benchmarks.orchestration import REUSE_HELP, accuracy_of, mean_over_seeds, train_seed  # noqa: E402
 from conductor_rl.config import SEAT_EXAMPLE, Config, load_config  # noqa: E402
 from conductor_rl.evaluation.summary import EvalRecord  # noqa: E402
@@ -239,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for r in runs
         ],
     }
+    keep_result(result)
     print(json.dumps(result))
     return 0
 

@@ -41,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+from benchmarks.measure import keep_result
 from conductor_rl.config import GraderConfig, SandboxConfig
 from conductor_rl.data import load_humaneval
 from conductor_rl.grading import Verdict
@@ -284,6 +285,7 @@ def main() -> None:
         # one also takes a core from the others while it runs, so it costs more on a busy machine.
         "hang_cost_within_timeout": hangs["blocked"]["cost_per_hung_sample_s"] <= args.hang_timeout * 1.1,
     }
+    keep_result(figures)
     if args.json:
         print(json.dumps(figures))
 

@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure import log  # noqa: E402
+from benchmarks.measure import keep_result, log  # noqa: E402
 from conductor_rl.config import load_config  # noqa: E402
 from conductor_rl.data import load_dataset  # noqa: E402
 from conductor_rl.workers.serving import free_port  # noqa: E402
@@ -176,6 +176,7 @@ def main() -> int:
         "goal_met": overhead < 0.10,
         "median_overhead_p50": statistics.median(r["serving_overhead_p50"] for r in results.values()),
     }
+    keep_result(summary)
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=2))
     return 0
 

@@ -40,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.measure import keep_result  # noqa: E402
 from benchmarks.orchestration import REUSE_HELP, accuracy_of, mean_over_seeds, train_seed  # noqa: E402
 from conductor_rl.config import Config, load_config, validate_config  # noqa: E402
 from conductor_rl.evaluation.summary import EvalRecord  # noqa: E402
@@ -205,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "goals_reached": goals(mean),
         "seeds": runs,
     }
+    keep_result(result)
     print(json.dumps(result))
     return 0
 

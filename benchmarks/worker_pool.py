@@ -48,6 +48,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import ray
 
+from benchmarks.measure import keep_result
 from conductor_rl.config import WorkerConfig
 from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits
 from conductor_rl.workers.providers import WorkerRequest, build_provider
@@ -388,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     if "across_nodes" in figures:
         goals.append(figures["across_nodes"]["min_share"] >= GOAL_SHARE)
     figures["goals_met"] = all(goals)
+    keep_result(figures)
     print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
     return 0
 

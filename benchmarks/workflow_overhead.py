@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.measure import keep_result
 from conductor_rl.plan import Plan, Step
 from conductor_rl.rollout.workflow import StepLimits, Task, run_plan
 from conductor_rl.workers.providers.base import Usage, WorkerRequest, WorkerResponse
@@ -299,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{figures['ratio']:.3f} (goal <= {GOAL_RATIO}: {'met' if figures['ratio_goal_met'] else 'NOT met'}); "
         f"{figures['seconds']} s"
     )
+    keep_result(figures)
     if args.json:
         print(json.dumps(figures, sort_keys=False))
     return 0

@@ -8,12 +8,15 @@ training job in a subprocess or otherwise takes more than a couple of seconds:
 
 import os
 import sys
+import tempfile
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# A benchmark a test runs keeps its result here, not in benchmarks/results/ (which holds quoted figures).
+os.environ.setdefault("CONDUCTOR_RL_RESULTS_DIR", tempfile.mkdtemp(prefix="conductor-rl-results-"))
 # Ray 2.60 turns token authentication on by default; a local test cluster does not need it.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 

@@ -651,3 +651,47 @@ def test_the_readme_stays_short() -> None:
     assert len(lines) <= 150, f"README.md has {len(lines)} lines (at most 150: details go to docs/guide/)"
     assert "bash scripts/setup.sh && .venv/bin/conductor-rl train" in "\n".join(lines[2:8])
     assert "bash scripts/test.sh" in "\n".join(lines[2:8])
+
+
+# ---------------------------------------------------------------- figures anyone can check
+
+RESULTS_FILE_RE = re.compile(r"benchmarks/results/[\w./-]+\.json")
+# A section whose figures were measured before benchmarks kept their results says so instead.
+BEFORE_KEPT = "before results were kept"
+
+
+def figure_sections(doc: Path) -> dict[str, str]:
+    """docs/results.md's `## ` sections, and the README's Results section: where figures are quoted."""
+    text = doc.read_text()
+    parts = re.split(r"^## ", text, flags=re.M)[1:]
+    sections = {p.splitlines()[0]: p for p in parts}
+    return {"Results": sections["Results"]} if doc.name == "README.md" else sections
+
+
+def test_every_quoted_figure_names_its_result_file() -> None:
+    """Every section that quotes figures names the benchmarks/results/ file they came from (which must
+    exist: a missing one fails here and in test_the_docs_name_only_existing_paths), or says that it
+    was measured before results were kept."""
+    unnamed, missing = [], []
+    for doc in (REPO / "README.md", REPO / "docs" / "results.md"):
+        for title, body in figure_sections(doc).items():
+            files = RESULTS_FILE_RE.findall(body)
+            if not files and BEFORE_KEPT not in body:
+                unnamed.append(f"{relative(doc)}: ## {title}")
+            missing += [f"{relative(doc)}: {f}" for f in files if not (REPO / f).is_file()]
+    assert not unnamed, "sections quote figures without naming their result file:\n" + "\n".join(unnamed)
+    assert not missing, "named result files that do not exist:\n" + "\n".join(missing)
+
+
+def test_a_kept_result_holds_what_checks_a_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from benchmarks.measure import RESULTS_DIR_ENV, keep_result
+
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["benchmarks/subsets.py", "--seeds", "1"])
+    kept = json.loads(keep_result({"subset_trained_unseen": 0.6}).read_text())
+    assert kept["benchmark"] == "subsets" and kept["figures"] == {"subset_trained_unseen": 0.6}
+    assert kept["command"] == ".venv/bin/python benchmarks/subsets.py --seeds 1"
+    assert re.fullmatch(r"[0-9a-f]{40}", kept["commit"]) and isinstance(kept["uncommitted_changes"], bool)
+    assert {"cpu_model", "cpus", "avx512_bf16", "amx_bf16"} <= set(kept["machine"]) and kept["finished_utc"]
