@@ -139,7 +139,7 @@ def build_config(args: argparse.Namespace) -> Config:
         f"train.rollouts_per_question={args.rollouts}",
         f"train.worker_replicas={args.replicas}",
         "train.progress=false",
-        "train.tensorboard=false",
+        "train.loggers=[]",
         f"generator.backend={args.backend}",
         "cluster.generator={CPU: 1}",
         "cluster.learner={CPU: 1}",

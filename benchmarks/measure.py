@@ -112,7 +112,7 @@ def train_then_evaluate_overrides(args: Any, benchmarks: Sequence[str]) -> list[
         "train.keep_checkpoints=1",
         "train.progress=false",
         "train.report=false",
-        "train.tensorboard=false",
+        "train.loggers=[]",
         f"train.seed={args.seed}",
         f"conductor.seed={args.seed}",
         f"evaluate.benchmarks={json.dumps(list(benchmarks))}",

@@ -50,7 +50,9 @@ from conductor_rl.evaluation.prepare import (
     prepare_evaluation,
     settings_of,
 )
+from conductor_rl.evaluation.report import PLOT_FILE, RESULTS_MD
 from conductor_rl.run.placement import ClusterTooSmallError
+from conductor_rl.run.trackers import check_trackers, track_evaluation
 from conductor_rl.system import System
 from conductor_rl.workers.forecast import ForecastOverBudgetError
 from conductor_rl.workers.preflight import PreflightFailed
@@ -77,6 +79,7 @@ def prepare(config: Config) -> tuple[Evaluation, dict[str, System]]:
     conductors = {name: conductor_system(name, c.config) for name, c in ev.conductors.items()}
     check_workers_before_start(config)
     check_sandbox_before_start(config)
+    check_trackers(config.evaluate.loggers, config.tracking, "evaluate.loggers")
     return ev, conductors
 
 
@@ -176,7 +179,10 @@ def evaluate(config: Config, force: bool = False) -> dict:
         info["oracle_single"] = oracle_single_label(config)
     if any(m.kind == "moa" for m in ev.methods):
         info["moa_aggregator"] = moa_aggregator_of(config)
-    write_results(out, cells, strategy(records), records, info)
+    paths = write_results(out, cells, strategy(records), records, info)
+    dump, rows = config.model_dump(mode="json"), [c.to_dict() for c in cells]
+    files = [paths[RESULTS_MD], paths[PLOT_FILE]]
+    track_evaluation(config.evaluate.loggers, out, config.tracking, dump, rows, files)
     return {"output_dir": str(out), **info, "cells": [c.to_dict() for c in cells]}
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from conductor_rl.config import Config, TrainConfig
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable
+from conductor_rl.run.trackers import Trackers
 from jobs.common import check_sandbox_before_start, check_workers_before_start, log
 
 if TYPE_CHECKING:
@@ -145,6 +146,22 @@ def needs_final_checkpoint(stopped: str, done: int, saved: int, spent_usd: float
     if done > saved:
         return True
     return stopped != "finished" and (done >= 0 or spent_usd > 0)
+
+
+def open_run_trackers(config: Config, out: Path, resume_after: int | None) -> Trackers:
+    """The run's experiment trackers (`train.loggers`), checked before any opens (TrackerError names the fix)."""
+    from conductor_rl.run.trackers import open_trackers
+
+    dump = config.model_dump(mode="json")
+    return Trackers(open_trackers(config.train.loggers, out, config.tracking, out.name, dump, resume_after))
+
+
+def close_run_trackers(trackers: Trackers, summary: dict) -> None:
+    """The report (its markdown and plots) to every tracker, then each closed."""
+    if summary.get("report"):
+        report = Path(summary["report"])
+        trackers.log_files([report, *sorted((report.parent / "report").glob("*.png"))])
+    trackers.close()
 
 
 def run_summary(

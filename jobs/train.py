@@ -10,8 +10,8 @@ actors (jobs/training_system.py) are built once; then each iteration (jobs/itera
 paper §3.1, app. A): 1 draw B questions → 2 generate G plans each → 3 parse → 4 execute
 every plan on the worker pool (with recursive calls to the Conductor, conductor.max_depth)
 → 5 grade → 6 group-relative advantages → 7 learn (one GRPO step) → 8 sync weights to the
-generators → 9 its record; `train` then logs it (metrics, TensorBoard, Ray dashboard,
-Parquet traces) and checkpoints.
+generators → 9 its record; `train` then logs it (metrics, the trackers of train.loggers, the
+Ray dashboard, Parquet traces) and checkpoints.
 
 Ctrl-C, SIGTERM (`ray job stop`) and a spent budget stop the run with a
 checkpoint; an iteration interrupted before its learner step is abandoned and
@@ -50,9 +50,11 @@ from jobs.iteration import TrainingRun, learned_iterations
 from jobs.run_control import (
     StopRun,
     StopSignal,
+    close_run_trackers,
     from_trained_conductor,
     needs_final_checkpoint,
     open_run,
+    open_run_trackers,
     progress_bar,
     run_summary,
 )
@@ -89,15 +91,15 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
         cursor=saved["cursor"] if saved else 0,
         balance_domains=t.balance_domains,
     )
-    run_log = RunLog(out, tensorboard=t.tensorboard, resume_after=start - 1 if resume else None)
+    if start >= t.iterations:
+        log(f"nothing to do: the checkpoint is at iteration {start - 1} of {t.iterations}")
+        return {"stopped": "finished", "iterations": start}
+    trackers = open_run_trackers(config, out, start - 1 if resume else None)
+    run_log = RunLog(out, trackers, resume_after=start - 1 if resume else None)
     traces = TraceWriter(out)
     if resume:
         remove_after(out, start - 1)
     (out / "config.json").write_text(json.dumps(config.model_dump(mode="json"), indent=2))
-    if start >= t.iterations:
-        run_log.close()
-        log(f"nothing to do: the checkpoint is at iteration {start - 1} of {t.iterations}")
-        return {"stopped": "finished", "iterations": start}
 
     from actors.train_metrics import TrainMetrics
     from jobs.ray_cluster import start_ray
@@ -156,10 +158,14 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
         ledger = ray.get(actors.ledger.summary.remote())
         if needs_final_checkpoint(how, done, last_saved, ledger["total"]["cost_usd"]):
             save_checkpoint(checkpoints, run, done, ledger)
+    except BaseException:
+        trackers.close()  # a run that fails still ends its tracker runs; one that stops gets its report too
+        raise
     finally:
         run_log.close()
         actors.shutdown()
     summary = run_summary(config, out, checkpoints, how, done, (forecast.usd.low, forecast.usd.high))
+    close_run_trackers(trackers, summary)
     summary["forecast"], summary["spent_usd"] = forecast.as_dict(), ledger["total"]["cost_usd"]  # the journal's
     if warmed:
         summary["warm_start"] = warmed

@@ -244,7 +244,7 @@ def test_a_job_on_a_2_cpu_cluster_stops_at_once_with_the_numbers(tmp_path):
             "train.iterations=2",
             f"train.output_dir={tmp_path / 'run'}",
             "train.progress=false",
-            "train.tensorboard=false",
+            "train.loggers=[]",
             *TWO_CORES,
         ],
         cwd=REPO,

@@ -57,7 +57,7 @@ def metrics(i: int) -> dict:
 
 
 def log_run(run_dir, records) -> None:
-    with RunLog(run_dir, tensorboard=False) as log:
+    with RunLog(run_dir) as log:
         for record in records:
             log.log(record)
 

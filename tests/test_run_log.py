@@ -17,6 +17,7 @@ from conductor_rl.run.log import (
     flatten_numbers,
     records,
 )
+from conductor_rl.run.trackers import TensorBoardTracker, Trackers
 
 
 def metrics(iteration: int, reward: float = 0.5) -> dict:
@@ -35,6 +36,10 @@ def metrics(iteration: int, reward: float = 0.5) -> dict:
     }
 
 
+def tensorboard(run_dir, resume_after: int | None = None) -> Trackers:
+    return Trackers([TensorBoardTracker(run_dir / "tensorboard", resume_after)])
+
+
 def scalars(run_dir) -> EventAccumulator:
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
@@ -46,7 +51,7 @@ def steps_and_values(events: EventAccumulator, tag: str) -> list[tuple[int, floa
 
 
 def test_log_appends_json_lines_that_read_back(tmp_path):
-    with RunLog(tmp_path, tensorboard=False) as log:
+    with RunLog(tmp_path) as log:
         for i in range(3):
             log.log(metrics(i, reward=0.1 * i))
     lines = (tmp_path / METRICS_FILE).read_text().splitlines()
@@ -58,7 +63,7 @@ def test_log_appends_json_lines_that_read_back(tmp_path):
 
 def test_numbers_become_tensorboard_scalars_with_flattened_names(tmp_path):
     record = metrics(0) | {"grad_norm": math.nan, "new_family": {"a": {"b": 2}}, "lr": np.float32(1e-5)}
-    with RunLog(tmp_path) as log:
+    with RunLog(tmp_path, tensorboard(tmp_path)) as log:
         log.log(record)
         log.log(metrics(1, reward=0.9))
     events = scalars(tmp_path)
@@ -90,26 +95,26 @@ def test_flatten_numbers_skips_non_numbers():
 
 
 def test_fresh_run_refuses_a_folder_that_holds_a_run(tmp_path):
-    with RunLog(tmp_path, tensorboard=False) as log:
+    with RunLog(tmp_path) as log:
         log.log(metrics(0))
     with pytest.raises(RunDirError, match="new output folder.*--resume"):
-        RunLog(tmp_path, tensorboard=False)
+        RunLog(tmp_path)
     assert records(tmp_path) == [metrics(0)]  # untouched
 
 
 def test_folder_without_metrics_is_fine_for_a_fresh_run(tmp_path):
-    RunLog(tmp_path, tensorboard=False).close()  # logs nothing, leaves no metrics.jsonl
+    RunLog(tmp_path).close()  # logs nothing, leaves no metrics.jsonl
     assert not (tmp_path / METRICS_FILE).exists()
-    RunLog(tmp_path, tensorboard=False).close()
+    RunLog(tmp_path).close()
 
 
 def test_resume_drops_later_iterations_from_both_logs(tmp_path):
-    with RunLog(tmp_path) as log:
+    with RunLog(tmp_path, tensorboard(tmp_path)) as log:
         for i in range(6):
             log.log(metrics(i, reward=0.1 * i))
     with open(tmp_path / METRICS_FILE, "a") as f:
         f.write('{"iteration": 6, "reward_me')  # the crash tore the last line
-    with RunLog(tmp_path, resume_after=2) as log:
+    with RunLog(tmp_path, tensorboard(tmp_path, resume_after=2), resume_after=2) as log:
         assert [r["iteration"] for r in records(tmp_path)] == [0, 1, 2]
         assert log.last_iteration == 2
         assert [step for step, _ in steps_and_values(scalars(tmp_path), "reward_mean")] == [0, 1, 2]
@@ -129,12 +134,12 @@ def test_resume_drops_later_iterations_from_both_logs(tmp_path):
 
 
 def test_resume_refuses_iterations_already_in_the_log(tmp_path):
-    with RunLog(tmp_path, tensorboard=False) as log:
+    with RunLog(tmp_path) as log:
         log.log(metrics(0))
         log.log(metrics(1))
         with pytest.raises(MetricsRecordError, match="not after"):
             log.log(metrics(1))
-    with RunLog(tmp_path, tensorboard=False, resume_after=0) as log:
+    with RunLog(tmp_path, resume_after=0) as log:
         with pytest.raises(MetricsRecordError, match="resume_after"):
             log.log(metrics(0))
         log.log(metrics(1, reward=0.7))
@@ -142,14 +147,14 @@ def test_resume_refuses_iterations_already_in_the_log(tmp_path):
 
 
 def test_resume_after_minus_one_clears_the_log(tmp_path):
-    with RunLog(tmp_path, tensorboard=False) as log:
+    with RunLog(tmp_path) as log:
         log.log(metrics(0))
-    RunLog(tmp_path, tensorboard=False, resume_after=-1).close()
+    RunLog(tmp_path, resume_after=-1).close()
     assert records(tmp_path) == []
 
 
 def test_resume_without_metrics_starts_a_log(tmp_path):
-    with RunLog(tmp_path / "new", tensorboard=False, resume_after=4) as log:
+    with RunLog(tmp_path / "new", resume_after=4) as log:
         log.log(metrics(5))
     assert [r["iteration"] for r in records(tmp_path / "new")] == [5]
 
@@ -166,7 +171,7 @@ def test_records_skip_a_torn_last_line_but_not_a_corrupt_middle_one(tmp_path):
 
 
 def test_bad_records_and_closed_log_raise(tmp_path):
-    log = RunLog(tmp_path, tensorboard=False)
+    log = RunLog(tmp_path)
     with pytest.raises(MetricsRecordError, match="iteration"):
         log.log({"reward_mean": 1.0})
     with pytest.raises(MetricsRecordError, match="iteration"):
@@ -176,4 +181,4 @@ def test_bad_records_and_closed_log_raise(tmp_path):
     with pytest.raises(ValueError, match="closed"):
         log.log(metrics(0))
     with pytest.raises(ValueError, match="resume_after"):
-        RunLog(tmp_path, tensorboard=False, resume_after=-2)
+        RunLog(tmp_path, resume_after=-2)

@@ -131,7 +131,7 @@ def test_a_driver_killed_mid_iteration_loses_no_billed_call_and_its_resume_stops
         "train.iterations=3",
         "train.checkpoint_every=1",
         "train.report=false",
-        "train.tensorboard=false",
+        "train.loggers=[]",
         "train.preflight=false",
         *http_workers(server),
     )

@@ -53,6 +53,8 @@ WARM = (
     "train.warm_start.questions_per_step=2",
     "train.warm_start.demonstrations_per_question=2",
 )
+# The straight run writes to every tracker, W&B offline and MLflow in a local file store (no network).
+TRACKERS = ("train.loggers=[tensorboard, wandb, mlflow]", "tracking.wandb_mode=offline")
 # A hang guard, not a speed check: a test whose module fixture starts a run waits for it,
 # and on a loaded 2-core machine a run's first iteration alone has taken over five minutes.
 HANG_GUARD_S = 1500
@@ -313,7 +315,7 @@ def straight_run(ray_cluster, runs_root):
     from jobs.train import train
 
     out = runs_root / "straight"
-    summary = train(make_config(out, f"train.iterations={ITERATIONS}", SUBSETS, *WARM))
+    summary = train(make_config(out, f"train.iterations={ITERATIONS}", SUBSETS, *WARM, *TRACKERS))
     return SimpleNamespace(out=out, summary=summary)
 
 
@@ -383,6 +385,29 @@ def resumed_run(sigterm_run, ray_cluster):
         resume=True,
     )
     return SimpleNamespace(out=sigterm_run.out, summary=summary, resumed_from=before)
+
+
+@pytest.mark.slow
+def test_a_run_with_every_tracker_leaves_each_its_metrics_config_and_report(straight_run):
+    """train.loggers=[tensorboard, wandb, mlflow], read back from each tool's own files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tests.test_trackers import mlflow_run, wandb_config, wandb_history
+
+    out, steps = straight_run.out, list(range(ITERATIONS))
+    rewards = [r["reward_mean"] for r in records(out)]
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("reward_mean")] == list(zip(steps, rewards))
+    assert events.Tags()["images"], "the report's plots"
+    history = [row for row in wandb_history(out) if "reward_mean" in row]
+    assert [(row["_step"], row["reward_mean"]) for row in history] == list(zip(steps, rewards))
+    assert wandb_config(out)["train"]["iterations"] == ITERATIONS
+    client, run_id = mlflow_run(out)
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "reward_mean")] == list(zip(steps, rewards))
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert "report.md" in artifacts and any(path.endswith(".png") for path in artifacts)
+    assert client.get_run(run_id).data.params["train.iterations"] == str(ITERATIONS)
 
 
 @pytest.mark.slow
@@ -560,7 +585,7 @@ def test_recursive_training_forces_half_the_groups_discounts_non_recursive_rollo
         out,
         "train.iterations=2",
         "train.report=false",
-        "train.tensorboard=false",
+        "train.loggers=[]",
         "train.questions_per_iteration=4",
         "conductor.max_depth=1",
         f"workers.{len(make_config(out).workers)}={{name: conductor, provider: conductor}}",
@@ -603,7 +628,7 @@ def test_recursive_training_forces_half_the_groups_discounts_non_recursive_rollo
 
 # ---------------------------------------------------------------- asynchronous training
 
-ASYNC = ["train.max_staleness=1", "train.report=false", "train.tensorboard=false", "train.checkpoint_every=1"]
+ASYNC = ["train.max_staleness=1", "train.report=false", "train.loggers=[]", "train.checkpoint_every=1"]
 
 
 def drawn_questions(run_dir: Path) -> dict[int, list[str]]:
@@ -774,7 +799,7 @@ def test_spent_budget_stops_the_run_with_a_checkpoint_and_exit_0_and_stays_spent
     ray_cluster, tmp_path, light_system, capsys
 ):
     out = tmp_path / "run"
-    argv = overrides(out, "train.iterations=3", "train.report=false", "train.tensorboard=false", *DOLLAR_CALLS)
+    argv = overrides(out, "train.iterations=3", "train.report=false", "train.loggers=[]", *DOLLAR_CALLS)
 
     # Iteration 0 spends $8 of $10; iteration 1's calls cross the budget: it is abandoned.
     code, summary = run_json([*argv, "train.budget_usd=10"], capsys)
@@ -807,7 +832,7 @@ def test_budget_spent_in_the_first_iteration_is_saved_with_the_starting_weights(
     ray_cluster, tmp_path, light_system, capsys
 ):
     out = tmp_path / "run"
-    argv = overrides(out, "train.iterations=3", "train.report=false", "train.tensorboard=false", *DOLLAR_CALLS)
+    argv = overrides(out, "train.iterations=3", "train.report=false", "train.loggers=[]", *DOLLAR_CALLS)
     # Iteration 0's calls cross a $5 budget: nothing is learned, but the money is gone.
     code, summary = run_json([*argv, "train.budget_usd=5"], capsys)
     assert code == 0 and summary["stopped"] == "budget" and summary["iterations"] == 0, summary
@@ -837,7 +862,7 @@ def test_a_worker_whose_every_call_fails_stops_the_run_with_a_checkpoint_naming_
         out,
         "train.iterations=3",
         "train.report=false",
-        "train.tensorboard=false",
+        "train.loggers=[]",
         "workers.0.sim.fail_rate=1.0",
         "workers.0.max_retries=0",
         "train.infra_error_min_steps=4",
@@ -857,7 +882,7 @@ def test_a_worker_whose_every_call_fails_stops_the_run_with_a_checkpoint_naming_
                 tmp_path / "off",
                 "train.iterations=2",
                 "train.report=false",
-                "train.tensorboard=false",
+                "train.loggers=[]",
                 "workers.0.sim.fail_rate=1.0",
                 "workers.0.max_retries=0",
                 "train.max_infra_error_rate=null",
@@ -880,7 +905,7 @@ def test_a_worker_that_fails_its_preflight_stops_the_run_before_iteration_0(ray_
         out,
         "train.iterations=2",
         "train.report=false",
-        "train.tensorboard=false",
+        "train.loggers=[]",
         "workers.2.provider=openai_compatible",
         "workers.2.model=m",
         "workers.2.max_retries=0",
@@ -916,7 +941,7 @@ def test_killed_worker_and_grader_actors_are_restarted_and_the_iteration_complet
     from conductor_rl.run.state import RunState
     from conductor_rl.system import System
 
-    config = make_config(tmp_path / "run", "train.iterations=1", "train.report=false", "train.tensorboard=false")
+    config = make_config(tmp_path / "run", "train.iterations=1", "train.report=false", "train.loggers=[]")
     light_system.spread = len(config.workers)  # plans for every worker
     system = ts.build_system(config, config.conductor.model, 0, total_steps=1)
 

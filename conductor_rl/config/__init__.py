@@ -24,6 +24,7 @@ from .sections import (
     WorkflowConfig,
 )
 from .strict import ConfigError, Strict
+from .tracking import TrackingConfig
 from .workers import (
     HTTP_PROVIDERS,
     OFFLINE_PROVIDERS,
@@ -72,6 +73,7 @@ __all__ = [
     "ServeSpec",
     "SimSpec",
     "Strict",
+    "TrackingConfig",
     "TrainConfig",
     "WeightTransferTransport",
     "WorkerConfig",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from conductor_rl.config.strict import Strict
+from conductor_rl.config.tracking import Logger
 
 
 class EvaluateConfig(Strict):
@@ -40,6 +41,11 @@ class EvaluateConfig(Strict):
     )
     repeats: int = Field(3, ge=1, description="Samples per question and method (the standard error is over both).")
     limit: int | None = Field(None, ge=1, description="Questions per benchmark (the first N; None: all).")
+    loggers: list[Logger] = Field(
+        default_factory=list,
+        description="Experiment trackers that get the results table, each cell's figures, the configuration and "
+        "the plot, besides results.*: any of tensorboard, wandb, mlflow (see tracking.*).",
+    )
     output_dir: str = Field(
         "runs/eval",
         description="results.json, results.md, records.parquet, the plot, and "

@@ -16,6 +16,7 @@ from conductor_rl.config.answering import AskConfig, ServeConfig
 from conductor_rl.config.evaluating import EvaluateConfig
 from conductor_rl.config.infrastructure import ClusterConfig, GraderConfig
 from conductor_rl.config.strict import Strict
+from conductor_rl.config.tracking import Logger, TrackingConfig
 from conductor_rl.config.workers import WorkerConfig, _paper_workers, answering_workers, missing_seat, model_ids
 
 #: The text every plan opens with (the plan language, conductor_rl/plan/constrained.py, forces it).
@@ -331,7 +332,11 @@ class TrainConfig(Strict):
         "versions old when it is learned from (never older); learner.behaviour_weight_cap corrects for it "
         "(jobs/pipeline.py, docs/decisions.md).",
     )
-    tensorboard: bool = True
+    loggers: list[Logger] = Field(
+        default_factory=lambda: list[Logger](["tensorboard"]),
+        description="Experiment trackers that get every iteration's metrics, the configuration and the report's "
+        "plots, besides metrics.jsonl: any of tensorboard (<output>/tensorboard), wandb, mlflow (see tracking.*).",
+    )
 
     @field_validator("worker_subset", mode="before")
     @classmethod
@@ -383,6 +388,7 @@ class Config(Strict):
     grader: GraderConfig = Field(default_factory=GraderConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     mix: MixConfig = Field(default_factory=MixConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 

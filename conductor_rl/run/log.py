@@ -1,13 +1,14 @@
-"""The run log: one metrics record per training iteration, kept twice.
+"""The run log: one metrics record per training iteration, in metrics.jsonl and the trackers.
 
 `<run_dir>/metrics.jsonl` holds every record as one JSON line (the source of
-truth: the report and benchmarks read it back); `<run_dir>/tensorboard/` holds
-the numeric values as TensorBoard scalars for watching a run live.
+truth: the report and benchmarks read it back); the experiment trackers the run
+opened (conductor_rl/run/trackers.py: TensorBoard, W&B, MLflow) get the numeric
+values, nested names joined with "/", for watching a run live.
 
 Resuming from a checkpoint taken after iteration K must leave no trace of the
 iterations after K that the crashed run may have logged: `RunLog(run_dir,
-resume_after=K)` rewrites metrics.jsonl without them and opens TensorBoard with
-`purge_step=K+1`, which makes TensorBoard drop the older events from K+1 on.
+resume_after=K)` rewrites metrics.jsonl without them (the trackers opened with
+the same K purge what they can: TensorBoard drops its events from K+1 on).
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from pathlib import Path
 from typing import IO, Any, SupportsFloat, TypeGuard
 
 from conductor_rl.atomic_files import write_atomically
+from conductor_rl.run.trackers import Trackers
 
 METRICS_FILE = "metrics.jsonl"
-TENSORBOARD_DIR = "tensorboard"
-# The step and the wall clock of each TensorBoard event, not scalars of their own.
+# The step and the wall clock of each tracker's event, not values of their own.
 _AXIS_KEYS = frozenset({"iteration", "wall_time"})
 
 
@@ -102,7 +103,7 @@ def _truncate_after(path: Path, last_iteration: int) -> None:
 
 
 class RunLog:
-    """Appends metrics records to `<run_dir>/metrics.jsonl` and TensorBoard.
+    """Appends metrics records to `<run_dir>/metrics.jsonl` and to `trackers`.
 
     resume_after: None for a fresh run (the folder must not hold metrics.jsonl
     yet); K to continue a run from the checkpoint taken after iteration K
@@ -110,7 +111,7 @@ class RunLog:
     Iterations must then increase: logging one that is already in the log raises.
     """
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True, resume_after: int | None = None) -> None:
+    def __init__(self, run_dir: str | Path, trackers: Trackers | None = None, resume_after: int | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / METRICS_FILE
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -129,15 +130,8 @@ class RunLog:
         self._file: IO[str] | None = (
             None  # opened on the first record, so a run that logs nothing leaves no metrics.jsonl
         )
-        self._writer = None
+        self.trackers = trackers or Trackers()  # closed by their opener: they outlive the log (the report)
         self._closed = False
-        if tensorboard:
-            # Imported here: torch is slow to import and readers of the log (report, benchmarks) never need it.
-            from torch.utils.tensorboard import SummaryWriter
-
-            purge_step = None if resume_after is None else resume_after + 1
-            self._writer = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), purge_step=purge_step)
-            self._writer.flush()  # the purge marker counts even if the resumed run dies before logging
 
     @property
     def last_iteration(self) -> int | None:
@@ -168,21 +162,16 @@ class RunLog:
         self._file.flush()
         os.fsync(self._file.fileno())
         self._last_iteration = iteration
-        if self._writer is not None:
-            wall = record.get("wall_time")
-            wall = float(wall) if is_number(wall) and math.isfinite(wall) else None
-            for tag, value in flatten_numbers({k: v for k, v in record.items() if k not in _AXIS_KEYS}).items():
-                self._writer.add_scalar(tag, value, global_step=iteration, walltime=wall)
-            self._writer.flush()
+        wall = record.get("wall_time")
+        wall = float(wall) if is_number(wall) and math.isfinite(wall) else None
+        values = flatten_numbers({k: v for k, v in record.items() if k not in _AXIS_KEYS})
+        self.trackers.log_metrics(values, iteration, wall)
 
     def close(self) -> None:
         self._closed = True
         if self._file is not None:
             self._file.close()
             self._file = None
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
 
     def __enter__(self) -> RunLog:
         return self
