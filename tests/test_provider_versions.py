@@ -102,6 +102,15 @@ def test_every_retired_id_is_refused_and_every_replacement_is_a_model_the_table_
         assert shutdown <= "2026-12-05" and traits_for(provider, replacement).known, replacement
 
 
+def test_a_sampling_parameter_for_claude_is_named_before_any_call():
+    from conductor_rl.workers.request_shape import shape_problems
+
+    config = WorkerConfig(name="c", provider="anthropic", model="claude-sonnet-4-6", extra_body={"top_k": 5})
+    [problem] = shape_problems(config)
+    assert problem.startswith("workers.c.extra_body.top_k: ") and "remove it" in problem
+    assert shape_problems(config.model_copy(update={"extra_body": {"metadata": {"user_id": "u"}}})) == []
+
+
 def test_a_model_that_takes_no_temperature_refuses_the_old_shaping(server):
     with pytest.raises(ProviderError, match="Only the default \\(1\\) value is supported"):
         complete(worker(server, "openai", "gpt-6.1-sol", reasoning="minimal", fixed_temperature=False))

@@ -50,6 +50,8 @@ if TYPE_CHECKING:  # the request type only; providers import this module
 
 log = logging.getLogger(__name__)
 
+# What the Anthropic API version of the pinned SDK (2026-10-21) refuses in a request body, on every model.
+ANTHROPIC_REFUSED = ("temperature", "top_p", "top_k")
 # Thinking tokens of each level on budget-taking APIs (before the cap at half of max_tokens).
 LEVEL_BUDGETS: dict[str, int] = {"low": 1024, "medium": 4096, "high": 16384}
 
@@ -345,11 +347,17 @@ def shape_problems(worker: WorkerConfig) -> list[str]:
     and the fix (empty: none). Commands call it before any actor starts."""
     if worker.provider not in UNKNOWN:
         return []
+    problems = [
+        f"workers.{worker.name}.extra_body.{name}: the Anthropic API version the anthropic SDK 2.x sends "
+        f"(2026-10-21) refuses temperature, top_p and top_k on every model; remove it"
+        for name in ANTHROPIC_REFUSED
+        if worker.provider == "anthropic" and name in worker.extra_body
+    ]
     try:
         shape_request(worker)
     except ShapeError as err:
-        return [str(err)]
-    return []
+        problems.append(str(err))
+    return problems
 
 
 def shape_notes(worker: WorkerConfig) -> list[str]:
