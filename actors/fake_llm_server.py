@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import ray
 
+from conductor_rl.testing.conditions import ProviderConditions
 from conductor_rl.testing.fake_llm_server import FakeLLMServer, ServerStats
 
 
 @ray.remote(num_cpus=0)
 class FakeLLMServerActor:
-    def __init__(self, latency_s: float = 0.0, rpm: int | None = None, window_s: float = 60.0) -> None:
-        self._server = FakeLLMServer(latency_s, rpm, window_s).start()
+    def __init__(
+        self,
+        latency_s: float = 0.0,
+        rpm: int | None = None,
+        window_s: float = 60.0,
+        conditions: ProviderConditions | None = None,
+    ) -> None:
+        self._server = FakeLLMServer(latency_s, rpm, window_s, conditions).start()
 
     def base_url_for(self, provider: str) -> str:
         return self._server.base_url_for(provider)

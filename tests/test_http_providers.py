@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from conductor_rl.testing.fake_llm_server import CACHED_TOKENS, REASONING_TOKENS
+from conductor_rl.testing.wire_formats import CACHED_TOKENS, REASONING_TOKENS
 from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.providers import MissingApiKeyError, ProviderError, Usage, build_provider
 from conductor_rl.workers.providers.errors import parse_retry_after

@@ -20,7 +20,7 @@ from google.genai import types
 
 from conductor_rl.config import REASONING_LEVELS, WorkerConfig
 from conductor_rl.config.workers import _paper_workers
-from conductor_rl.testing.fake_llm_server import REASONING_TEXT
+from conductor_rl.testing.wire_formats import REASONING_TEXT
 from conductor_rl.workers import request_shape
 from conductor_rl.workers.model_traits import traits_for
 from conductor_rl.workers.providers import ProviderError, WorkerRequest, build_provider

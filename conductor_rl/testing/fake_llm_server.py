@@ -10,10 +10,11 @@ Every answer carries usage in the format's own field names; the usage of each
 answer is kept (`stats.usages`), and every request's JSON body (`stats.bodies`,
 with `stats.paths`), so tests can check costs and exactly what went over the wire.
 
-Behaviour: a fixed `latency_s`; an enforced limit of `rpm` requests per
-`window_s` seconds (a sliding window over accepted requests; the excess gets a
-429 with Retry-After and is counted in `stats.limit_429s`); and a script for the
-next requests (`script([...])`). Faults: "429" or "429:SECONDS" (with
+Behaviour: a fixed `latency_s`, or `conditions` (conductor_rl/testing/conditions.py: a
+latency drawn per model, 429s and 500s at set rates, counted in `stats.drawn_faults`); an
+enforced limit of `rpm` requests per `window_s` seconds (a sliding window over
+accepted requests; the excess gets a 429 with Retry-After and is counted in
+`stats.limit_429s`); and a script for the next requests (`script([...])`). Faults: "429" or "429:SECONDS" (with
 Retry-After), "500", "400", "401", "slow:SECONDS", "drop" (the connection is
 closed without an answer), "malformed" (a 200 whose JSON is broken). Answers
 ("ok" is the plain one; none of them counts as a fault):
@@ -53,21 +54,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import re
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor_rl.testing.api_rules import is_openai_name, refusal, thinking_config
-
-CACHED_TOKENS = 2
-REASONING_TOKENS = 3
-ANSWER_TOKENS = 5
-REASONING_TEXT = "Let me think step by step: the question asks for a sum."
-OUTPUTS = ("think", "length", "length_empty")  # script entries that shape an answer; not faults
-
-_GEMINI_PATH = re.compile(r"^/v1(?:beta|alpha)?/models/([^:/]+):generateContent$")
+from conductor_rl.testing.api_rules import refusal
+from conductor_rl.testing.conditions import ProviderConditions
+from conductor_rl.testing.wire_formats import OUTPUTS, Output, answer, error, gemini_model, http, usage_for, wire_of
 
 
 @dataclass
@@ -77,6 +71,7 @@ class ServerStats:
     limit_429s: int = 0  # 429s the server's own limit had to return
     limit_429_times: list[float] = field(default_factory=list)  # seconds since the first request
     scripted_faults: int = 0
+    drawn_faults: int = 0  # 429s and 500s that `conditions` drew
     usages: list[dict[str, int]] = field(default_factory=list)  # one per 200 answer: input/output/reasoning/cached
     auth_headers: list[str] = field(default_factory=list)
     first_request_at: float | None = None
@@ -86,8 +81,16 @@ class ServerStats:
 
 
 class FakeLLMServer:
-    def __init__(self, latency_s: float = 0.0, rpm: int | None = None, window_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        latency_s: float = 0.0,
+        rpm: int | None = None,
+        window_s: float = 60.0,
+        conditions: ProviderConditions | None = None,
+    ) -> None:
         self.latency_s = latency_s
+        # Drawn latency per model and random 429s / 500s (conductor_rl/testing/conditions.py); None: latency_s.
+        self.conditions = conditions
         self.rpm = rpm
         self.window_s = window_s
         self.stats = ServerStats()
@@ -203,15 +206,24 @@ class FakeLLMServer:
             stats.auth_headers.append(
                 headers.get("authorization", "") or headers.get("x-api-key", "") or headers.get("x-goog-api-key", "")
             )
-            fault = self._faults.popleft() if self._faults else "ok"
-            answers = fault == "ok" or fault.split(":")[0] in OUTPUTS
-            if not answers:
-                stats.scripted_faults += 1
-            wire = _wire_of(path)
+            wire = wire_of(path)
             try:
                 request = json.loads(body or b"{}")
             except ValueError:
                 request = None
+            drawn = self._faults.popleft() if self._faults else None
+            fault = drawn or (self.conditions.fault() if self.conditions else "ok")
+            answers = fault == "ok" or fault.split(":")[0] in OUTPUTS
+            if not answers:
+                if drawn:
+                    stats.scripted_faults += 1
+                else:
+                    stats.drawn_faults += 1
+            latency = self.latency_s
+            if self.conditions is not None and wire is not None and isinstance(request, dict):
+                latency = self.conditions.latency_of(
+                    gemini_model(path) if wire == "gemini" else str(request.get("model"))
+                )
             stats.bodies.append(request)
             stats.paths.append(path)
             limited_wait = self._over_limit(now) if answers else None
@@ -219,35 +231,35 @@ class FakeLLMServer:
                 stats.limit_429s += 1
                 stats.limit_429_times.append(now - stats.first_request_at)
         if wire is None or method != "POST":
-            return _http(404, {"error": {"message": f"no route {method} {path}"}})
+            return http(404, {"error": {"message": f"no route {method} {path}"}})
         if limited_wait is not None:
-            return _error(wire, 429, "rate limit reached for requests per minute", retry_after=limited_wait)
+            return error(wire, 429, "rate limit reached for requests per minute", retry_after=limited_wait)
         if fault.startswith("429"):
             _, _, wait = fault.partition(":")
-            return _error(wire, 429, "rate limited (scripted)", retry_after=float(wait) if wait else None)
+            return error(wire, 429, "rate limited (scripted)", retry_after=float(wait) if wait else None)
         if fault in ("500", "400", "401"):
-            return _error(wire, int(fault), f"scripted {fault}: the request was refused")
+            return error(wire, int(fault), f"scripted {fault}: the request was refused")
         if fault == "drop":
             return None
-        await asyncio.sleep(float(fault.partition(":")[2]) if fault.startswith("slow") else self.latency_s)
+        await asyncio.sleep(float(fault.partition(":")[2]) if fault.startswith("slow") else latency)
         if fault == "malformed":
-            return _http(200, None, raw=b'{"id": "x", "choices": [{"message": ')
+            return http(200, None, raw=b'{"id": "x", "choices": [{"message": ')
         if not isinstance(request, dict):
-            return _error(wire, 400, "We could not parse the JSON body of your request.")
-        model = _gemini_model(path) if wire == "gemini" else str(request.get("model", ""))
+            return error(wire, 400, "We could not parse the JSON body of your request.")
+        model = gemini_model(path) if wire == "gemini" else str(request.get("model", ""))
         version = headers.get("anthropic-version", "")
         refused = refusal(wire, model, request, anthropic_version=version, retired=not self.serves_retired)
         if refused is not None:
             with self._lock:
                 stats.refusals.append(refused.message)
-            return _error(wire, refused.status, refused.message, param=refused.param, code=refused.code)
-        output = _Output.of(fault if answers else "ok")
-        usage = _usage_for(request, output)
+            return error(wire, refused.status, refused.message, param=refused.param, code=refused.code)
+        output = Output.of(fault if answers else "ok")
+        usage = usage_for(request, output)
         with self._lock:
             if stats is self.stats:
                 stats.ok += 1
                 stats.usages.append(usage)
-        return _http(200, _answer(wire, path, request, usage, output))
+        return http(200, answer(wire, path, request, usage, output))
 
     def _over_limit(self, now: float) -> float | None:
         """None if the request fits the window (and is counted), else the seconds until it would."""
@@ -259,239 +271,3 @@ class FakeLLMServer:
             return self._accepted[0] + self.window_s - now
         self._accepted.append(now)
         return None
-
-
-def _wire_of(path: str) -> str | None:
-    if path.endswith("/chat/completions"):
-        return "chat"
-    if path.endswith("/responses"):
-        return "responses"
-    if path.endswith("/messages"):
-        return "anthropic"
-    if _GEMINI_PATH.match(path):
-        return "gemini"
-    return None
-
-
-def _gemini_model(path: str) -> str:
-    """The model a Gemini path names (`_wire_of` called it Gemini by this same pattern)."""
-    match = _GEMINI_PATH.match(path)
-    assert match is not None, path
-    return match.group(1)
-
-
-def _prompt_text(request: dict[str, Any]) -> str:
-    parts: list[str] = [str(request.get("instructions") or ""), json.dumps(request.get("system") or "")]
-    for m in request.get("messages") or request.get("input") or []:
-        parts.append(str(m.get("content", "")))
-    for c in request.get("contents") or []:
-        parts.extend(str(p.get("text", "")) for p in c.get("parts", []))
-    return " ".join(parts)
-
-
-@dataclass(frozen=True)
-class _Output:
-    """What a scripted answer holds: reasoning or not (and in which form), cut short or not, an answer or not."""
-
-    think: bool = False
-    variant: str = ""  # reasoning_content | inline | open | redacted
-    length: bool = False
-    empty: bool = False
-
-    @classmethod
-    def of(cls, entry: str) -> _Output:
-        kind, _, variant = entry.partition(":")
-        if kind == "think":
-            return cls(think=True, variant=variant)
-        if kind == "length":
-            return cls(length=True)
-        if kind == "length_empty":
-            return cls(think=True, variant=variant, length=True, empty=True)
-        return cls()
-
-
-def _usage_for(request: dict[str, Any], output: _Output = _Output()) -> dict[str, int]:
-    """Deterministic usage: about 4 characters per prompt token; no answer tokens when there is no answer."""
-    answer = 0 if output.empty else ANSWER_TOKENS
-    return {
-        "input": 10 + len(_prompt_text(request)) // 4,
-        "output": answer + REASONING_TOKENS,
-        "reasoning": REASONING_TOKENS,
-        "cached": CACHED_TOKENS,
-    }
-
-
-def _answer(
-    wire: str, path: str, request: dict[str, Any], usage: dict[str, int], output: _Output = _Output()
-) -> dict[str, Any]:
-    text = "" if output.empty else "echo: " + _prompt_text(request).strip()[-60:]
-    model = request.get("model") or (_gemini_model(path) if wire == "gemini" else "fake")
-    if wire == "chat":
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        if output.think and output.variant == "inline":
-            message["content"] = f"<think>{REASONING_TEXT}" + ("" if output.empty else f"</think>\n\n{text}")
-        elif output.think and output.variant == "open":
-            message["content"] = REASONING_TEXT + ("" if output.empty else f"\n</think>\n\n{text}")
-        elif output.think and not is_openai_name(str(model).lower()):  # OpenAI's Chat shows no reasoning
-            message["reasoning_content" if output.variant == "reasoning_content" else "reasoning"] = REASONING_TEXT
-        return {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [{"index": 0, "finish_reason": "length" if output.length else "stop", "message": message}],
-            "usage": {
-                "prompt_tokens": usage["input"],
-                "completion_tokens": usage["output"],
-                "total_tokens": usage["input"] + usage["output"],
-                "prompt_tokens_details": {"cached_tokens": usage["cached"]},
-                "completion_tokens_details": {"reasoning_tokens": usage["reasoning"]},
-            },
-        }
-    if wire == "responses":
-        items: list[dict[str, Any]] = []
-        if output.think:
-            # Summaries only when asked for (reasoning.summary), as OpenAI does.
-            asked = bool((request.get("reasoning") or {}).get("summary"))
-            items.append(
-                {
-                    "type": "reasoning",
-                    "id": "rs_1",
-                    "summary": [{"type": "summary_text", "text": REASONING_TEXT}] if asked else [],
-                }
-            )
-        if text:
-            items.append(
-                {
-                    "type": "message",
-                    "id": "msg_1",
-                    "status": "completed",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}],
-                }
-            )
-        return {
-            "id": "resp_1",
-            "object": "response",
-            "created_at": int(time.time()),
-            "model": model,
-            "status": "incomplete" if output.length else "completed",
-            "incomplete_details": {"reason": "max_output_tokens"} if output.length else None,
-            "parallel_tool_calls": False,
-            "tool_choice": "auto",
-            "tools": [],
-            "output": items,
-            "usage": {
-                "input_tokens": usage["input"],
-                "output_tokens": usage["output"],
-                "total_tokens": usage["input"] + usage["output"],
-                "input_tokens_details": {"cached_tokens": usage["cached"]},
-                "output_tokens_details": {"reasoning_tokens": usage["reasoning"]},
-            },
-        }
-    if wire == "anthropic":
-        blocks: list[dict[str, Any]] = []
-        thinking_on = (request.get("thinking") or {}).get("type") in ("enabled", "adaptive")
-        if output.think and thinking_on:  # thinking blocks come only with thinking on
-            blocks.append({"type": "thinking", "thinking": REASONING_TEXT, "signature": "c2lnbmF0dXJl"})
-            if output.variant == "redacted":
-                blocks.append({"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"})
-        if text:
-            blocks.append({"type": "text", "text": text})
-        # Anthropic's input_tokens leaves out cache reads.
-        return {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "stop_reason": "max_tokens" if output.length else "end_turn",
-            "content": blocks,
-            "usage": {
-                "input_tokens": usage["input"] - usage["cached"],
-                "output_tokens": usage["output"],
-                "cache_read_input_tokens": usage["cached"],
-                "cache_creation_input_tokens": 0,
-                "output_tokens_details": {"thinking_tokens": usage["reasoning"]},
-            },
-        }
-    parts: list[dict[str, Any]] = []
-    if output.think and thinking_config(request).get("includeThoughts"):  # thought summaries only when asked
-        parts.append({"text": REASONING_TEXT, "thought": True})
-    if text:
-        parts.append({"text": text})
-    content: dict[str, Any] = {"role": "model", **({"parts": parts} if parts else {})}
-    # Gemini's candidatesTokenCount leaves out the thoughts.
-    return {
-        "candidates": [{"content": content, "finishReason": "MAX_TOKENS" if output.length else "STOP"}],
-        "modelVersion": model,
-        "usageMetadata": {
-            "promptTokenCount": usage["input"],
-            "candidatesTokenCount": usage["output"] - usage["reasoning"],
-            "thoughtsTokenCount": usage["reasoning"],
-            "cachedContentTokenCount": usage["cached"],
-            "totalTokenCount": usage["input"] + usage["output"],
-        },
-    }
-
-
-_STATUS_TEXT = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-}
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    404: "not_found_error",
-    429: "rate_limit_error",
-}
-_GOOGLE_STATUS = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    404: "NOT_FOUND",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-}
-
-
-def _error(
-    wire: str,
-    status: int,
-    message: str,
-    retry_after: float | None = None,
-    param: str | None = None,
-    code: str | None = None,
-) -> bytes:
-    if wire == "anthropic":
-        body: dict[str, Any] = {
-            "type": "error",
-            "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message},
-        }
-    elif wire == "gemini":
-        body = {"error": {"code": status, "message": message, "status": _GOOGLE_STATUS.get(status, "UNKNOWN")}}
-    else:
-        body = {
-            "error": {
-                "message": message,
-                "type": "requests" if status == 429 else "invalid_request_error",
-                "param": param,
-                "code": code,
-            }
-        }
-    extra = {"retry-after": f"{retry_after:.3f}"} if retry_after is not None else {}
-    return _http(status, body, headers=extra)
-
-
-def _http(status: int, body: Any, raw: bytes | None = None, headers: dict[str, str] | None = None) -> bytes:
-    payload = raw if raw is not None else json.dumps(body).encode()
-    lines = [
-        f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Error')}",
-        "content-type: application/json",
-        f"content-length: {len(payload)}",
-        "connection: keep-alive",
-    ]
-    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload

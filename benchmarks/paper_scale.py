@@ -1,0 +1,306 @@
+"""A training iteration of the paper's shape against providers as a user meets them: the rehearsal.
+
+One iteration of B x G rollouts (paper: 4 x 64), plans of up to 5 steps, over the paper's seven
+workers (configs/paper.yaml: three closed models and four open ones), each served by a local
+server that speaks its provider's wire format and refuses what the provider refuses
+(conductor_rl/testing/fake_llm_server.py, one per worker, each in its own Ray actor process), with:
+
+- latency drawn per call from a heavy-tailed (lognormal) distribution per model
+  (conductor_rl/testing/conditions.py). ASSUMED medians / sigmas at --latency-scale 1 (no provider
+  publishes them; constrained budgets, 4096 output tokens, minimal reasoning):
+
+      gpt-6.1-sol 8 s / 0.6          gemini-3.8-flash 5 s / 0.6      claude-sonnet-4-6 10 s / 0.5
+      qwen3-32b 4 s / 0.5            qwen3-32b-thinking 25 s / 0.8   deepseek-r1-distill-qwen-32b 30 s / 0.8
+      gemma-3-27b-it 3 s / 0.4
+
+- each worker's RPM and TPM limits as paper.yaml sets them (its providers' tier 1), enforced by our
+  cluster-wide limiter and, for RPM, by its server (which returns a 429 on any overrun: a
+  "self-made 429", goal 0);
+- 429s with Retry-After and 500s at set rates (--rate-429, --rate-500), which the worker pool
+  retries.
+
+Time is scaled: latencies, Retry-After and the limits' windows all run --latency-scale times real
+time (the limits are raised by 1 / scale over their 60 s window, the same ratio of calls to time).
+The Conductor is the random `tiny-qwen2` with the plan-length steer of benchmarks/iteration.py
+(its quality does not matter to timing); questions are the shipped samples, so every answer is
+graded (and wrong: the servers echo).
+
+Per size (--sizes: multiples of B, default 1,4,16): `rollouts`, the iteration's rollout phase
+(`execute_s`) against its bound, `wall_over_critical_path` = execute_s / max(the slowest rollout's
+critical path of its steps' own latencies, the busiest worker's rate bound: its calls or used
+tokens over its limits), `peak_in_flight`, `self_made_429s`, `drawn_faults`, `lost_calls` (calls
+the ledger opened and never closed), `ledger_minus_bills_usd` (what the ledger holds less what
+the servers billed at the workers' prices) and `driver_rss_mb` (the driver's resident memory at
+its peak during the iteration). Goals: wall_over_critical_path <= 1.1 at every size; 0 self-made
+429s; 0 lost calls; the ledger equal to the bills; memory growing at most linearly with calls in
+flight.
+
+    python benchmarks/paper_scale.py [--json] [--sizes 1,4,16] [--latency-scale 0.1]
+
+Limits of this version: every size runs on this machine's one-node Ray cluster (a multi-node one is
+the next step), and the servers bill a few tokens per answer, so TPM limits (which our limiter
+enforces on reservations of max_tokens, settled to the real usage) bind far less than on real answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from benchmarks.iteration import build_run
+from benchmarks.measure import MeteredPool, RoundRecorder, keep_result, log, machine, rollout_phase_figures
+from conductor_rl.testing.conditions import Latency, ProviderConditions
+
+GOAL_RATIO = 1.10
+# (median s, sigma) at --latency-scale 1: assumptions, see the docstring.
+LATENCY = {
+    "gpt-6.1-sol": (8.0, 0.6),
+    "gemini-3.8-flash": (5.0, 0.6),
+    "claude-sonnet-4-6": (10.0, 0.5),
+    "qwen3-32b": (4.0, 0.5),
+    "qwen3-32b-thinking": (25.0, 0.8),
+    "deepseek-r1-distill-qwen-32b": (30.0, 0.8),
+    "gemma-3-27b-it": (3.0, 0.4),
+}
+FAKE_KEY = "sk-rehearsal-0000"
+
+
+def paper_workers(scale: float, servers: dict) -> list[dict]:
+    """paper.yaml's seven workers, each pointed at its own server, limits raised by 1 / scale."""
+    from conductor_rl.config import load_config
+
+    workers = []
+    for w in load_config("configs/paper.yaml").workers:
+        data = w.model_dump(mode="json")
+        data.update(serve=None, base_url=servers[w.name].base_url_for(w.provider), concurrency=4096)
+        data["api_key_env"] = "CONDUCTOR_REHEARSAL_KEY"
+        data["rpm"] = round(w.rpm / scale) if w.rpm else None
+        data["tpm"] = round(w.tpm / scale) if w.tpm else None
+        workers.append(data)
+    return workers
+
+
+def start_servers(args: argparse.Namespace) -> dict:
+    from actors.fake_llm_server import RemoteFakeLLMServer
+    from conductor_rl.config import load_config
+
+    servers = {}
+    for i, w in enumerate(load_config("configs/paper.yaml").workers):
+        median, sigma = LATENCY[w.name]
+        conditions = ProviderConditions(
+            latency={"*": Latency(median * args.latency_scale, sigma)},
+            rate_429=args.rate_429,
+            rate_500=args.rate_500,
+            retry_after_s=args.retry_after * args.latency_scale,
+            seed=args.seed * 100 + i,
+        )
+        rpm = round(w.rpm / args.latency_scale) if w.rpm else None
+        servers[w.name] = RemoteFakeLLMServer(rpm=rpm, window_s=60.0, conditions=conditions)
+    return servers
+
+
+class PeakRss:
+    """The driver's resident memory, sampled while an iteration runs; `peak_mb` its highest."""
+
+    def __init__(self) -> None:
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for line in Path("/proc/self/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        self.peak_mb = max(self.peak_mb, int(line.split()[1]) / 1024)
+            except OSError:
+                self.peak_mb = max(self.peak_mb, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+            self._stop.wait(0.25)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def rate_bound_s(workers: list, rollouts: list) -> float:
+    """The busiest worker's time at its limits: its calls over its RPM, the tokens it used over its TPM
+    (what a provider counts once a call is answered, and what our limiter settles a reservation to)."""
+    bound = 0.0
+    for w in workers:
+        steps = [s for r in rollouts if r.workflow is not None for s in r.workflow.steps if s.worker == w.name]
+        calls = [s for s in steps if s.started_s is not None]
+        if w.rpm:
+            bound = max(bound, 60.0 * len(calls) / w.rpm)
+        if w.tpm:
+            tokens = sum(s.usage.input_tokens + s.usage.output_tokens for s in calls)
+            bound = max(bound, 60.0 * tokens / w.tpm)
+    return bound
+
+
+def server_bills_usd(servers: dict, workers: list) -> float:
+    from conductor_rl.workers.costs import cost_of
+    from conductor_rl.workers.providers.base import Usage
+
+    price = {w.name: w.price for w in workers}
+    return sum(
+        cost_of(Usage(u["input"], u["output"], u["reasoning"], u["cached"]), price[name])
+        for name, server in servers.items()
+        for u in server.stats.usages
+    )
+
+
+def measure_iteration(run, ray) -> dict:
+    """Iteration 0 with every worker call metered (benchmarks/iteration.py's way), the rate bound beside
+    the critical path, and the driver's peak memory."""
+    from jobs.iteration import train_iteration
+
+    calls: list[tuple[float, float, float]] = []
+    in_flight: dict[str, list[int]] = {}
+    pools, recorder = run.actors.workers, RoundRecorder()
+    run.actors.workers = [MeteredPool(p, calls, in_flight) for p in pools]
+    run.observer = recorder
+    try:
+        ray.get(run.actors.ledger.start_iteration.remote(0))
+        with PeakRss() as rss:
+            started = time.perf_counter()
+            record, rollouts = train_iteration(run, 0)
+            wall = time.perf_counter() - started
+    finally:
+        run.observer = None
+        run.actors.workers = pools
+    peaks = {k: v[1] for k, v in in_flight.items()}
+    figures = rollout_phase_figures(record, rollouts, recorder.rounds, calls, peaks, wall)
+    figures["rate_bound_s"] = round(rate_bound_s(run.system.config.workers, rollouts), 3)
+    figures["driver_rss_mb"] = round(rss.peak_mb, 1)
+    return figures
+
+
+def measure_size(args: argparse.Namespace, size: int) -> dict:
+    import ray
+
+    from conductor_rl.config import load_config
+
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    os.environ["CONDUCTOR_REHEARSAL_KEY"] = FAKE_KEY
+    workdir = Path(tempfile.mkdtemp(prefix="conductor-bench-paper-scale-"))
+    servers = start_servers(args)
+    try:
+        overrides = [
+            f"conductor.model={args.model}",
+            "conductor.constrain_format=true",
+            f"conductor.max_steps={args.max_steps}",
+            f"conductor.max_new_tokens={args.max_new_tokens}",
+            f"train.questions_per_iteration={args.questions * size}",
+            f"train.rollouts_per_question={args.rollouts}",
+            "train.progress=false",
+            "train.loggers=[]",
+            "train.preflight=false",
+            "data.questions=samples:gsm8k+samples:mmlu",
+            "cluster.generator={CPU: 1}",
+            "cluster.learner={CPU: 1}",
+            f"workers={json.dumps(paper_workers(args.latency_scale, servers))}",
+        ]
+        config = load_config(None, overrides)
+        log(f"size {size}: {args.questions * size} x {args.rollouts} rollouts over {len(config.workers)} workers ...")
+        _, run, adjusted = build_run(config, 1, target_steps=args.target_steps, workdir=workdir)
+        try:
+            row = measure_iteration(run, ray)
+            ledger = ray.get(run.actors.ledger.summary.remote())
+        finally:
+            run.actors.shutdown()
+        stats = {name: s.stats for name, s in servers.items()}
+        bills = server_bills_usd(servers, config.workers)
+    finally:
+        for server in servers.values():
+            server.stop()
+        ray.shutdown()
+        shutil.rmtree(workdir, ignore_errors=True)
+    bound = max(row["critical_path_s"], row["rate_bound_s"])
+    return {
+        "rollouts": args.questions * size * args.rollouts,
+        "execute_s": row["execute_s"],
+        "critical_path_s": row["critical_path_s"],
+        "rate_bound_s": row["rate_bound_s"],
+        "wall_over_critical_path": round(row["execute_s"] / bound, 4) if bound else None,
+        "peak_in_flight": row["calls_in_flight_peak"],
+        "worker_calls": row["worker_calls"],
+        "self_made_429s": sum(s.limit_429s for s in stats.values()),
+        "drawn_faults": sum(s.drawn_faults for s in stats.values()),
+        "lost_calls": ledger["unsettled"]["calls"],
+        "ledger_minus_bills_usd": round(ledger["total"]["cost_usd"] - bills, 6),
+        "driver_rss_mb": row["driver_rss_mb"],
+        "steps_per_plan": row["steps_per_plan"],
+        "phases_s": row["phases_s"],
+        "plan_length_steer": adjusted.get("plan_length_steer"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--sizes", default="1,4,16", help="multiples of the paper's B (comma-separated)")
+    parser.add_argument("--latency-scale", type=float, default=0.1, help="simulated time over real time")
+    parser.add_argument("--questions", type=int, default=4, help="B at size 1 (paper: 4)")
+    parser.add_argument("--rollouts", type=int, default=64, help="G (paper: 64)")
+    parser.add_argument("--max-steps", type=int, default=5, help="most steps per plan (paper: 5)")
+    parser.add_argument("--target-steps", type=float, default=3.0, help="the plan-length steer's mean steps")
+    parser.add_argument("--max-new-tokens", type=int, default=384, help="Conductor tokens per plan")
+    parser.add_argument("--rate-429", type=float, default=0.01, help="chance a call gets a 429 (Retry-After)")
+    parser.add_argument("--rate-500", type=float, default=0.01, help="chance a call gets a 500")
+    parser.add_argument("--retry-after", type=float, default=20.0, help="a 429's Retry-After, real seconds")
+    parser.add_argument("--model", default="tiny-qwen2", help="the Conductor (default: the random tiny-qwen2)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if not sizes or min(sizes) < 1 or not 0 < args.latency_scale <= 1:
+        parser.error("--sizes needs positive integers; --latency-scale must be in (0, 1]")
+    begun = time.perf_counter()
+    rows = []
+    for size in sizes:
+        rows.append(measure_size(args, size))
+        log(f"size {size}: {json.dumps(rows[-1])}")
+    figures = {
+        "benchmark": "paper_scale",
+        "workers": "configs/paper.yaml's seven, on local servers speaking each provider's wire format",
+        "latency_assumptions_s": {k: {"median": m, "sigma": s} for k, (m, s) in LATENCY.items()},
+        "latency_scale": args.latency_scale,
+        "rate_429": args.rate_429,
+        "rate_500": args.rate_500,
+        "model": args.model,
+        "nodes": 1,
+        "machine": machine(),
+        "sizes": rows,
+        "goal_wall_over_critical_path": GOAL_RATIO,
+        "goals_met": {
+            "wall_over_critical_path": all((r["wall_over_critical_path"] or 0) <= GOAL_RATIO for r in rows),
+            "no_self_made_429s": all(r["self_made_429s"] == 0 for r in rows),
+            "no_lost_calls": all(r["lost_calls"] == 0 for r in rows),
+            "ledger_equals_bills": all(abs(r["ledger_minus_bills_usd"]) < 1e-6 for r in rows),
+        },
+        "seconds": round(time.perf_counter() - begun, 1),
+    }
+    keep_result(figures)
+    print(json.dumps(figures) if args.json else json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
