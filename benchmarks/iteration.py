@@ -205,7 +205,8 @@ def measure_iteration(run: TrainingRun, iteration: int, ray: ModuleType) -> dict
         run.observer = None
         run.actors.workers = pools
     peaks = {k: v[1] for k, v in in_flight.items()}
-    return {**rollout_phase_figures(record, rollouts, recorder.rounds, calls, peaks, wall), "record": record}
+    figures = rollout_phase_figures(record, rollouts, recorder.rounds, calls, peaks, wall)
+    return {**figures, "record": record, "rollout_objects": rollouts}  # the last two are not figures
 
 
 # --------------------------------------------------------------------------- synchronous vs asynchronous
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         "worker_concurrency": args.worker_concurrency,
         "replicas": args.replicas,
         **adjusted,
-        **{k: v for k, v in row.items() if k != "record"},
+        **{k: v for k, v in row.items() if k not in ("record", "rollout_objects")},
         **pacing,
         "goal_ratio": GOAL_RATIO,
         "ratio_goal_met": row["ratio"] is not None and row["ratio"] <= GOAL_RATIO,

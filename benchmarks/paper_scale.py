@@ -61,8 +61,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.iteration import build_run
-from benchmarks.measure import MeteredPool, RoundRecorder, keep_result, log, machine, rollout_phase_figures
+from benchmarks.iteration import build_run, measure_iteration
+from benchmarks.measure import keep_result, log, machine
 from conductor_rl.testing.conditions import Latency, ProviderConditions
 
 GOAL_RATIO = 1.10
@@ -167,32 +167,6 @@ def server_bills_usd(servers: dict, workers: list) -> float:
     )
 
 
-def measure_iteration(run, ray) -> dict:
-    """Iteration 0 with every worker call metered (benchmarks/iteration.py's way), the rate bound beside
-    the critical path, and the driver's peak memory."""
-    from jobs.iteration import train_iteration
-
-    calls: list[tuple[float, float, float]] = []
-    in_flight: dict[str, list[int]] = {}
-    pools, recorder = run.actors.workers, RoundRecorder()
-    run.actors.workers = [MeteredPool(p, calls, in_flight) for p in pools]
-    run.observer = recorder
-    try:
-        ray.get(run.actors.ledger.start_iteration.remote(0))
-        with PeakRss() as rss:
-            started = time.perf_counter()
-            record, rollouts = train_iteration(run, 0)
-            wall = time.perf_counter() - started
-    finally:
-        run.observer = None
-        run.actors.workers = pools
-    peaks = {k: v[1] for k, v in in_flight.items()}
-    figures = rollout_phase_figures(record, rollouts, recorder.rounds, calls, peaks, wall)
-    figures["rate_bound_s"] = round(rate_bound_s(run.system.config.workers, rollouts), 3)
-    figures["driver_rss_mb"] = round(rss.peak_mb, 1)
-    return figures
-
-
 def measure_size(args: argparse.Namespace, size: int) -> dict:
     import ray
 
@@ -222,7 +196,9 @@ def measure_size(args: argparse.Namespace, size: int) -> dict:
         log(f"size {size}: {args.questions * size} x {args.rollouts} rollouts over {len(config.workers)} workers ...")
         _, run, adjusted = build_run(config, 1, target_steps=args.target_steps, workdir=workdir)
         try:
-            row = measure_iteration(run, ray)
+            with PeakRss() as rss:
+                row = measure_iteration(run, 0, ray)
+            rate_bound = rate_bound_s(config.workers, row["rollout_objects"])
             ledger = ray.get(run.actors.ledger.summary.remote())
         finally:
             run.actors.shutdown()
@@ -233,12 +209,12 @@ def measure_size(args: argparse.Namespace, size: int) -> dict:
             server.stop()
         ray.shutdown()
         shutil.rmtree(workdir, ignore_errors=True)
-    bound = max(row["critical_path_s"], row["rate_bound_s"])
+    bound = max(row["critical_path_s"], rate_bound)
     return {
         "rollouts": args.questions * size * args.rollouts,
         "execute_s": row["execute_s"],
         "critical_path_s": row["critical_path_s"],
-        "rate_bound_s": row["rate_bound_s"],
+        "rate_bound_s": round(rate_bound, 3),
         "wall_over_critical_path": round(row["execute_s"] / bound, 4) if bound else None,
         "peak_in_flight": row["calls_in_flight_peak"],
         "worker_calls": row["worker_calls"],
@@ -246,7 +222,7 @@ def measure_size(args: argparse.Namespace, size: int) -> dict:
         "drawn_faults": sum(s.drawn_faults for s in stats.values()),
         "lost_calls": ledger["unsettled"]["calls"],
         "ledger_minus_bills_usd": round(ledger["total"]["cost_usd"] - bills, 6),
-        "driver_rss_mb": row["driver_rss_mb"],
+        "driver_rss_mb": round(rss.peak_mb, 1),
         "steps_per_plan": row["steps_per_plan"],
         "phases_s": row["phases_s"],
         "plan_length_steer": adjusted.get("plan_length_steer"),

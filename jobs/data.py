@@ -45,8 +45,9 @@ def candidates(config: Config, fallbacks: dict[str, str] | None = None) -> dict[
         except (FileNotFoundError, RuntimeError, ValueError) as err:
             log(f"mix: skipping source {wanted!r}: {' '.join(str(err).split())[:300]}")
             continue
-        if spec != wanted.split("|")[0].strip():
-            log(f"mix: {wanted.split('|')[0].strip()} is not available here: using its offline fallback {spec}")
+        first = wanted.split("|")[0].strip()
+        if spec != first:
+            log(f"mix: {first} is not available here: using its offline fallback {spec}")
             if fallbacks is not None:
                 fallbacks[wanted] = spec
         kept = [q for q in questions if text_key(q.question) not in held_out]

@@ -183,7 +183,7 @@ def evaluate(config: Config, force: bool = False) -> dict:
     dump, rows = config.model_dump(mode="json"), [c.to_dict() for c in cells]
     files = [paths[RESULTS_MD], paths[PLOT_FILE]]
     track_evaluation(config.evaluate.loggers, out, config.tracking, dump, rows, files)
-    return {"output_dir": str(out), **info, "cells": [c.to_dict() for c in cells]}
+    return {"output_dir": str(out), **info, "cells": rows}
 
 
 # ---------------------------------------------------------------- command line

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from conductor_rl.config import Config, TrainConfig
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable
-from conductor_rl.run.trackers import Trackers
+from conductor_rl.run.trackers import Trackers, open_trackers
 from jobs.common import check_sandbox_before_start, check_workers_before_start, log
 
 if TYPE_CHECKING:
@@ -150,8 +150,6 @@ def needs_final_checkpoint(stopped: str, done: int, saved: int, spent_usd: float
 
 def open_run_trackers(config: Config, out: Path, resume_after: int | None) -> Trackers:
     """The run's experiment trackers (`train.loggers`), checked before any opens (TrackerError names the fix)."""
-    from conductor_rl.run.trackers import open_trackers
-
     dump = config.model_dump(mode="json")
     return Trackers(open_trackers(config.train.loggers, out, config.tracking, out.name, dump, resume_after))
 

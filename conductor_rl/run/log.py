@@ -19,14 +19,20 @@ import numbers
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, SupportsFloat, TypeGuard
+from typing import IO, Any, Protocol, SupportsFloat, TypeGuard
 
 from conductor_rl.atomic_files import write_atomically
-from conductor_rl.run.trackers import Trackers
 
 METRICS_FILE = "metrics.jsonl"
 # The step and the wall clock of each tracker's event, not values of their own.
 _AXIS_KEYS = frozenset({"iteration", "wall_time"})
+
+
+class MetricsSink(Protocol):
+    """What the log feeds each record's numbers to: conductor_rl/run/trackers.py's `Trackers` (which
+    flattens with this module's `flatten_numbers`, so the log cannot import it)."""
+
+    def log_metrics(self, values: Mapping[str, float], step: int, wall: float | None = None) -> None: ...
 
 
 class RunDirError(ValueError):
@@ -111,7 +117,9 @@ class RunLog:
     Iterations must then increase: logging one that is already in the log raises.
     """
 
-    def __init__(self, run_dir: str | Path, trackers: Trackers | None = None, resume_after: int | None = None) -> None:
+    def __init__(
+        self, run_dir: str | Path, trackers: MetricsSink | None = None, resume_after: int | None = None
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / METRICS_FILE
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -130,7 +138,7 @@ class RunLog:
         self._file: IO[str] | None = (
             None  # opened on the first record, so a run that logs nothing leaves no metrics.jsonl
         )
-        self.trackers = trackers or Trackers()  # closed by their opener: they outlive the log (the report)
+        self.trackers = trackers  # closed by their opener: they outlive the log (the report)
         self._closed = False
 
     @property
@@ -162,10 +170,11 @@ class RunLog:
         self._file.flush()
         os.fsync(self._file.fileno())
         self._last_iteration = iteration
-        wall = record.get("wall_time")
-        wall = float(wall) if is_number(wall) and math.isfinite(wall) else None
-        values = flatten_numbers({k: v for k, v in record.items() if k not in _AXIS_KEYS})
-        self.trackers.log_metrics(values, iteration, wall)
+        if self.trackers is not None:
+            wall = record.get("wall_time")
+            wall = float(wall) if is_number(wall) and math.isfinite(wall) else None
+            values = flatten_numbers({k: v for k, v in record.items() if k not in _AXIS_KEYS})
+            self.trackers.log_metrics(values, iteration, wall)
 
     def close(self) -> None:
         self._closed = True

@@ -37,13 +37,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from conductor_rl.config import ConfigError, TrackingConfig
+from conductor_rl.run.log import flatten_numbers
 
 log = logging.getLogger(__name__)
 
 LOGGERS = ("tensorboard", "wandb", "mlflow")
 TENSORBOARD_DIR = "tensorboard"
 IDS_FILE = "trackers.json"  # the W&B and MLflow run ids, so a resumed run continues its runs
-_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow")}
+# The package that provides each tracker's module (named as the tracker), as pyproject.toml installs it.
+_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow-skinny"}
 
 
 class TrackerError(ConfigError):
@@ -78,10 +80,9 @@ def check_trackers(loggers: Sequence[str], tracking: TrackingConfig, key: str) -
     for name in loggers:
         if name not in LOGGERS:
             raise TrackerError(f"{key}: unknown tracker {name!r}; use any of {list(LOGGERS)}")
-        module, package = _PACKAGES[name]
-        if importlib.util.find_spec(module) is None:
+        if importlib.util.find_spec(name) is None:
             raise TrackerError(
-                f"{key} names {name}, but its package is not installed: `.venv/bin/pip install {package}` "
+                f"{key} names {name}, but its package is not installed: `.venv/bin/pip install {_PACKAGES[name]}` "
                 f"(scripts/setup.sh installs it), or remove {name} from {key}"
             )
     if "wandb" in loggers and tracking.wandb_mode == "online" and not _wandb_logged_in():
@@ -142,13 +143,7 @@ def track_evaluation(
     if not loggers:
         return
     trackers = Trackers(open_trackers(loggers, out, tracking, out.name, config, key="evaluate.loggers"))
-    numbers = {
-        f"{c['method']}/{c['benchmark']}/{k}": float(v)
-        for c in cells
-        for k, v in c.items()
-        if k not in ("method", "benchmark") and isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
-    trackers.log_metrics(numbers, 0)
+    trackers.log_metrics(flatten_numbers({f"{c['method']}/{c['benchmark']}": c for c in cells}), 0)
     trackers.log_table("results", cells)
     trackers.log_files(files)
     trackers.close()
