@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import json
 import struct
+import time
 from pathlib import Path
 
 import matplotlib
@@ -22,7 +23,18 @@ OFFLINE = TrackingConfig(wandb_mode="offline", wandb_project="conductor-rl-tests
 CONFIG = {"train": {"iterations": 2, "loggers": ["tensorboard", "wandb", "mlflow"]}, "conductor": {"seed": 3}}
 
 
-def wandb_records(run_dir: Path) -> list:
+def wandb_records(run_dir: Path, wait_s: float = 60.0) -> list:
+    """The records of W&B's offline run file, once its service has written the run's last ("exit")
+    record: it writes asynchronously, and `finish()` may return before the file is complete."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        records = read_wandb_file(run_dir)
+        if (records and records[-1].WhichOneof("record_type") == "exit") or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
+def read_wandb_file(run_dir: Path) -> list:
     """The records of W&B's offline run file: a 7-byte header (":W&B", magic, version), then LevelDB-log
     blocks of 32 KiB, each record a 7-byte header (checksum, length, type) and a protobuf `Record`."""
     from wandb.proto.wandb_internal_pb2 import Record
