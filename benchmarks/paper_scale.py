@@ -5,13 +5,15 @@ workers (configs/paper.yaml: three closed models and four open ones), each serve
 server that speaks its provider's wire format and refuses what the provider refuses
 (conductor_rl/testing/fake_llm_server.py, one per worker, each in its own Ray actor process), with:
 
-- latency drawn per call from a heavy-tailed (lognormal) distribution per model
-  (conductor_rl/testing/conditions.py). ASSUMED medians / sigmas at --latency-scale 1 (no provider
-  publishes them; constrained budgets, 4096 output tokens, minimal reasoning):
+- latency and billed output tokens drawn per call from heavy-tailed (lognormal) distributions per
+  model (conductor_rl/testing/conditions.py; output capped at the request's max tokens). ASSUMED
+  medians / sigmas at --latency-scale 1 (no provider publishes them; constrained budgets, 4096
+  output tokens, minimal reasoning), latency and output tokens:
 
-      gpt-6.1-sol 8 s / 0.6          gemini-3.8-flash 5 s / 0.6      claude-sonnet-4-6 10 s / 0.5
-      qwen3-32b 4 s / 0.5            qwen3-32b-thinking 25 s / 0.8   deepseek-r1-distill-qwen-32b 30 s / 0.8
-      gemma-3-27b-it 3 s / 0.4
+      gpt-6.1-sol 8 s / 0.6, 600 / 0.7           gemini-3.8-flash 5 s / 0.6, 500 / 0.7
+      claude-sonnet-4-6 10 s / 0.5, 700 / 0.6    qwen3-32b 4 s / 0.5, 400 / 0.6
+      qwen3-32b-thinking 25 s / 0.8, 2500 / 0.7  deepseek-r1-distill-qwen-32b 30 s / 0.8, 3000 / 0.7
+      gemma-3-27b-it 3 s / 0.4, 300 / 0.5
 
 - each worker's RPM and TPM limits as paper.yaml sets them (its providers' tier 1), enforced by our
   cluster-wide limiter and, for RPM, by its server (which returns a 429 on any overrun: a
@@ -26,20 +28,27 @@ The Conductor is the random `tiny-qwen2` with the plan-length steer of benchmark
 graded (and wrong: the servers echo).
 
 Per size (--sizes: multiples of B, default 1,4,16): `rollouts`, the iteration's rollout phase
-(`execute_s`) against its bound, `wall_over_critical_path` = execute_s / max(the slowest rollout's
-critical path of its steps' own latencies, the busiest worker's rate bound: its calls or used
-tokens over its limits), `peak_in_flight`, `self_made_429s`, `drawn_faults`, `lost_calls` (calls
+(`execute_s`) against the critical path under the limits (benchmarks/limited_schedule.py: the
+same calls, with the latencies they took, scheduled the moment their inputs and their worker's
+limits allow, longest remaining chain first, no overhead, no safety margin):
+`wall_over_critical_path` = execute_s / critical_path_s, and against a bound no schedule beats
+(`lower_bound_s`, `wall_over_lower_bound`); `chain_s` is the slowest rollout's chain without
+limits; `peak_in_flight`, `self_made_429s`, `drawn_faults`, `lost_calls` (calls
 the ledger opened and never closed), `ledger_minus_bills_usd` (what the ledger holds less what
 the servers billed at the workers' prices) and `driver_rss_mb` (the driver's resident memory at
 its peak during the iteration). Goals: wall_over_critical_path <= 1.1 at every size; 0 self-made
 429s; 0 lost calls; the ledger equal to the bills; memory growing at most linearly with calls in
 flight.
 
-    python benchmarks/paper_scale.py [--json] [--sizes 1,4,16] [--latency-scale 0.1]
+With --nodes N (N >= 2) the run is on a Ray cluster of a head and N - 1 worker nodes on this
+machine (tests/ray_clusters.py: a raylet each): the worker pools' replicas (--replicas per
+worker) are spread over the worker nodes, the driver, generator, learner, ledger, limiters and
+servers stay on the head.
 
-Limits of this version: every size runs on this machine's one-node Ray cluster (a multi-node one is
-the next step), and the servers bill a few tokens per answer, so TPM limits (which our limiter
-enforces on reservations of max_tokens, settled to the real usage) bind far less than on real answers.
+    python benchmarks/paper_scale.py [--json] [--sizes 1,4,16] [--latency-scale 0.1] [--nodes 3]
+
+What it leaves out: retried attempts (drawn 429s and 500s) cost the run their time and Retry-After
+but not the critical path, which counts each step's answered attempt only.
 """
 
 from __future__ import annotations
@@ -62,11 +71,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.iteration import build_run, measure_iteration
+from benchmarks.limited_schedule import Limits, calls_of, chain_s, lower_bound_s, reference_schedule_s
 from benchmarks.measure import keep_result, log, machine
-from conductor_rl.testing.conditions import Latency, ProviderConditions
+from conductor_rl.testing.conditions import Lognormal, ProviderConditions
 
 GOAL_RATIO = 1.10
-# (median s, sigma) at --latency-scale 1: assumptions, see the docstring.
+# Per worker, latency (median s, sigma) at --latency-scale 1 and output tokens (median, sigma):
+# assumptions, see the docstring.
 LATENCY = {
     "gpt-6.1-sol": (8.0, 0.6),
     "gemini-3.8-flash": (5.0, 0.6),
@@ -75,6 +86,15 @@ LATENCY = {
     "qwen3-32b-thinking": (25.0, 0.8),
     "deepseek-r1-distill-qwen-32b": (30.0, 0.8),
     "gemma-3-27b-it": (3.0, 0.4),
+}
+OUTPUT_TOKENS = {
+    "gpt-6.1-sol": (600, 0.7),
+    "gemini-3.8-flash": (500, 0.7),
+    "claude-sonnet-4-6": (700, 0.6),
+    "qwen3-32b": (400, 0.6),
+    "qwen3-32b-thinking": (2500, 0.7),
+    "deepseek-r1-distill-qwen-32b": (3000, 0.7),
+    "gemma-3-27b-it": (300, 0.5),
 }
 FAKE_KEY = "sk-rehearsal-0000"
 
@@ -102,7 +122,8 @@ def start_servers(args: argparse.Namespace) -> dict:
     for i, w in enumerate(load_config("configs/paper.yaml").workers):
         median, sigma = LATENCY[w.name]
         conditions = ProviderConditions(
-            latency={"*": Latency(median * args.latency_scale, sigma)},
+            latency={"*": Lognormal(median * args.latency_scale, sigma)},
+            output_tokens={"*": Lognormal(*OUTPUT_TOKENS[w.name])},
             rate_429=args.rate_429,
             rate_500=args.rate_500,
             retry_after_s=args.retry_after * args.latency_scale,
@@ -140,19 +161,15 @@ class PeakRss:
         self._thread.join()
 
 
-def rate_bound_s(workers: list, rollouts: list) -> float:
-    """The busiest worker's time at its limits: its calls over its RPM, the tokens it used over its TPM
-    (what a provider counts once a call is answered, and what our limiter settles a reservation to)."""
-    bound = 0.0
-    for w in workers:
-        steps = [s for r in rollouts if r.workflow is not None for s in r.workflow.steps if s.worker == w.name]
-        calls = [s for s in steps if s.started_s is not None]
-        if w.rpm:
-            bound = max(bound, 60.0 * len(calls) / w.rpm)
-        if w.tpm:
-            tokens = sum(s.usage.input_tokens + s.usage.output_tokens for s in calls)
-            bound = max(bound, 60.0 * tokens / w.tpm)
-    return bound
+def schedule_figures(workers: list, rollouts: list) -> dict[str, float]:
+    """The iteration's calls scheduled as well as the workers' limits allow (benchmarks/limited_schedule.py)."""
+    plans = calls_of(rollouts, {w.name: w.max_tokens for w in workers})
+    limits = {w.name: Limits(w.rpm, w.tpm, 60.0) for w in workers}
+    return {
+        "critical_path_s": round(reference_schedule_s(plans, limits), 3),
+        "lower_bound_s": round(lower_bound_s(plans, limits), 3),
+        "chain_s": round(chain_s(plans), 3),
+    }
 
 
 def server_bills_usd(servers: dict, workers: list) -> float:
@@ -167,12 +184,42 @@ def server_bills_usd(servers: dict, workers: list) -> float:
     )
 
 
+def replicas_per_node(ray, pools: list) -> list[int]:
+    """How many WorkerActors each node holds (the head's first when it holds any)."""
+    from collections import Counter
+
+    replicas = [r for pool in pools for r in getattr(pool, "replicas", [])]
+    where = ray.get([r.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id()) for r in replicas])
+    head = ray.get_runtime_context().get_node_id()
+    counts = Counter(where)
+    return [counts.pop(head, 0)] + sorted(counts.values(), reverse=True)
+
+
+def start_cluster(args: argparse.Namespace):
+    """The Ray cluster of a size: one node, or a head and worker nodes (returned, to shut down)."""
+    import ray
+
+    if args.nodes <= 1:
+        from tests.ray_clusters import LOCAL_RAY
+
+        ray.init(address="local", **LOCAL_RAY)
+        return None
+    from tests.ray_clusters import CPU_NODE, LocalCluster
+
+    local = LocalCluster(head_cpus=8)
+    per_node = -(-args.replicas * 7 // (args.nodes - 1))  # the seven workers' replicas, spread evenly
+    for _ in range(args.nodes - 1):
+        local.add_node(0, {CPU_NODE: per_node})
+    local.connect()
+    return local
+
+
 def measure_size(args: argparse.Namespace, size: int) -> dict:
     import ray
 
     from conductor_rl.config import load_config
 
-    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    local = start_cluster(args)
     os.environ["CONDUCTOR_REHEARSAL_KEY"] = FAKE_KEY
     workdir = Path(tempfile.mkdtemp(prefix="conductor-bench-paper-scale-"))
     servers = start_servers(args)
@@ -184,12 +231,14 @@ def measure_size(args: argparse.Namespace, size: int) -> dict:
             f"conductor.max_new_tokens={args.max_new_tokens}",
             f"train.questions_per_iteration={args.questions * size}",
             f"train.rollouts_per_question={args.rollouts}",
+            f"train.worker_replicas={args.replicas}",
             "train.progress=false",
             "train.loggers=[]",
             "train.preflight=false",
             "data.questions=samples:gsm8k+samples:mmlu",
             "cluster.generator={CPU: 1}",
             "cluster.learner={CPU: 1}",
+            *(["cluster.worker={CPU: 0, conductor_cpu_node: 1}"] if local is not None else []),
             f"workers={json.dumps(paper_workers(args.latency_scale, servers))}",
         ]
         config = load_config(None, overrides)
@@ -198,31 +247,35 @@ def measure_size(args: argparse.Namespace, size: int) -> dict:
         try:
             with PeakRss() as rss:
                 row = measure_iteration(run, 0, ray)
-            rate_bound = rate_bound_s(config.workers, row["rollout_objects"])
             ledger = ray.get(run.actors.ledger.summary.remote())
+            placed = replicas_per_node(ray, run.actors.workers)
         finally:
             run.actors.shutdown()
         stats = {name: s.stats for name, s in servers.items()}
         bills = server_bills_usd(servers, config.workers)
+        schedule = schedule_figures(config.workers, row["rollout_objects"])
     finally:
         for server in servers.values():
             server.stop()
         ray.shutdown()
+        if local is not None:
+            local.shutdown()
         shutil.rmtree(workdir, ignore_errors=True)
-    bound = max(row["critical_path_s"], rate_bound)
     return {
         "rollouts": args.questions * size * args.rollouts,
         "execute_s": row["execute_s"],
-        "critical_path_s": row["critical_path_s"],
-        "rate_bound_s": round(rate_bound, 3),
-        "wall_over_critical_path": round(row["execute_s"] / bound, 4) if bound else None,
+        **schedule,
+        "wall_over_critical_path": round(row["execute_s"] / schedule["critical_path_s"], 4),
+        "wall_over_lower_bound": round(row["execute_s"] / schedule["lower_bound_s"], 4),
         "peak_in_flight": row["calls_in_flight_peak"],
         "worker_calls": row["worker_calls"],
         "self_made_429s": sum(s.limit_429s for s in stats.values()),
         "drawn_faults": sum(s.drawn_faults for s in stats.values()),
         "lost_calls": ledger["unsettled"]["calls"],
         "ledger_minus_bills_usd": round(ledger["total"]["cost_usd"] - bills, 6),
+        "billed_output_tokens": sum(u["output"] for s in stats.values() for u in s.usages),
         "driver_rss_mb": round(rss.peak_mb, 1),
+        "worker_replicas_per_node": placed,
         "steps_per_plan": row["steps_per_plan"],
         "phases_s": row["phases_s"],
         "plan_length_steer": adjusted.get("plan_length_steer"),
@@ -244,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-after", type=float, default=20.0, help="a 429's Retry-After, real seconds")
     parser.add_argument("--model", default="tiny-qwen2", help="the Conductor (default: the random tiny-qwen2)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--nodes", type=int, default=1, help="Ray nodes: 1, or a head and N - 1 worker nodes")
+    parser.add_argument("--replicas", type=int, default=1, help="WorkerActors per worker (train.worker_replicas)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if not sizes or min(sizes) < 1 or not 0 < args.latency_scale <= 1:
@@ -257,11 +312,13 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "paper_scale",
         "workers": "configs/paper.yaml's seven, on local servers speaking each provider's wire format",
         "latency_assumptions_s": {k: {"median": m, "sigma": s} for k, (m, s) in LATENCY.items()},
+        "output_token_assumptions": {k: {"median": m, "sigma": s} for k, (m, s) in OUTPUT_TOKENS.items()},
         "latency_scale": args.latency_scale,
         "rate_429": args.rate_429,
         "rate_500": args.rate_500,
         "model": args.model,
-        "nodes": 1,
+        "nodes": args.nodes,
+        "replicas_per_worker": args.replicas,
         "machine": machine(),
         "sizes": rows,
         "goal_wall_over_critical_path": GOAL_RATIO,

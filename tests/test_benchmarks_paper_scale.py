@@ -1,35 +1,59 @@
-"""benchmarks/paper_scale.py: its rate bound and the paper pool it rehearses against (quick: no Ray); the
+"""benchmarks/paper_scale.py: the critical path under the limits it measures against
+(benchmarks/limited_schedule.py) and the paper pool it rehearses against (quick: no Ray); the
 rehearsal itself runs as a benchmark (docs/results.md)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
-
 from conductor_rl.config import WorkerConfig
 from tests.benchmark_scripts import load_benchmark
 
 
-def call(worker: str, tokens: int) -> SimpleNamespace:
-    return SimpleNamespace(worker=worker, started_s=0.0, usage=SimpleNamespace(input_tokens=tokens, output_tokens=100))
+def step(worker: str, latency: float, reads: list[int], used: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(
+        worker=worker,
+        latency_s=latency,
+        access=reads,
+        started_s=0.0,
+        messages=[{"role": "user", "content": "x" * 400}],  # 100 tokens by the limiter's estimate
+        usage=SimpleNamespace(input_tokens=used, output_tokens=0),
+    )
 
 
-def test_the_rate_bound_is_the_busiest_workers_time_at_its_limits() -> None:
-    bench = load_benchmark("paper_scale")
-    workers = [
-        WorkerConfig(name="a", provider="openai", model="gpt-6.1-sol", rpm=60, max_tokens=100),
-        WorkerConfig(name="b", provider="openai", model="gpt-6.1-sol", tpm=6000, max_tokens=100),
-        WorkerConfig(name="c", provider="openai", model="gpt-6.1-sol", max_tokens=100),  # no limit
+def rollouts(*plans: list[SimpleNamespace]) -> list[SimpleNamespace]:
+    return [SimpleNamespace(workflow=SimpleNamespace(steps=plan)) for plan in plans] + [
+        SimpleNamespace(workflow=None)  # a plan that did not parse: no calls
     ]
-    rollouts = [
-        SimpleNamespace(workflow=SimpleNamespace(steps=[call("a", 10), call("b", 100), call("c", 10)]))
-        for _ in range(30)
-    ]
-    rollouts.append(SimpleNamespace(workflow=None))  # a plan that did not parse: no calls
-    # a: 30 calls at 60 a minute = 30 s; b: 30 x (100 + 100) tokens used = 6000 at 6000 a minute = 60 s.
-    assert bench.rate_bound_s(workers, rollouts) == pytest.approx(60.0)
-    assert bench.rate_bound_s(workers[2:], rollouts) == 0.0
+
+
+def test_the_critical_path_under_the_limits_lets_a_window_burst_and_runs_long_chains_first() -> None:
+    schedule = load_benchmark("limited_schedule")
+    # Ten one-step rollouts on a worker allowing 4 calls a 10 s window, 1 s each: 4 at 0 s, 4 at 10 s, 2 at 20 s.
+    plans = schedule.calls_of(rollouts(*[[step("a", 1.0, [])] for _ in range(10)]), {"a": 0})
+    limits = {"a": schedule.Limits(4, None, 10.0)}
+    assert schedule.reference_schedule_s(plans, limits) == schedule.lower_bound_s(plans, limits) == 21.0
+    assert schedule.chain_s(plans) == 1.0
+    # One call a window on `a`; each a-call is read by a 5 s step on unlimited `b`, and one rollout has
+    # a 20 s `b` after its a-call: it goes first (finishing at 21 s), the others at 10 and 20 s (+6).
+    plans = schedule.calls_of(
+        rollouts([step("a", 1.0, []), step("b", 5.0, [0])], [step("a", 1.0, []), step("b", 20.0, [0])])
+        + rollouts([step("a", 1.0, []), step("b", 5.0, [0])]),
+        {},
+    )
+    limits = {"a": schedule.Limits(1, None, 10.0)}
+    assert schedule.reference_schedule_s(plans, limits) == schedule.lower_bound_s(plans, limits) == 26.0
+
+
+def test_tokens_are_reserved_at_the_send_and_settled_to_what_was_used() -> None:
+    schedule = load_benchmark("limited_schedule")
+    # Each call reserves 100 (prompt) + 50 (max_tokens) of 200 a window: one at a time while in flight;
+    # settled to 10 used, the next fits at once.
+    plans = schedule.calls_of(rollouts(*[[step("a", 2.0, [], used=10)] for _ in range(3)]), {"a": 50})
+    assert schedule.reference_schedule_s(plans, {"a": schedule.Limits(None, 200, 60.0)}) == 6.0
+    # Used tokens that fill the window make the next call wait for it to pass.
+    plans = schedule.calls_of(rollouts(*[[step("a", 2.0, [], used=150)] for _ in range(2)]), {"a": 50})
+    assert schedule.reference_schedule_s(plans, {"a": schedule.Limits(None, 200, 60.0)}) == 62.0
 
 
 def test_the_rehearsal_runs_the_papers_seven_workers_with_their_limits_scaled_to_its_time() -> None:

@@ -209,3 +209,35 @@ def test_guarded_calls_close_what_they_open(server):
     assert worst > 0 and ledger.settle_open_calls() == 1
     assert ledger.total_usd == pytest.approx(ledger.entries[0].cost_usd + worst)
     assert ledger.summary()["unsettled"]["cost_usd"] == pytest.approx(worst)
+
+
+class RecordingLimiter:
+    """A limiter that lets everything through and keeps what each call's settle said."""
+
+    def __init__(self) -> None:
+        self.sent_ago: list[float] = []
+
+    async def acquire(self, tokens: int = 0) -> tuple[int, float]:
+        return 1, 0.0
+
+    def settle(self, grant_id: int, actual_tokens: int | None = None, sent_ago_s: float = 0.0) -> None:
+        self.sent_ago.append(sent_ago_s)
+
+    def cool_down(self, seconds: float) -> None:
+        pass
+
+
+def test_calls_sent_before_a_providers_first_answer_count_from_their_answer(server):
+    """A fresh SDK client's first requests leave later than the moment they were handed to it, so the
+    limiter counts them from their answer; calls sent once an answer came back count from their send."""
+    limiter = RecordingLimiter()
+    server.latency_s = 0.2
+
+    async def go():
+        worker = guarded("openai", server, CostLedger(), limiter=limiter)
+        await asyncio.gather(*(worker.complete(request(f"cold {i}")) for i in range(3)))
+        await worker.complete(request("warm"))
+
+    asyncio.run(go())
+    assert limiter.sent_ago[:3] == [0.0, 0.0, 0.0]
+    assert limiter.sent_ago[3] >= 0.2

@@ -13,20 +13,21 @@ import urllib.request
 
 import pytest
 
-from conductor_rl.testing.conditions import Latency, ProviderConditions
+from conductor_rl.testing.conditions import Lognormal, ProviderConditions
 from conductor_rl.testing.fake_llm_server import FakeLLMServer
+from conductor_rl.testing.wire_formats import Output, usage_for
 
 
 def test_latency_draws_follow_the_lognormal_it_names():
-    latency = Latency(2.0, 0.8)
+    latency = Lognormal(2.0, 0.8)
     rng = random.Random(7)
     draws = sorted(latency.draw(rng) for _ in range(20_000))
     assert statistics.median(draws) == pytest.approx(2.0, rel=0.05)
     assert draws[int(0.9 * len(draws))] == pytest.approx(latency.quantile(0.9), rel=0.08)
     assert latency.quantile(0.99) == pytest.approx(2.0 * 6.44, rel=0.01)  # exp(0.8 * 2.326)
-    assert Latency(1.5).draw(rng) == 1.5 and Latency(1.5).quantile(0.99) == 1.5
-    with pytest.raises(ValueError, match="median_s >= 0"):
-        Latency(-1.0)
+    assert Lognormal(1.5).draw(rng) == 1.5 and Lognormal(1.5).quantile(0.99) == 1.5
+    with pytest.raises(ValueError, match="median >= 0"):
+        Lognormal(-1.0)
 
 
 def test_faults_come_at_their_rates_and_repeat_with_the_seed():
@@ -55,7 +56,7 @@ def post(server: FakeLLMServer, model: str) -> tuple[int, dict, float]:
 
 
 def test_the_server_answers_each_model_in_its_own_time_and_draws_its_faults():
-    slow = ProviderConditions(latency={"reasoner": Latency(0.3), "*": Latency(0.0)})
+    slow = ProviderConditions(latency={"reasoner": Lognormal(0.3), "*": Lognormal(0.0)})
     with FakeLLMServer(conditions=slow) as server:
         status, _, took = post(server, "reasoner")
         assert status == 200 and took >= 0.3
@@ -68,3 +69,18 @@ def test_the_server_answers_each_model_in_its_own_time_and_draws_its_faults():
         status, headers, _ = post(server, "fake-model")
         assert status == 429 and float(headers["retry-after"]) == 2.0
         assert (server.stats.drawn_faults, server.stats.scripted_faults) == (1, 0)
+
+
+def test_the_server_bills_the_output_tokens_drawn_for_each_model():
+    billed = ProviderConditions(output_tokens={"reasoner": Lognormal(2000.0, 0.5), "*": Lognormal(300.0)}, seed=3)
+    with FakeLLMServer(conditions=billed) as server:
+        for _ in range(40):
+            assert post(server, "reasoner")[0] == 200
+        assert post(server, "fake-model")[0] == 200
+        outputs = [u["output"] - u["reasoning"] for u in server.stats.usages]
+    assert outputs[-1] == 300  # a fixed draw for any other model
+    assert 1300 < statistics.median(outputs[:-1]) < 3000 and len(set(outputs[:-1])) > 30
+    assert min(outputs[:-1]) >= 1
+    # Never more than the request allowed, in each wire format's field.
+    for request in ({"max_tokens": 50}, {"max_completion_tokens": 50}, {"generationConfig": {"maxOutputTokens": 50}}):
+        assert usage_for({**request, "messages": []}, Output(), 999)["output"] == 50

@@ -1,9 +1,9 @@
 """What a provider is like under load, for the fake provider server (conductor_rl/testing/fake_llm_server.py):
-each model's latency drawn from a heavy-tailed distribution, and 429s and 5xx at set rates. Seeded, so
-a benchmark's run is repeatable.
+each model's latency and the output tokens it bills drawn from heavy-tailed distributions, and 429s and
+5xx at set rates. Seeded, so a benchmark's run is repeatable.
 
-Latency is lognormal: `median_s` and `sigma` (the spread of its logarithm; 0: fixed). A reasoning model
-answering in tens of seconds with a long tail is `Latency(20.0, 0.8)`: p90 about 56 s, p99 about 129 s.
+Both are lognormal: a `median` and `sigma` (the spread of its logarithm; 0: fixed). A reasoning model
+answering in tens of seconds with a long tail is `Lognormal(20.0, 0.8)`: p90 about 56 s, p99 about 129 s.
 The defaults a benchmark uses are its own assumptions and are documented there, not here.
 """
 
@@ -17,28 +17,30 @@ from statistics import NormalDist
 
 
 @dataclass(frozen=True)
-class Latency:
-    median_s: float
+class Lognormal:
+    median: float
     sigma: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.median_s < 0 or self.sigma < 0:
-            raise ValueError(f"a latency needs median_s >= 0 and sigma >= 0, got {self.median_s}, {self.sigma}")
+        if self.median < 0 or self.sigma < 0:
+            raise ValueError(f"a lognormal needs median >= 0 and sigma >= 0, got {self.median}, {self.sigma}")
 
     def draw(self, rng: random.Random) -> float:
-        return self.median_s * math.exp(rng.gauss(0.0, self.sigma)) if self.sigma else self.median_s
+        return self.median * math.exp(rng.gauss(0.0, self.sigma)) if self.sigma else self.median
 
     def quantile(self, q: float) -> float:
-        """The latency below which a share `q` of draws fall."""
-        return self.median_s * math.exp(self.sigma * _normal_quantile(q))
+        """The value below which a share `q` of draws fall."""
+        return self.median * math.exp(self.sigma * _normal_quantile(q))
 
 
 @dataclass
 class ProviderConditions:
-    """Per model (`latency`, "*" for any other), the answer's latency; per request, a 429 (with
+    """Per model (keys: model ids, "*" for any other), the answer's latency in seconds (`latency`) and
+    the output tokens it bills (`output_tokens`; none: the server's few); per request, a 429 (with
     Retry-After `retry_after_s`) with chance `rate_429` and a 500 with chance `rate_500`."""
 
-    latency: Mapping[str, Latency] = field(default_factory=dict)
+    latency: Mapping[str, Lognormal] = field(default_factory=dict)
+    output_tokens: Mapping[str, Lognormal] = field(default_factory=dict)
     rate_429: float = 0.0
     rate_500: float = 0.0
     retry_after_s: float = 1.0
@@ -52,6 +54,11 @@ class ProviderConditions:
     def latency_of(self, model: str) -> float:
         latency = self.latency.get(model) or self.latency.get("*")
         return latency.draw(self._rng) if latency is not None else 0.0
+
+    def output_tokens_of(self, model: str) -> int | None:
+        """Output tokens an answer of `model` bills (None: not set for it)."""
+        tokens = self.output_tokens.get(model) or self.output_tokens.get("*")
+        return max(1, round(tokens.draw(self._rng))) if tokens is not None else None
 
     def fault(self) -> str:
         """ "429:SECONDS", "500" or "ok" (the fake server's script entries) for the next request."""

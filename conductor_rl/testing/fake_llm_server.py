@@ -11,7 +11,7 @@ answer is kept (`stats.usages`), and every request's JSON body (`stats.bodies`,
 with `stats.paths`), so tests can check costs and exactly what went over the wire.
 
 Behaviour: a fixed `latency_s`, or `conditions` (conductor_rl/testing/conditions.py: a
-latency drawn per model, 429s and 500s at set rates, counted in `stats.drawn_faults`); an
+latency and billed output tokens drawn per model, 429s and 500s at set rates, counted in `stats.drawn_faults`); an
 enforced limit of `rpm` requests per `window_s` seconds (a sliding window over
 accepted requests; the excess gets a 429 with Retry-After and is counted in
 `stats.limit_429s`); and a script for the next requests (`script([...])`). Faults: "429" or "429:SECONDS" (with
@@ -219,11 +219,10 @@ class FakeLLMServer:
                     stats.scripted_faults += 1
                 else:
                     stats.drawn_faults += 1
-            latency = self.latency_s
+            latency, answer_tokens = self.latency_s, None
             if self.conditions is not None and wire is not None and isinstance(request, dict):
-                latency = self.conditions.latency_of(
-                    gemini_model(path) if wire == "gemini" else str(request.get("model"))
-                )
+                model = gemini_model(path) if wire == "gemini" else str(request.get("model"))
+                latency, answer_tokens = self.conditions.latency_of(model), self.conditions.output_tokens_of(model)
             stats.bodies.append(request)
             stats.paths.append(path)
             limited_wait = self._over_limit(now) if answers else None
@@ -254,7 +253,7 @@ class FakeLLMServer:
                 stats.refusals.append(refused.message)
             return error(wire, refused.status, refused.message, param=refused.param, code=refused.code)
         output = Output.of(fault if answers else "ok")
-        usage = usage_for(request, output)
+        usage = usage_for(request, output, answer_tokens)
         with self._lock:
             if stats is self.stats:
                 stats.ok += 1

@@ -70,9 +70,22 @@ class Output:
         return cls()
 
 
-def usage_for(request: dict[str, Any], output: Output = Output()) -> dict[str, int]:
-    """Deterministic usage: about 4 characters per prompt token; no answer tokens when there is no answer."""
-    answer = 0 if output.empty else ANSWER_TOKENS
+def output_cap(request: dict[str, Any]) -> int | None:
+    """The output tokens a request allows, in whichever field its wire format names them."""
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        if isinstance(request.get(key), int):
+            return request[key]
+    config = request.get("generationConfig") or {}
+    return config.get("maxOutputTokens") if isinstance(config.get("maxOutputTokens"), int) else None
+
+
+def usage_for(request: dict[str, Any], output: Output = Output(), answer_tokens: int | None = None) -> dict[str, int]:
+    """Usage: about 4 characters per prompt token; `answer_tokens` billed for the answer (None: a few;
+    none when there is no answer)."""
+    answer = 0 if output.empty else (ANSWER_TOKENS if answer_tokens is None else answer_tokens)
+    cap = output_cap(request)
+    if cap is not None:  # a provider never bills more than the request allowed
+        answer = min(answer, max(cap - REASONING_TOKENS, 0))
     return {
         "input": 10 + len(prompt_text(request)) // 4,
         "output": answer + REASONING_TOKENS,

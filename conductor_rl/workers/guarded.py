@@ -11,6 +11,11 @@ retry is a new call for the provider's RPM, and no call at all starts once the
 budget is spent. A 429 puts the key into cooldown for everyone. The ledger holds
 each attempt open, at its worst-case cost, until its outcome is known
 (conductor_rl/workers/ledger.py), so a call lost with its process is still counted.
+
+The limiter counts a call from when it was sent, as the caller measured it. A fresh
+client's first requests leave well after that moment (the SDK builds its types and
+connection first: tens of milliseconds on a quiet machine, seconds on a busy one),
+so calls sent before this provider's first answer count from their own answer.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ class GuardedProvider:
         self.model = model
         self.observer = observer or CallObserver()
         self.rng = rng or random.Random()
+        self._warm_since: float | None = None  # when the first attempt came back (see the module's docstring)
 
     def __repr__(self) -> str:
         return f"GuardedProvider({self.provider!r})"
@@ -113,7 +119,7 @@ class GuardedProvider:
             response = await self.provider.complete(request)
         except BaseException as err:
             if grant is not None:  # a failed call still counted at the provider
-                await _maybe_await(self.limiter.settle(grant, None, time.perf_counter() - sent))
+                await _maybe_await(self.limiter.settle(grant, None, self._sent_ago(sent)))
             if self.ledger is not None and isinstance(err, ProviderError):
                 # Refused or failed at the provider: not billed. Anything else (a cancellation)
                 # stays open and is counted at its worst case: it may have been billed.
@@ -137,11 +143,19 @@ class GuardedProvider:
             )
         if grant is not None:
             bookkeeping.append(
-                _maybe_await(self.limiter.settle(grant, response.usage.total, time.perf_counter() - sent))
+                _maybe_await(self.limiter.settle(grant, response.usage.total, self._sent_ago(sent)))
             )
         await asyncio.gather(*bookkeeping)
         self.observer.call_finished(self.name, response)
         return response
+
+    def _sent_ago(self, sent: float) -> float:
+        """Seconds since a call now back was sent, for the limiter: 0 (count it from now) when it
+        left before this provider's first answer, when its send time is not to be trusted."""
+        now = time.perf_counter()
+        if self._warm_since is None:
+            self._warm_since = now
+        return now - sent if sent >= self._warm_since else 0.0
 
     def worst_case_cost(self, request: WorkerRequest) -> float:
         if self.price is None:
