@@ -77,8 +77,8 @@ def on_this_node() -> dict[str, Any]:
 
 @ray.remote(num_cpus=0)
 class RateLimiterActor:
-    def __init__(self, rpm: int | None, tpm: int | None, window_s: float, headroom_s: float) -> None:
-        self._limiter = AsyncRateLimiter(WindowLimits(rpm, tpm, window_s, headroom_s))
+    def __init__(self, rpm: int | None, tpm: int | None, window_s: float, headroom_s: float, pace: bool) -> None:
+        self._limiter = AsyncRateLimiter(WindowLimits(rpm, tpm, window_s, headroom_s, pace=pace))
 
     async def acquire(self, tokens: int) -> tuple[int, float]:
         return await self._limiter.acquire(tokens)
@@ -178,7 +178,12 @@ def limiter_name(config: WorkerConfig, key: Secret, scope: str = "") -> str:
 
 
 def get_rate_limiter(
-    config: WorkerConfig, key: Secret, window_s: float = 60.0, headroom_s: float | None = None, scope: str = ""
+    config: WorkerConfig,
+    key: Secret,
+    window_s: float = 60.0,
+    headroom_s: float | None = None,
+    scope: str = "",
+    pace: bool = True,
 ):
     """The cluster's limiter for this key and model (and `scope`: runs that must not
     share limits, such as benchmarks); the first caller's limits win. It lives as
@@ -193,7 +198,7 @@ def get_rate_limiter(
             get_if_exists=True,
             max_concurrency=MAX_WAITERS,
             **on_this_node(),
-        ).remote(config.rpm, config.tpm, window_s, headroom)
+        ).remote(config.rpm, config.tpm, window_s, headroom, pace)
         try:
             ray.get(limiter.__ray_ready__.remote())
             return limiter
@@ -361,6 +366,7 @@ class WorkerPool:
         seed: int = 0,
         window_s: float = 60.0,
         headroom_s: float | None = None,
+        pace: bool = True,
         num_cpus: float = 0.25,
         resources: dict[str, float] | None = None,
         policy: RetryPolicy | None = None,
@@ -384,7 +390,7 @@ class WorkerPool:
         )  # fails here, naming the variable
         limited = config.rpm is not None or config.tpm is not None
         self.limiter = (
-            get_rate_limiter(config, key or Secret(config.name), window_s, headroom_s, limiter_scope)
+            get_rate_limiter(config, key or Secret(config.name), window_s, headroom_s, limiter_scope, pace)
             if limited
             else None
         )

@@ -147,7 +147,7 @@ def steady_share(done: list[float], took: float, rate: Rate = Rate()) -> float:
     return (len(done) - first) / (done[-1] - done[first - 1]) / (first / rate.window_s)
 
 
-def limited_pool(server, replicas: int, rate: Rate = Rate(), **placement):
+def limited_pool(server, replicas: int, rate: Rate = Rate(), pace: bool = True, **placement):
     """`replicas` sharing one cluster-wide limiter at the server's limit (the server reset to it)."""
     from actors.worker_pool import WorkerPool, get_ledger
 
@@ -159,6 +159,7 @@ def limited_pool(server, replicas: int, rate: Rate = Rate(), **placement):
         ledger=ledger,
         window_s=rate.window_s,
         limiter_scope=scope,
+        pace=pace,
         **placement,
     )
 
@@ -323,7 +324,7 @@ def local_parts(n: int, journal_only: bool = False) -> dict:
 MULTINODE_REPLICAS = (1, 4, 16, 64)
 
 
-def multinode_run(nodes: int, windows: int, rate: Rate) -> dict:
+def multinode_run(nodes: int, windows: int, rate: Rate, pace: bool = True) -> dict:
     """Part 5: the limited pool at each of MULTINODE_REPLICAS replicas, spread over `nodes` worker nodes,
     `windows` windows' worth of calls each."""
     import math
@@ -343,7 +344,7 @@ def multinode_run(nodes: int, windows: int, rate: Rate) -> dict:
         for replicas in MULTINODE_REPLICAS:
             # The ledger and the limiter stay on the driver's node, the head (actors/worker_pool.py).
             share = {CPU_NODE: 1 / math.ceil(replicas / nodes)}
-            pool = limited_pool(server, replicas, rate, num_cpus=0, resources=share)
+            pool = limited_pool(server, replicas, rate, pace, num_cpus=0, resources=share)
             started = time.perf_counter()
             where = ray.get(
                 [r.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id()) for r in pool.replicas],
@@ -367,6 +368,7 @@ def multinode_run(nodes: int, windows: int, rate: Rate) -> dict:
         "limit_per_window": rate.per_window,
         "calls_per_run": windows * rate.per_window,
         "worker_nodes": nodes,
+        "paced": pace,
         "pool": runs,
         "leftover_processes": len(left),
         "min_share": min(r["share_of_limit"] for r in runs.values()),
@@ -385,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         help="local: parts 1-4 (one node); journal: part 4 alone; nodes: part 5 (several); default all",
     )
     parser.add_argument("--nodes", type=int, default=4, help="worker nodes of part 5 (default 4)")
+    parser.add_argument("--no-pace", action="store_true", help="part 5: grants not paced window/rpm apart")
     parser.add_argument(
         "--nodes-window-s",
         type=float,
@@ -406,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         figures.update(local_parts(n, journal_only=args.part == "journal"))
     if args.part in ("all", "nodes"):
         rate = Rate(round(LIMIT * args.nodes_window_s / WINDOW_S), args.nodes_window_s)  # 360 RPM at any window
-        figures["across_nodes"] = multinode_run(args.nodes, args.windows, rate)
+        figures["across_nodes"] = multinode_run(args.nodes, args.windows, rate, pace=not args.no_pace)
     goals = []
     if "journal" in figures:
         goals.append(figures["min_journal_share"] >= GOAL_JOURNAL_SHARE)
