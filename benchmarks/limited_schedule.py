@@ -3,13 +3,15 @@ critical path *under the limits*, for benchmarks/paper_scale.py.
 
 The iteration's rollouts are replayed as calls: each step of each rollout is a call to its worker
 that took the latency it took (the answer's own time, retries left out), starts once the steps
-it reads have finished, and counts against its worker's limits as providers count it (a request
-in a sliding window of `window_s` from when it is sent; tokens reserved at the send, prompt / 4 +
-`max_tokens`, settled to the tokens used when it ends, as our limiter and OpenAI/Anthropic do).
+it reads have finished, and counts against its worker's limits as providers count it: requests
+no closer than `window_s / rpm` apart (OpenAI and Anthropic enforce a per-minute limit over
+shorter periods, "60 RPM as 1 request per second", so a burst is refused even under the minute's
+count), and tokens reserved at the send, prompt / 4 + `max_tokens`, settled to the tokens used
+when the call ends, each counting for `window_s` from its send.
 
 - `lower_bound_s`: a bound no schedule can beat: the slowest rollout's own chain, and per worker
-  its calls taking the earliest slots its RPM allows (a sliding window lets a whole window of calls
-  through at once), the calls with the longest chains after them first.
+  its calls taking the earliest slots its RPM allows, the calls with the longest chains after
+  them first.
 - `reference_schedule_s`: a schedule a perfect orchestrator could run: every call sent the moment
   it is ready and its limits allow, the call with the longest chain still after it first, with no
   overhead and no safety margin. Not proven optimal (list scheduling), so it sits between the lower
@@ -86,7 +88,7 @@ def lower_bound_s(plans: Sequence[Sequence[Call]], limits: dict[str, Limits]) ->
         calls = [c for plan in plans for c in plan if c.worker == worker and c.latency_s > 0]
         tails = sorted((c.tail_s for c in calls), reverse=True)
         for j, tail in enumerate(tails):
-            bound = max(bound, (j // limit.rpm) * limit.window_s + tail)
+            bound = max(bound, j * limit.window_s / limit.rpm + tail)
     return bound
 
 
@@ -94,19 +96,17 @@ def lower_bound_s(plans: Sequence[Sequence[Call]], limits: dict[str, Limits]) ->
 class _Worker:
     limits: Limits
     ready: list[tuple[float, int, int, int]] = field(default_factory=list)  # (-tail, order, rollout, step)
-    sends: deque = field(default_factory=deque)  # send times in the window
+    last_send: float = -math.inf
     tokens: deque = field(default_factory=deque)  # [send time, tokens] in the window
 
     def room_at(self, now: float, reserve: int) -> float:
         """The earliest time from `now` a call reserving `reserve` tokens fits (inf: never by expiry alone)."""
         w = self.limits.window_s
-        while self.sends and self.sends[0] + w <= now:
-            self.sends.popleft()
         while self.tokens and self.tokens[0][0] + w <= now:
             self.tokens.popleft()
         at = now
-        if self.limits.rpm and len(self.sends) >= self.limits.rpm:
-            at = max(at, self.sends[len(self.sends) - self.limits.rpm] + w)
+        if self.limits.rpm:
+            at = max(at, self.last_send + w / self.limits.rpm)
         if self.limits.tpm:
             excess = sum(t for _, t in self.tokens) + min(reserve, self.limits.tpm) - self.limits.tpm
             for sent, t in self.tokens:
@@ -150,7 +150,7 @@ def reference_schedule_s(plans: Sequence[Sequence[Call]], limits: dict[str, Limi
                     wake = min(wake, at)
                     break
                 heapq.heappop(worker.ready)
-                worker.sends.append(now)
+                worker.last_send = now
                 entry = [now, call.reserve_tokens]
                 worker.tokens.append(entry)
                 heapq.heappush(events, (now + call.latency_s, 0, r, i, entry))

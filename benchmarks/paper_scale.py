@@ -30,13 +30,15 @@ graded (and wrong: the servers echo).
 Per size (--sizes: multiples of B, default 1,4,16): `rollouts`, the iteration's rollout phase
 (`execute_s`) against the critical path under the limits (benchmarks/limited_schedule.py: the
 same calls, with the latencies they took, scheduled the moment their inputs and their worker's
-limits allow, longest remaining chain first, no overhead, no safety margin):
+limits allow, each worker's calls spaced window / RPM apart as providers enforce a minute's limit,
+longest remaining chain first, no overhead, no safety margin, no drawn faults):
 `wall_over_critical_path` = execute_s / critical_path_s, and against a bound no schedule beats
 (`lower_bound_s`, `wall_over_lower_bound`); `chain_s` is the slowest rollout's chain without
 limits; `peak_in_flight`, `self_made_429s`, `drawn_faults`, `lost_calls` (calls
 the ledger opened and never closed), `ledger_minus_bills_usd` (what the ledger holds less what
 the servers billed at the workers' prices) and `driver_rss_mb` (the driver's resident memory at
-its peak during the iteration). Goals: wall_over_critical_path <= 1.1 at every size; 0 self-made
+its peak during the iteration), `billed_output_tokens` and `worker_replicas_per_node` (the head's
+first). Goals: wall_over_critical_path <= 1.1 at every size; 0 self-made
 429s; 0 lost calls; the ledger equal to the bills; memory growing at most linearly with calls in
 flight.
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from conductor_rl.config import WorkerConfig
 from tests.benchmark_scripts import load_benchmark
 
 
@@ -27,12 +26,12 @@ def rollouts(*plans: list[SimpleNamespace]) -> list[SimpleNamespace]:
     ]
 
 
-def test_the_critical_path_under_the_limits_lets_a_window_burst_and_runs_long_chains_first() -> None:
+def test_the_critical_path_under_the_limits_spaces_each_workers_calls_and_runs_long_chains_first() -> None:
     schedule = load_benchmark("limited_schedule")
-    # Ten one-step rollouts on a worker allowing 4 calls a 10 s window, 1 s each: 4 at 0 s, 4 at 10 s, 2 at 20 s.
+    # Ten one-step rollouts on a worker allowing 4 calls a 10 s window (one each 2.5 s), 1 s each.
     plans = schedule.calls_of(rollouts(*[[step("a", 1.0, [])] for _ in range(10)]), {"a": 0})
     limits = {"a": schedule.Limits(4, None, 10.0)}
-    assert schedule.reference_schedule_s(plans, limits) == schedule.lower_bound_s(plans, limits) == 21.0
+    assert schedule.reference_schedule_s(plans, limits) == schedule.lower_bound_s(plans, limits) == 23.5
     assert schedule.chain_s(plans) == 1.0
     # One call a window on `a`; each a-call is read by a 5 s step on unlimited `b`, and one rollout has
     # a 20 s `b` after its a-call: it goes first (finishing at 21 s), the others at 10 and 20 s (+6).
