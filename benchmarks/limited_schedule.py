@@ -14,8 +14,10 @@ when the call ends, each counting for `window_s` from its send.
   them first.
 - `reference_schedule_s`: a schedule a perfect orchestrator could run: every call sent the moment
   it is ready and its limits allow, the call with the longest chain still after it first, with no
-  overhead and no safety margin. Not proven optimal (list scheduling), so it sits between the lower
-  bound and the optimum's neighbourhood; wall time over it is the scheduler's loss.
+  overhead and no safety margin. The faults the providers drew are in it: a worker's `refused`
+  attempts each take a send slot, spread evenly over its sends, and `cooldowns` of them (429s)
+  stop its sends for `cooldown_s`, their Retry-After. List scheduling is not proven optimal, so
+  this is a yardstick, not a bound; wall time over it is what our scheduling and overhead cost.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Limits:
     rpm: int | None
     tpm: int | None
     window_s: float = 60.0
+    refused: int = 0  # attempts the provider refused (drawn 429s and 500s)
+    cooldowns: int = 0  # of them, 429s with a Retry-After of `cooldown_s`
+    cooldown_s: float = 0.0
 
 
 def calls_of(rollouts: Sequence[Any], max_tokens: dict[str, int]) -> list[list[Call]]:
@@ -97,14 +102,24 @@ class _Worker:
     limits: Limits
     ready: list[tuple[float, int, int, int]] = field(default_factory=list)  # (-tail, order, rollout, step)
     last_send: float = -math.inf
+    blocked_until: float = -math.inf  # a 429's Retry-After
     tokens: deque = field(default_factory=deque)  # [send time, tokens] in the window
+    sends: int = 0
+    faults: dict[int, bool] = field(default_factory=dict)  # send index -> refused with a cooldown (a 429)?
+
+    def plan_faults(self, calls: int) -> None:
+        """Spread the refused attempts evenly over the sends, the 429s evenly among them."""
+        refused, total = self.limits.refused, calls + self.limits.refused
+        for i in range(refused):
+            is_429 = (i + 1) * self.limits.cooldowns // refused > i * self.limits.cooldowns // refused
+            self.faults[round((i + 1) * total / (refused + 1))] = is_429
 
     def room_at(self, now: float, reserve: int) -> float:
         """The earliest time from `now` a call reserving `reserve` tokens fits (inf: never by expiry alone)."""
         w = self.limits.window_s
         while self.tokens and self.tokens[0][0] + w <= now:
             self.tokens.popleft()
-        at = now
+        at = max(now, self.blocked_until)
         if self.limits.rpm:
             at = max(at, self.last_send + w / self.limits.rpm)
         if self.limits.tpm:
@@ -120,6 +135,8 @@ class _Worker:
 def reference_schedule_s(plans: Sequence[Sequence[Call]], limits: dict[str, Limits]) -> float:
     """The makespan of the list schedule described in the module's docstring."""
     workers = {name: _Worker(limit) for name, limit in limits.items()}
+    for name, worker in workers.items():
+        worker.plan_faults(sum(1 for plan in plans for c in plan if c.worker == name and c.latency_s > 0))
     waiting = [[len(c.reads) for c in plan] for plan in plans]
     events: list[tuple[float, int, int, int, list | None]] = []  # (time, kind 0=end, rollout, step, token entry)
     order = 0
@@ -149,8 +166,12 @@ def reference_schedule_s(plans: Sequence[Sequence[Call]], limits: dict[str, Limi
                 if at > now:
                     wake = min(wake, at)
                     break
+                worker.last_send, worker.sends = now, worker.sends + 1
+                if worker.sends in worker.faults:  # refused: the slot is spent, the call waits for the next
+                    if worker.faults[worker.sends]:
+                        worker.blocked_until = now + worker.limits.cooldown_s
+                    continue
                 heapq.heappop(worker.ready)
-                worker.last_send = now
                 entry = [now, call.reserve_tokens]
                 worker.tokens.append(entry)
                 heapq.heappush(events, (now + call.latency_s, 0, r, i, entry))

@@ -56,6 +56,7 @@ but not the critical path, which counts each step's answered attempt only.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import resource
@@ -64,6 +65,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -163,10 +165,31 @@ class PeakRss:
         self._thread.join()
 
 
-def schedule_figures(workers: list, rollouts: list) -> dict[str, float]:
-    """The iteration's calls scheduled as well as the workers' limits allow (benchmarks/limited_schedule.py)."""
+def schedule_figures(workers: list, rollouts: list, stats: dict, retry_after_s: float, keep: Path | None) -> dict:
+    """The iteration's calls scheduled as well as the workers' limits and drawn faults allow
+    (benchmarks/limited_schedule.py); with `keep`, the calls and limits written there (gzipped JSON)
+    so that the yardstick can be recomputed without rerunning."""
     plans = calls_of(rollouts, {w.name: w.max_tokens for w in workers})
-    limits = {w.name: Limits(w.rpm, w.tpm, 60.0) for w in workers}
+    # A 429 cools down a limited worker's key for every caller; without limits only its own call waits.
+    limits = {
+        w.name: Limits(
+            w.rpm,
+            w.tpm,
+            60.0,
+            stats[w.name].drawn_faults,
+            stats[w.name].drawn_429s if w.rpm or w.tpm else 0,
+            retry_after_s,
+        )
+        for w in workers
+    }
+    if keep is not None:
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(keep, "wt") as out:
+            json.dump(
+                {"limits": {k: asdict(v) for k, v in limits.items()}, "plans": [[asdict(c) for c in p] for p in plans]},
+                out,
+            )
+        log(f"calls kept in {keep}")
     return {
         "critical_path_s": round(reference_schedule_s(plans, limits), 3),
         "lower_bound_s": round(lower_bound_s(plans, limits), 3),
@@ -255,7 +278,10 @@ def measure_size(args: argparse.Namespace, size: int) -> dict:
             run.actors.shutdown()
         stats = {name: s.stats for name, s in servers.items()}
         bills = server_bills_usd(servers, config.workers)
-        schedule = schedule_figures(config.workers, row["rollout_objects"])
+        keep = Path(args.keep_calls) / f"size-{size}.json.gz" if args.keep_calls else None
+        schedule = schedule_figures(
+            config.workers, row["rollout_objects"], stats, args.retry_after * args.latency_scale, keep
+        )
     finally:
         for server in servers.values():
             server.stop()
@@ -299,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-after", type=float, default=20.0, help="a 429's Retry-After, real seconds")
     parser.add_argument("--model", default="tiny-qwen2", help="the Conductor (default: the random tiny-qwen2)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep-calls", default="", help="a folder to write each size's calls and limits to")
     parser.add_argument("--nodes", type=int, default=1, help="Ray nodes: 1, or a head and N - 1 worker nodes")
     parser.add_argument("--replicas", type=int, default=1, help="WorkerActors per worker (train.worker_replicas)")
     args = parser.parse_args(argv)

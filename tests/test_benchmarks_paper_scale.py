@@ -73,3 +73,13 @@ def test_the_rehearsal_runs_the_papers_seven_workers_with_their_limits_scaled_to
             theirs.provider,
             theirs.max_tokens,
         )
+
+
+def test_refused_attempts_take_a_slot_and_429s_stop_the_worker_for_their_retry_after() -> None:
+    schedule = load_benchmark("limited_schedule")
+    plans = schedule.calls_of(rollouts(*[[step("a", 1.0, [])] for _ in range(3)]), {"a": 0})
+    # One send a second; 2 refusals spread over 5 sends (the 2nd and 3rd), the second a 429 of 10 s:
+    # sends at 0 (ok), 1 (a 500), 2 (a 429: blocked until 12), 12 (ok), 13 (ok, ends at 14).
+    limits = {"a": schedule.Limits(60, None, 60.0, refused=2, cooldowns=1, cooldown_s=10.0)}
+    assert schedule.reference_schedule_s(plans, limits) == 14.0
+    assert schedule.reference_schedule_s(plans, {"a": schedule.Limits(60, None, 60.0)}) == 3.0

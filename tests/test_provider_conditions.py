@@ -68,7 +68,7 @@ def test_the_server_answers_each_model_in_its_own_time_and_draws_its_faults():
         assert post(server, "fake-model")[0] == 200
         status, headers, _ = post(server, "fake-model")
         assert status == 429 and float(headers["retry-after"]) == 2.0
-        assert (server.stats.drawn_faults, server.stats.scripted_faults) == (1, 0)
+        assert (server.stats.drawn_faults, server.stats.drawn_429s, server.stats.scripted_faults) == (1, 1, 0)
 
 
 def test_the_server_bills_the_output_tokens_drawn_for_each_model():

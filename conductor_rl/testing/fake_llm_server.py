@@ -72,6 +72,7 @@ class ServerStats:
     limit_429_times: list[float] = field(default_factory=list)  # seconds since the first request
     scripted_faults: int = 0
     drawn_faults: int = 0  # 429s and 500s that `conditions` drew
+    drawn_429s: int = 0  # of them, the 429s
     usages: list[dict[str, int]] = field(default_factory=list)  # one per 200 answer: input/output/reasoning/cached
     auth_headers: list[str] = field(default_factory=list)
     first_request_at: float | None = None
@@ -219,6 +220,7 @@ class FakeLLMServer:
                     stats.scripted_faults += 1
                 else:
                     stats.drawn_faults += 1
+                    stats.drawn_429s += fault.startswith("429")
             latency, answer_tokens = self.latency_s, None
             if self.conditions is not None and wire is not None and isinstance(request, dict):
                 model = gemini_model(path) if wire == "gemini" else str(request.get("model"))
