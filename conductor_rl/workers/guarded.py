@@ -142,9 +142,7 @@ class GuardedProvider:
                 )
             )
         if grant is not None:
-            bookkeeping.append(
-                _maybe_await(self.limiter.settle(grant, response.usage.total, self._sent_ago(sent)))
-            )
+            bookkeeping.append(_maybe_await(self.limiter.settle(grant, response.usage.total, self._sent_ago(sent))))
         await asyncio.gather(*bookkeeping)
         self.observer.call_finished(self.name, response)
         return response
