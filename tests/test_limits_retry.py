@@ -140,6 +140,20 @@ def test_pacing_spreads_grants_evenly():
     assert limits.wait_for() == pytest.approx(0.5)
 
 
+def test_a_late_schedule_catches_up_by_at_most_a_sixtieth_of_the_window():
+    clock = Clock()
+    limits = WindowLimits(rpm=600, tpm=None, window_s=60.0, clock=clock)  # a slot each 0.1 s, 10 a second
+    limits.settle(limits.take())
+    clock.now += 0.55  # woken 0.45 s late: the 4 slots missed go out at once, then the pace resumes
+    for _ in range(5):
+        assert limits.wait_for() == 0
+        limits.settle(limits.take())
+    assert limits.wait_for() == pytest.approx(0.05)
+    clock.now += 5.0  # far behind (an idle spell): no burst of 50, the schedule restarts from now
+    limits.settle(limits.take())
+    assert limits.wait_for() == pytest.approx(0.1)
+
+
 def test_window_must_be_positive():
     with pytest.raises(ValueError, match="window_s"):
         WindowLimits(1, None, window_s=0)

@@ -14,7 +14,10 @@ out (new connections, busy event loops), while the grants one window later
 arrive at once, so the provider can see two windows' worth in one of its own
 and return 429s (benchmarks/worker_pool.py runs 4 replicas against a limited
 server). Evenly spaced grants arrive evenly; the cost is that the first window
-ramps up instead of bursting.
+ramps up instead of bursting. Providers enforce a minute's limit over shorter periods ("60,000 RPM
+as 1,000 per second"), so grants that fell behind their schedule (a busy event loop woke the
+waiter late) may catch up by up to a sixtieth of the window's calls at once; later than that, the
+schedule restarts from now.
 
 Tokens are reserved before the call (an estimate: prompt characters / 4 plus
 `max_tokens`, which is also how OpenAI counts a request against its TPM) and
@@ -77,6 +80,7 @@ class WindowLimits:
             raise ValueError(f"window_s must be positive, got {window_s}")
         self.rpm, self.tpm, self.window_s, self.headroom_s = rpm, tpm, window_s, headroom_s
         self.interval_s = window_s / rpm if (pace and rpm) else 0.0
+        self.catch_up = max(1, (rpm or 0) // 60)  # slots a late schedule may make up at once
         self.max_call_s = max_call_s
         self.clock = clock
         self._grants: dict[int, Grant] = {}  # insertion order = grant order
@@ -122,7 +126,8 @@ class WindowLimits:
         # later slot back (on a busy node that drift would lower the rate); after an
         # idle spell the schedule restarts from now.
         late = grant.at - self._next_slot
-        self._next_slot = (self._next_slot if late < self.interval_s else grant.at) + self.interval_s
+        keep = late < self.catch_up * self.interval_s
+        self._next_slot = (self._next_slot if keep else grant.at) + self.interval_s
         self._grants[grant.id] = grant
         return grant.id
 
