@@ -24,7 +24,7 @@ from ray.actor import ActorHandle
 from conductor_rl.config import Config, seat_of
 from conductor_rl.serving.access import BearerTokens, ClientBudget, ClientLimits, ClientQuota
 from conductor_rl.serving.chat_format import RequestError, RequestLimits
-from conductor_rl.serving.endpoint import ChatEndpoint, Reply, watch_page
+from conductor_rl.serving.endpoint import ChatEndpoint, Reply, SampleBatch, SampleOne, watch_page
 from conductor_rl.workers.providers import Provider
 from conductor_rl.workers.spend_journal import read_books
 
@@ -104,22 +104,39 @@ class ConductorServer:
         limits_actor: ActorHandle,
         tokens: BearerTokens | None,
         ledger: ActorHandle | None = None,
+        continuous: bool = False,
     ) -> None:
         """`tokens`: digests only (the job read the tokens); None: no authentication. `ledger`: the
-        worker pools' (each admitted request's client goes to its spend journal)."""
+        worker pools' (each admitted request's client goes to its spend journal). `continuous`: the
+        generator actors are ServingGeneratorActors (one request each, continuous batching), else
+        GeneratorActors (batches of serve.batch_window_s)."""
         from ray.util.metrics import Counter
         from transformers import AutoTokenizer
 
         from actors.generator import GeneratorPool
+        from actors.serving_generator import ServingGenerators
 
-        generators = GeneratorPool.of(generator_actors)
         c, s = config.conductor, config.serve
+        sample_batch: SampleBatch | None = None
+        sample_one: SampleOne | None = None
+        if continuous:
+            engines = ServingGenerators(generator_actors)
 
-        def sample_batch(
-            prompt_ids: list[list[int]], shapes: list[PlanShape | None], seeds: list[int], temperature: float
-        ) -> list[Sample]:
-            groups = generators.sample(prompt_ids, 1, temperature, c.max_new_tokens, c.top_p, seed=seeds, shape=shapes)
-            return [group[0] for group in groups]
+            async def sample_one(
+                prompt_ids: list[int], shape: PlanShape | None, seed: int, temperature: float
+            ) -> Sample:
+                return await engines.sample(prompt_ids, shape, seed, temperature, c.max_new_tokens, c.top_p)
+
+        else:
+            generators = GeneratorPool.of(generator_actors)
+
+            def sample_batch(
+                prompt_ids: list[list[int]], shapes: list[PlanShape | None], seeds: list[int], temperature: float
+            ) -> list[Sample]:
+                groups = generators.sample(
+                    prompt_ids, 1, temperature, c.max_new_tokens, c.top_p, seed=seeds, shape=shapes
+                )
+                return [group[0] for group in groups]
 
         cost = Counter(
             "conductor_serve_cost_usd", "Worker dollars spent by served requests, per client", tag_keys=("client",)
@@ -142,6 +159,7 @@ class ConductorServer:
             ),
             timeout_s=s.timeout_s,
             batch_window_s=s.batch_window_s,
+            sample_one=sample_one,
         )
 
     @app.get("/")

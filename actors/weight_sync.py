@@ -37,12 +37,16 @@ class NotColocated(RuntimeError):
     """Shared-memory weights need every engine on learner rank 0's node."""
 
 
-def resolve_weight_sync(setting: str, backend: str, has_gpus: bool) -> str:
-    """`auto`: NCCL when vLLM engines run on GPUs, else shared memory (WeightSync falls back to the
-    object store for engines on other nodes)."""
+def resolve_weight_sync(setting: str, backend: str, gpus: float) -> str:
+    """`auto` with vLLM engines on GPUs: NCCL where the cluster has two or more (the learner and the
+    engines on GPUs of their own), CUDA IPC on one (NCCL refuses two ranks on one device, which is
+    where the learner and the engine then share it); else shared memory (WeightSync falls back to
+    the object store for engines on other nodes)."""
     if setting == "auto":
-        return "nccl" if has_gpus and backend == "vllm" else "shared_memory"
-    if setting in ("nccl", "ipc") and not has_gpus:
+        if gpus > 0 and backend == "vllm":
+            return "nccl" if gpus >= 2 else "ipc"
+        return "shared_memory"
+    if setting in ("nccl", "ipc") and not gpus:
         raise ValueError(f"generator.weight_sync={setting} needs GPUs in the cluster: use gloo or object_store on CPUs")
     return setting
 

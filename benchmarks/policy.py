@@ -7,8 +7,9 @@
    this machine has (the object store; shared memory; vLLM's weight transfer
    over gloo on a CPU, NCCL between GPUs, CUDA IPC on one GPU), against the
    floor of a plain in-memory copy of the same tensors, and the one `auto`
-   picks (goal: within 2x the floor); then vLLM's greedy text is checked
-   against transformers on the synced weights.
+   picks (goal: within 2x the floor), with the shared-memory sync's parts
+   (benchmarks/weight_sync.py, which also runs alone); then vLLM's greedy
+   text is checked against transformers on the synced weights.
 
     python benchmarks/policy.py [--json] [--model smollm2-135m] [--prompts 4] [--samples 8] [--tokens 64]
 
@@ -33,10 +34,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from benchmarks.measure import keep_result
+from benchmarks.weight_sync import measure as measure_syncs
 from conductor_rl.config import GeneratorConfig, LearnerConfig
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan.prompts import ConductorPrompt
 from conductor_rl.policy.learner import RolloutBatch
+from conductor_rl.policy.precision import engine_dtype
 from conductor_rl.policy.sampling import TransformersSampler
 
 QUESTIONS = [
@@ -76,7 +79,7 @@ def main() -> int:
 
     from actors.generator import GeneratorPool
     from actors.learner import LearnerGroup
-    from actors.weight_sync import WeightSync, local_transport, resolve_weight_sync
+    from actors.weight_sync import local_transport, resolve_weight_sync
 
     model, tokenizer = load_causal_lm(args.model, "float32")
     prompt = ConductorPrompt(tokenizer, n_workers=3, n_examples=0)
@@ -135,67 +138,9 @@ def main() -> int:
         )
 
         # 3. weight sync learner -> engine by each transport, against a plain in-memory copy of the same tensors
+        auto = resolve_weight_sync("auto", "vllm", gpus)  # every engine is on this node here
+        sync_figures = measure_syncs(learner, pool, ["object_store", "shared_memory", collective], args.syncs, auto)
         weights = ray.get(learner.named_weights())
-        device = "cuda" if gpus else "cpu"
-        sources = [t.to(device) for _, t in weights]
-        buffers = [torch.empty_like(t) for t in sources]
-        size_gb = sum(t.numel() * t.element_size() for t in sources) / 1e9
-
-        def copy() -> None:
-            for b, t in zip(buffers, sources):
-                b.copy_(t)
-            if gpus:
-                torch.cuda.synchronize()
-
-        copy()
-        _, copy_s = timed(copy)
-        print(
-            f"weight sync: {size_gb:.2f} GB; in-memory copy floor ({device}) {copy_s:.3f}s "
-            f"({size_gb / copy_s:.2f} GB/s)",
-            flush=True,
-        )
-        syncs: dict[str, dict[str, float]] = {}
-        version = 0
-        for transport in ("object_store", "shared_memory", collective):
-            sync, setup_s = timed(lambda transport=transport: WeightSync(learner, pool, transport))
-            version += 1
-            sync.push(version)  # warm-up: the first round allocates
-            seconds = []
-            for _ in range(args.syncs):
-                version += 1
-                seconds.append(timed(lambda sync=sync, version=version: sync.push(version))[1])
-            median = sorted(seconds)[len(seconds) // 2]
-            syncs[transport] = {
-                "setup_s": round(setup_s, 3),
-                "seconds": round(median, 3),
-                "gb_per_s": round(size_gb / median, 2),
-                "ratio_over_floor": round(median / copy_s, 1),
-            }
-            print(
-                f"  {transport}: {median:.3f}s per sync ({size_gb / median:.2f} GB/s, {median / copy_s:.1f}x the "
-                f"floor; set-up {setup_s:.2f}s)",
-                flush=True,
-            )
-        # shared memory's two halves: the hand-over (learner rank 0 copies into memory the engine has mapped)
-        # and the engine's load (vLLM's reload_weights, with its CPU weight packing)
-        sync = WeightSync(learner, pool, "shared_memory")
-        halves: dict[str, list[float]] = {"handover_s": [], "engine_load_s": []}
-        for _ in range(args.syncs):
-            version += 1
-            halves["handover_s"].append(
-                timed(lambda: ray.get([a.write_shared_weights.remote() for a in learner.actors]))[1]
-            )
-            halves["engine_load_s"].append(timed(lambda version=version: pool.load_shared_weights(version))[1])
-        for key, values in halves.items():
-            median = sorted(values)[len(values) // 2]
-            syncs["shared_memory"][key] = round(median, 3)
-            syncs["shared_memory"][key.replace("_s", "_over_floor")] = round(median / copy_s, 1)
-        print(
-            f"  shared_memory: hand-over {syncs['shared_memory']['handover_s']:.3f}s "
-            f"({syncs['shared_memory']['handover_over_floor']}x the floor), engine load "
-            f"{syncs['shared_memory']['engine_load_s']:.3f}s",
-            flush=True,
-        )
         # the engine really holds the learner's weights: greedy text equals transformers' on them
         model.load_state_dict(dict(weights))
         [[greedy]] = ray.get(engine.sample.remote(prompts[:1], 1, 0.0, 16, seed=0))
@@ -210,7 +155,6 @@ def main() -> int:
     finally:
         ray.shutdown()
 
-    auto = resolve_weight_sync("auto", "vllm", has_gpus=bool(gpus))  # every engine is on this node here
     figures = {
         "benchmark": "policy",
         "model": args.model,
@@ -232,13 +176,9 @@ def main() -> int:
             "tokens_per_s": round(seq_tokens / step_s, 1),
         },
         "weight_sync": {
-            "gb": round(size_gb, 3),
-            "copy_floor_s": round(copy_s, 4),
-            "copy_floor_gb_per_s": round(size_gb / copy_s, 2),
-            "transports": syncs,
-            "auto": auto,
-            "auto_ratio_over_floor": syncs[auto]["ratio_over_floor"],
-            "goal_auto_ratio_over_floor": 2.0,
+            **sync_figures,
+            # the engine's dtype (generator.dtype auto): a bf16 engine's greedy text may part from float32 transformers'
+            "engine_dtype": engine_dtype("auto", on_cpu=not gpus),
             "greedy_matches_transformers": greedy.text == expected.text,
         },
     }

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conductor_rl.config import Config, ConfigError, load_config
 from conductor_rl.serving.access import BearerTokens, ClientBudget, ClientQuota, TokensError
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ray.serve import Application
 
     from actors.generator import GeneratorPool
+    from actors.serving_generator import ServingGenerators
     from jobs.training_system import WorkerPools
 
 APP_NAME = "conductor"
@@ -55,7 +56,7 @@ class Served:
 
     url: str
     model_name: str
-    generators: GeneratorPool
+    generators: GeneratorPool | ServingGenerators
     workers: WorkerPools
 
     stopped: bool = False
@@ -77,16 +78,48 @@ def load_tokens(config: Config) -> BearerTokens | None:
     return BearerTokens.load(config.serve.tokens_file) if config.serve.require_token else None
 
 
-def build_application(config: Config, tokens: BearerTokens | None) -> tuple[Application, GeneratorPool, WorkerPools]:
-    """(the bound Serve application, the generator pool, the worker pools): every actor started."""
+def continuous_batching(config: Config) -> bool:
+    """Plans from vLLM's asynchronous engine (serve.batching=continuous), which the transformers backend lacks."""
+    return config.serve.batching == "continuous" and config.generator.backend == "vllm"
+
+
+def start_serving_generators(config: Config, model: str) -> GeneratorPool | ServingGenerators:
+    """The Conductor's engines for serving: asynchronous vLLM engines (continuous batching), else the
+    offline generator actors training uses (batches of serve.batch_window_s), placed alike."""
+    import ray
+
+    from actors.serving_generator import ServingGenerators
+    from conductor_rl.run.demands import generator_placement
+    from jobs.training_system import start_generators
+
+    g = config.generator
+    if not continuous_batching(config):
+        return start_generators(config, model)
+    _, options = generator_placement(config, ray.cluster_resources().get("GPU", 0) > 0)
+    return ServingGenerators.start(model, g.engines, options, config.conductor.seed, g.max_model_len, g.dtype)
+
+
+def deployment_options(config: Config) -> dict[str, Any]:
+    """The endpoint deployment's Ray Serve options: serve.autoscaling as Ray Serve's autoscaling_config,
+    as is, else serve.replicas fixed replicas; serve.max_ongoing_requests per replica."""
+    s = config.serve
+    scaling = {"autoscaling_config": s.autoscaling} if s.autoscaling else {"num_replicas": s.replicas}
+    return {"max_ongoing_requests": s.max_ongoing_requests, "ray_actor_options": {"num_cpus": REPLICA_CPUS}, **scaling}
+
+
+def build_application(
+    config: Config, tokens: BearerTokens | None
+) -> tuple[Application, GeneratorPool | ServingGenerators, WorkerPools]:
+    """(the bound Serve application, the generator engines, the worker pools): every actor started."""
     from actors.conductor_app import ClientLimitsActor, ConductorServer
     from conductor_rl.models import resolve_model
-    from jobs.training_system import start_generators, start_worker_pools
+    from jobs.training_system import start_worker_pools
 
     s = config.serve
     model = resolve_model(config.conductor.model)
-    log(f"starting {config.generator.engines} generator engine(s) with {config.conductor.model} ...")
-    generators = start_generators(config, model)
+    batching = "continuous" if continuous_batching(config) else "window"
+    log(f"starting {config.generator.engines} generator engine(s) with {config.conductor.model} ({batching}) ...")
+    generators = start_serving_generators(config, model)
     try:
         workers = start_worker_pools(
             config, s.budget_usd, s.worker_replicas, journal=Path(s.output_dir) / JOURNAL_FILE, job="serve"
@@ -99,12 +132,17 @@ def build_application(config: Config, tokens: BearerTokens | None) -> tuple[Appl
         ClientBudget(s.client_budget_usd, s.client_budget_per) if s.client_budget_usd is not None else None,
         str(Path(s.output_dir) / JOURNAL_FILE),
     )
-    scaling = {"autoscaling_config": s.autoscaling} if s.autoscaling else {"num_replicas": s.replicas}
-    deployment = ConductorServer.options(
-        max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": REPLICA_CPUS}, **scaling
-    )
+    deployment = ConductorServer.options(**deployment_options(config))
     application = deployment.bind(
-        config, served_model_name(config), model, generators.actors, workers.pools, limits, tokens, workers.ledger
+        config,
+        served_model_name(config),
+        model,
+        generators.actors,
+        workers.pools,
+        limits,
+        tokens,
+        workers.ledger,
+        continuous=continuous_batching(config),
     )
     return application, generators, workers
 

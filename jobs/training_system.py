@@ -186,11 +186,12 @@ def build_system(
     from actors.learner import LearnerGroup
     from actors.weight_sync import WeightSync, resolve_weight_sync
 
-    has_gpus = ray.cluster_resources().get("GPU", 0) > 0
+    gpus = ray.cluster_resources().get("GPU", 0)
+    has_gpus = gpus > 0
     check_cluster_fit(config, has_gpus)  # before the first actor: one that cannot be placed waits forever
 
     generator, _ = generator_placement(config, has_gpus)
-    transport = resolve_weight_sync(config.generator.weight_sync, config.generator.backend, has_gpus)
+    transport = resolve_weight_sync(config.generator.weight_sync, config.generator.backend, gpus)
     log(
         f"starting {config.generator.engines} generator engine(s) ({config.generator.backend}, {generator}; "
         f"weights by {transport}) ..."

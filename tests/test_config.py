@@ -360,13 +360,14 @@ def test_collective_weight_sync_needs_vllm_engines():
 def test_weight_sync_resolves_by_hardware():
     from actors.weight_sync import resolve_weight_sync
 
-    assert resolve_weight_sync("auto", "vllm", has_gpus=False) == "shared_memory"  # object_store off the node
-    assert resolve_weight_sync("auto", "vllm", has_gpus=True) == "nccl"
-    assert resolve_weight_sync("auto", "transformers", has_gpus=True) == "shared_memory"
-    assert resolve_weight_sync("gloo", "vllm", has_gpus=False) == "gloo"
+    assert resolve_weight_sync("auto", "vllm", gpus=0) == "shared_memory"  # object_store off the node
+    assert resolve_weight_sync("auto", "vllm", gpus=2) == "nccl"
+    assert resolve_weight_sync("auto", "vllm", gpus=1) == "ipc"  # learner and engine share the one GPU
+    assert resolve_weight_sync("auto", "transformers", gpus=2) == "shared_memory"
+    assert resolve_weight_sync("gloo", "vllm", gpus=0) == "gloo"
     for setting in ("nccl", "ipc"):
         with pytest.raises(ValueError, match=f"weight_sync={setting} needs GPUs"):
-            resolve_weight_sync(setting, "vllm", has_gpus=False)
+            resolve_weight_sync(setting, "vllm", gpus=0)
 
 
 def test_duplicate_worker_names():

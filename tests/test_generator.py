@@ -125,6 +125,60 @@ def test_a_weight_sync_drops_prompt_state_cached_with_the_old_weights(vllm_gener
         assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
 
 
+def test_a_synced_engine_samples_exactly_what_a_fresh_engine_of_the_new_weights_samples(vllm_generator, tmp_path):
+    """The in-place load (conductor_rl/policy/vllm_load.py), its loader built after a vLLM
+    reload (a weight transfer's, as in benchmarks/policy.py): through shared memory twice (the
+    second sync reads the packed weights straight from it), then through the object store (its
+    own memory again). After each, seeded and greedy samples, token ids and log-probs, equal
+    bit for bit those of an engine started from a checkpoint of the same weights."""
+    from actors.generator import GeneratorActor
+    from conductor_rl.policy.shared_weights import SharedWeightsWriter, layout_for
+
+    def reload_then_rebuild_the_loader(actor, state):
+        # In the engine (`__ray_call__`; nested, so Ray ships it by value): vLLM's layer-wise
+        # reload_weights, then drop the in-place loader, so the next load builds it from the
+        # metadata such a reload leaves behind (its weight loaders wrapped).
+        from conductor_rl.policy import vllm_load
+
+        actor.sampler.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(state)})
+        vllm_load._LOADERS.clear()
+
+    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    ray.get(vllm_generator.__ray_call__.remote(reload_then_rebuild_the_loader, perturbed_state(model, seed=20)))
+    named = list(model.named_parameters(remove_duplicate=False))  # the learner's layout: by HF name
+    writer = SharedWeightsWriter(layout_for(((n, p.dtype, tuple(p.shape)) for n, p in named), folder=str(tmp_path)))
+    ray.get(vllm_generator.attach_shared_weights.remote(writer.layout))
+    writer.unlink()
+    version = ray.get(vllm_generator.weights_version.remote())
+    for seed in (21, 22):  # the last weights are seed 22's
+        model, _ = load_causal_lm("tiny-qwen2", "float32")
+        perturbed_state(model, seed=seed)
+        writer.write((n, p.detach()) for n, p in model.named_parameters(remove_duplicate=False))
+        version += 1
+        ray.get(vllm_generator.load_shared_weights.remote(version))
+    # the second sync read o_proj, gate_up_proj and down_proj from the shared memory itself (qkv_proj
+    # not: Qwen2's q bias lies between q and k); vLLM's copies onto them were no-ops
+    assert ray.get(vllm_generator.__ray_call__.remote(lambda actor: actor.sampler.last_load["views"])) > 0
+    model.save_pretrained(tmp_path / "fresh")
+    tokenizer.save_pretrained(tmp_path / "fresh")
+    fresh = GeneratorActor.options(**ENGINE).remote(
+        str(tmp_path / "fresh"), backend="vllm", seed=0, max_model_len=1024, dtype="float32"
+    )
+
+    def samples(actor):
+        seeded = ray.get(actor.sample.remote([PROMPT], n=3, temperature=1.0, max_tokens=12, seed=9), timeout=300)
+        greedy = ray.get(actor.sample.remote([PROMPT], n=1, temperature=0.0, max_tokens=12), timeout=300)
+        return [(s.token_ids, s.logprobs) for s in seeded[0] + greedy[0]]
+
+    try:
+        expected = samples(fresh)
+        assert samples(vllm_generator) == expected
+        ray.get(vllm_generator.load_weights.remote(list(model.state_dict().items()), version + 1))
+        assert samples(vllm_generator) == expected
+    finally:
+        ray.kill(fresh)
+
+
 def test_a_seeded_batch_larger_than_one_engine_step_is_sampled(vllm_generator):
     """Training seeds every prompt, and at the paper's shape (4 x 64 plans of a
     300-token prompt) a batch's prompts exceed one engine step's token budget.

@@ -70,6 +70,22 @@ def client(served, name="alice", **options):
     return openai.OpenAI(base_url=served.url + "/v1", api_key=TOKENS.get(name, name * 8), max_retries=0, **options)
 
 
+def test_replicas_or_ray_serves_autoscaling_settings_reach_the_deployment_as_given():
+    from jobs.serve import continuous_batching, deployment_options
+
+    fixed = load_config(None, ["serve.replicas=3", "serve.max_ongoing_requests=32"])
+    assert deployment_options(fixed)["num_replicas"] == 3 and "autoscaling_config" not in deployment_options(fixed)
+    assert deployment_options(fixed)["max_ongoing_requests"] == 32
+    scaled = load_config(None, ["serve.autoscaling={min_replicas: 1, max_replicas: 4, target_ongoing_requests: 8}"])
+    options = deployment_options(scaled)
+    assert options["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 8}
+    assert "num_replicas" not in options
+    # Continuous batching by default; windows when asked for, or where the backend has no asynchronous engine.
+    assert continuous_batching(fixed)
+    assert not continuous_batching(load_config(None, ["serve.batching=window"]))
+    assert not continuous_batching(load_config(None, ["generator.backend=transformers"]))
+
+
 def test_a_served_conductor_answers_the_openai_client_with_its_plan_and_usage(served, serve_dir):
     openai_client = client(served)
     assert [m.id for m in openai_client.models.list()] == ["conductor"]
@@ -184,7 +200,8 @@ def test_the_page_shows_the_plan_each_step_and_the_answer_in_a_headless_browser(
 
 def test_a_restarted_server_holds_each_client_to_its_budget_from_the_spend_journal(served, serve_dir):
     # Last in the module: the server is stopped and started again on its output folder, with a budget
-    # per client in total that alice has spent before the restart; erin has spent nothing.
+    # per client in total that alice has spent before the restart; erin has spent nothing. The first
+    # server sampled plans by continuous batching (serve.batching's default), this one by windows.
     import openai
     from ray import serve
 
@@ -195,7 +212,9 @@ def test_a_restarted_server_holds_each_client_to_its_budget_from_the_spend_journ
     assert spent["alice"] > 0 and "erin" not in spent
     served.shutdown()
     serve.shutdown()
-    restarted = start(serve_dir, f"serve.client_budget_usd={spent['alice']}", "serve.client_budget_per=total")
+    restarted = start(
+        serve_dir, f"serve.client_budget_usd={spent['alice']}", "serve.client_budget_per=total", "serve.batching=window"
+    )
     try:
         with pytest.raises(openai.RateLimitError) as caught:
             client(restarted, "alice").chat.completions.create(

@@ -16,7 +16,7 @@ TOKEN = "s" * 24
 AUTH = f"Bearer {TOKEN}"
 
 
-def endpoint(smollm2, *overrides, requests=20, timeout_s=60.0):
+def endpoint(smollm2, *overrides, requests=20, timeout_s=60.0, sample_one=None):
     from conductor_rl.policy.conductor import Conductor
 
     config = load_config(None, ["conductor.max_depth=0", *overrides])
@@ -26,13 +26,14 @@ def endpoint(smollm2, *overrides, requests=20, timeout_s=60.0):
     return ChatEndpoint(
         config,
         "conductor",
-        lambda ids, shapes, seeds, t: conductor.sample_ids(ids, shapes, seeds, t),
+        None if sample_one else lambda ids, shapes, seeds, t: conductor.sample_ids(ids, shapes, seeds, t),
         tokenizer,
         workers,
         tokens=BearerTokens({"alice": TOKEN}),
         admission=LocalAdmission(ClientLimits(ClientQuota(requests=requests, usd=None, window_s=60))),
         limits=RequestLimits(max_steps=config.conductor.max_steps),
         timeout_s=timeout_s,
+        sample_one=sample_one and sample_one(conductor),
     )
 
 
@@ -124,3 +125,28 @@ def test_a_failing_worker_or_a_slow_one_ends_the_request_with_what_it_spent(smol
     assert timed_out.status == 504 and "serve.timeout_s" in timed_out.body["error"]["message"]
     assert timed_out.body["conductor"]["cost_usd"] == 0.0
     assert stream[-1] == "[DONE]" and stream[-2]["error"]["code"] == "worker_error"
+
+
+def test_with_a_per_request_sampler_each_plan_is_its_own_request_and_a_seed_gives_the_same_plan(smollm2):
+    """serve.batching=continuous's wiring: the endpoint sends each request's plan on its own (the engine
+    batches; here the in-process Conductor stands for it, one prompt a call) and waits for no window."""
+    calls = []
+
+    def per_request(conductor):
+        async def sample_one(prompt_ids, shape, seed, temperature):
+            calls.append(seed)
+            return (await asyncio.to_thread(conductor.sample_ids, [prompt_ids], [shape], [seed], temperature))[0]
+
+        return sample_one
+
+    serve = endpoint(smollm2, sample_one=per_request)
+    assert serve.batching == "continuous"
+
+    async def main():
+        return await asyncio.gather(*(serve.chat(body(seed=s), AUTH) for s in (7, 7, 8)))
+
+    first, again, other = asyncio.run(main())
+    assert sorted(calls) == [7, 7, 8]  # one call per request, never a batch of them
+    assert first.status == again.status == 200, (first.body, again.body)
+    assert first.body["conductor"]["completion"] == again.body["conductor"]["completion"]
+    assert other.body["conductor"]["completion"]  # planned, whatever its workers then did

@@ -62,3 +62,34 @@ def test_too_little_shared_memory_names_the_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(10, 10, 100))
     with pytest.raises(SharedMemoryTooSmall, match="shm-size.*object_store"):
         SharedWeightsWriter(layout)
+
+
+def test_a_fused_weight_is_a_view_of_shared_memory_only_where_its_parts_lie_back_to_back(tmp_path):
+    """conductor_rl/policy/vllm_load.py's zero-copy case: vLLM's qkv_proj is q, k, v stacked, so
+    where the learner's q, k, v slots are adjacent the engine can read it in place; a bias
+    between them (Qwen2's order), another dtype or a missing part leaves it to a copy."""
+    import torch.nn as nn
+
+    from conductor_rl.policy.vllm_load import _Packed, _region
+
+    def staged(dtype=torch.float32):
+        staging = nn.Parameter(torch.zeros(12, 16, dtype=dtype), requires_grad=False)
+        return _Packed("layers.0.attn.qkv_proj.weight", nn.Module(), staging, staging.data)
+
+    fused = {"qkv_proj": ["q_proj", "k_proj", "v_proj"]}
+    parts = [(f"layers.0.attn.{p}_proj.weight", torch.randn(4, 16)) for p in "qkv"]  # 256 bytes: no padding
+    bias = ("layers.0.attn.q_proj.bias", torch.randn(2))
+    for order, fits in ((parts, True), ([parts[0], bias, *parts[1:]], False)):
+        layout = layout_for(((n, t.dtype, tuple(t.shape)) for n, t in order), folder=str(tmp_path))
+        writer = SharedWeightsWriter(layout)
+        writer.write(order)
+        incoming = dict(SharedWeightsReader(layout).tensors())
+        writer.unlink()
+        region = _region(staged(), incoming, fused)
+        assert (region is not None) == fits
+        if fits:
+            assert torch.equal(region, torch.cat([t for _, t in parts]))
+            assert region.data_ptr() == incoming[parts[0][0]].data_ptr()  # the memory itself, not a copy
+            assert _region(staged(torch.bfloat16), incoming, fused) is None
+            del incoming[parts[2][0]]
+            assert _region(staged(), incoming, fused) is None

