@@ -80,8 +80,8 @@ class RateLimiterActor:
     def __init__(self, rpm: int | None, tpm: int | None, window_s: float, headroom_s: float, pace: bool) -> None:
         self._limiter = AsyncRateLimiter(WindowLimits(rpm, tpm, window_s, headroom_s, pace=pace))
 
-    async def acquire(self, tokens: int) -> tuple[int, float]:
-        return await self._limiter.acquire(tokens)
+    async def acquire(self, tokens: int, since: float | None = None) -> tuple[int, float]:
+        return await self._limiter.acquire(tokens, since)
 
     async def settle(self, grant_id: int, actual_tokens: int | None, sent_ago_s: float) -> None:
         self._limiter.settle(grant_id, actual_tokens, sent_ago_s)

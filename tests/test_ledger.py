@@ -217,7 +217,7 @@ class RecordingLimiter:
     def __init__(self) -> None:
         self.sent_ago: list[float] = []
 
-    async def acquire(self, tokens: int = 0) -> tuple[int, float]:
+    async def acquire(self, tokens: int = 0, since: float | None = None) -> tuple[int, float]:
         return 1, 0.0
 
     def settle(self, grant_id: int, actual_tokens: int | None = None, sent_ago_s: float = 0.0) -> None:

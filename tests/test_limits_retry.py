@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import time
 
 import pytest
 
@@ -120,6 +122,43 @@ def test_async_limiter_grants_in_order_and_honours_a_cooldown_set_while_waiting(
     waited = [i for i in range(5) if granted_at[i] > cooled_at]
     assert 4 in waited and all(granted_at[i] >= cooled_at + 0.5 for i in waited), (granted_at, cooled_at)
     assert granted_at[4] >= granted_at[2] + 0.3
+
+
+def test_a_retried_call_keeps_its_place_ahead_of_calls_asked_for_later():
+    async def go():
+        limiter = AsyncRateLimiter(WindowLimits(rpm=1, tpm=None, window_s=0.2, pace=False))
+        first, _ = await limiter.acquire(since=100.0)
+        order = []
+
+        async def one(name, since):
+            grant, _ = await limiter.acquire(since=since)
+            limiter.settle(grant)
+            order.append(name)
+
+        later = [asyncio.create_task(one(f"new {i}", 200.0 + i)) for i in range(3)]
+        await asyncio.sleep(0.05)  # they wait for the window; then the retry of a call asked at 150 arrives
+        retry = asyncio.create_task(one("retry", 150.0))
+        await asyncio.sleep(0)
+        limiter.settle(first)
+        await asyncio.gather(*later, retry)
+        return order
+
+    assert asyncio.run(go()) == ["retry", "new 0", "new 1", "new 2"]
+
+
+def test_a_waiter_of_an_event_loop_that_ended_is_dropped_not_granted():
+    limiter = AsyncRateLimiter(WindowLimits(rpm=1, tpm=None, window_s=0.2, pace=False))
+
+    async def abandoned():
+        grant, _ = await limiter.acquire()
+        limiter.settle(grant)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(limiter.acquire(), 0.01)  # the loop ends with it waiting
+
+    asyncio.run(abandoned())
+    started = time.monotonic()
+    asyncio.run(limiter.acquire())  # a new loop: granted once the window passes, nothing stale in the way
+    assert time.monotonic() - started < 1.0
 
 
 def test_pacing_spreads_grants_evenly():

@@ -7,8 +7,9 @@ below, sync or async: in one process the plain `AsyncRateLimiter` and
 (actors/worker_pool.py), so every replica sees the same limits and cost.
 
 Each *attempt* (not each request) asks the ledger and the limiter first: a
-retry is a new call for the provider's RPM, and no call at all starts once the
-budget is spent. A 429 puts the key into cooldown for everyone. The ledger holds
+retry is a new call for the provider's RPM (granted in the order of its
+request's first attempt, so it keeps its place), and no call at all starts once
+the budget is spent. A 429 puts the key into cooldown for everyone. The ledger holds
 each attempt open, at its worst-case cost, until its outcome is known
 (conductor_rl/workers/ledger.py), so a call lost with its process is still counted.
 
@@ -84,15 +85,16 @@ class GuardedProvider:
         return f"GuardedProvider({self.provider!r})"
 
     async def complete(self, request: WorkerRequest) -> WorkerResponse:
+        asked = time.time()  # the limiter grants in this order, retries included (wall clock: across nodes)
         try:
             return await call_with_retries(
-                lambda: self._attempt(request), self.policy, on_retry=self._on_retry, rng=self.rng
+                lambda: self._attempt(request, asked), self.policy, on_retry=self._on_retry, rng=self.rng
             )
         except ProviderError as err:
             self.observer.call_failed(self.name, err)
             raise
 
-    async def _attempt(self, request: WorkerRequest) -> WorkerResponse:
+    async def _attempt(self, request: WorkerRequest, asked: float) -> WorkerResponse:
         call_id = uuid.uuid4().hex if self.ledger is not None else None
         if self.ledger is not None:
             opened = self.ledger.open_call(
@@ -110,7 +112,7 @@ class GuardedProvider:
         grant = None
         if self.limiter is not None:
             grant, waited = await _maybe_await(
-                self.limiter.acquire(estimate_tokens(request.messages, request.max_tokens))
+                self.limiter.acquire(estimate_tokens(request.messages, request.max_tokens), asked)
             )
             if waited > 0:
                 self.observer.waited(self.name, waited)

@@ -24,14 +24,18 @@ Tokens are reserved before the call (an estimate: prompt characters / 4 plus
 settled to the real usage afterwards. A call stays in the window until a window
 after its answer (see `WindowLimits`).
 
-`AsyncRateLimiter` serves waiters first come, first served: one waiter at a
-time holds the lock and sleeps until its grant, so grants go out in order and
-a 429's cooldown, set meanwhile, delays whoever is next.
+`AsyncRateLimiter` serves waiters in the order their calls were first asked for
+(`since`, a wall-clock time the caller keeps across its retries), so a retried
+call keeps its place instead of queueing behind everything asked since; among
+equals, first come, first served. One granter at a time sleeps until the first
+waiter's grant, so a 429's cooldown, set meanwhile, delays whoever is next.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
 import itertools
 import time
 from collections.abc import Callable
@@ -155,22 +159,57 @@ class AsyncRateLimiter:
 
     def __init__(self, limits: WindowLimits) -> None:
         self.limits = limits
-        self._lock = asyncio.Lock()  # FIFO: waiters are granted in arrival order
+        self._waiting: list[tuple[float, int, int, asyncio.Future]] = []  # (since, order, tokens, future): a heap
+        self._order = itertools.count()
+        self._granter: asyncio.Task | None = None
+        self._arrived: asyncio.Event | None = None
         self.waited_s = 0.0
 
-    async def acquire(self, tokens: int = 0) -> tuple[int, float]:
-        """Returns (grant id, seconds waited)."""
+    async def acquire(self, tokens: int = 0, since: float | None = None) -> tuple[int, float]:
+        """Returns (grant id, seconds waited). `since`: when the call was first asked for (time.time();
+        None: now); earlier calls are granted first."""
         started = time.monotonic()
-        async with self._lock:
-            while (wait := self.limits.wait_for(tokens)) > 0:
-                await asyncio.sleep(wait)
-            grant = self.limits.take(tokens)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        heapq.heappush(self._waiting, (time.time() if since is None else since, next(self._order), tokens, future))
+        self._wake(loop)
+        grant = await future  # a cancelled waiter's future is skipped by the granter
         waited = time.monotonic() - started
         self.waited_s += waited
         return grant, waited
 
+    def _wake(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._granter is None or self._granter.done() or self._granter.get_loop() is not loop:
+            # Waiters of an event loop that has ended (one asyncio.run per round) can never be granted.
+            self._waiting = [w for w in self._waiting if w[3].get_loop() is loop and not w[3].done()]
+            heapq.heapify(self._waiting)
+            self._arrived = asyncio.Event()
+            self._granter = loop.create_task(self._grant())
+        assert self._arrived is not None
+        self._arrived.set()  # a waiter that may come first: the granter looks again
+
+    async def _grant(self) -> None:
+        assert self._arrived is not None
+        arrived = self._arrived
+        while self._waiting:
+            _, _, tokens, future = self._waiting[0]
+            if future.done():  # cancelled while waiting
+                heapq.heappop(self._waiting)
+                continue
+            wait = self.limits.wait_for(tokens)
+            if wait > 0:
+                arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(arrived.wait(), wait)
+                continue
+            heapq.heappop(self._waiting)
+            future.set_result(self.limits.take(tokens))
+
     def settle(self, grant_id: int, actual_tokens: int | None = None, sent_ago_s: float = 0.0) -> None:
         self.limits.settle(grant_id, actual_tokens, sent_ago_s)
+        granter, arrived = self._granter, self._arrived
+        if granter is not None and arrived is not None and not granter.done():
+            granter.get_loop().call_soon_threadsafe(arrived.set)  # a call now expires sooner: look again
 
     def cool_down(self, seconds: float) -> None:
         self.limits.cool_down(seconds)
