@@ -25,9 +25,13 @@ sliding window (60 per 10 s = 360 RPM), and our limiter uses the same window.
    nodes on this machine (tests/ray_clusters.py: a raylet per node; the head
    holds the driver, the limiter, the ledger and the server). Each replica asks
    for 1/k of a node's `conductor_cpu_node`, k replicas per node, so the spread
-   is forced, and the figures give the replicas each node got.
+   is forced, and the figures give the replicas each node got. `--nodes-window-s 60`
+   runs it with a provider's real one-minute window at the same 360 RPM (three
+   minutes a replica count, where jitter weighs a sixth of what it does at 10 s);
+   `--no-pace` without the limiter's pacing.
 
     python benchmarks/worker_pool.py [--json] [--windows N] [--part all|local|journal|nodes] [--nodes N]
+        [--nodes-window-s S] [--no-pace]
 
 With --json the last line is one JSON object.
 """
@@ -41,8 +45,8 @@ import os
 import sys
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -128,15 +132,17 @@ async def stamped(calls) -> tuple[list[float], float]:
     return done, time.perf_counter() - started
 
 
-@dataclass(frozen=True)
-class Rate:
+class Rate(NamedTuple):
     """A provider's limit: `per_window` requests in any `window_s` seconds."""
 
     per_window: int = LIMIT
     window_s: float = WINDOW_S
 
 
-def steady_share(done: list[float], took: float, rate: Rate = Rate()) -> float:
+TIME_SCALED = Rate()  # the default: 60 calls per 10 s
+
+
+def steady_share(done: list[float], took: float, rate: Rate = TIME_SCALED) -> float:
     """Sustained throughput over what the limit allows: the rate between the
     completion of the first window's worth of calls and the last one. The first
     window is left out: a sliding window lets a whole window's calls through at
@@ -147,7 +153,7 @@ def steady_share(done: list[float], took: float, rate: Rate = Rate()) -> float:
     return (len(done) - first) / (done[-1] - done[first - 1]) / (first / rate.window_s)
 
 
-def limited_pool(server, replicas: int, rate: Rate = Rate(), pace: bool = True, **placement):
+def limited_pool(server, replicas: int, rate: Rate = TIME_SCALED, pace: bool = True, **placement):
     """`replicas` sharing one cluster-wide limiter at the server's limit (the server reset to it)."""
     from actors.worker_pool import WorkerPool, get_ledger
 
@@ -164,7 +170,7 @@ def limited_pool(server, replicas: int, rate: Rate = Rate(), pace: bool = True, 
     )
 
 
-def calls_through(server, pool, n: int, rate: Rate = Rate()) -> dict:
+def calls_through(server, pool, n: int, rate: Rate = TIME_SCALED) -> dict:
     """`n` calls through `pool`, all at once, then the pool closed: their figures."""
     done, took = asyncio.run(stamped([pool.complete(request(i)) for i in range(n)]))
     asyncio.run(pool.aclose())
@@ -185,7 +191,7 @@ def naive_run(server, replicas: int, n: int) -> dict:
     return summarize(server, done, took)
 
 
-def summarize(server, done: list[float], took: float, rate: Rate = Rate()) -> dict:
+def summarize(server, done: list[float], took: float, rate: Rate = TIME_SCALED) -> dict:
     stats = server.stats
     return {
         "calls_ok": len(done),
