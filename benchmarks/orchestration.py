@@ -1,26 +1,30 @@
-"""Does the Conductor learn to orchestrate, measured against the best plans? Trains the embedded
-default (configs/local.yaml: SIMULATED workers, a plan-sensitive pool; docs/guide/simulator.md) on
-its training questions (three quarters of the shipped GSM8K, MATH-500 and MMLU samples), evaluates
-the trained Conductor and the baselines on its evaluation benchmarks (the quarter held out), and
-compares them with the pool's best plans, which for a simulated pool are computed exactly
-(conductor_rl/evaluation/optimal.py).
+"""Does the Conductor learn to orchestrate, measured against the best plans and the baselines without
+luck? Trains the embedded default (configs/local.yaml: SIMULATED workers, a plan-sensitive pool;
+docs/guide/simulator.md) on its training questions, evaluates the trained Conductor and the baselines
+on held-out questions (the default's evaluation quarter and samples:heldout: 150), and scores every
+plan written by its exact expected accuracy (conductor_rl/evaluation/exact.py), so the workers' draws
+add no noise; the sampled accuracy is reported beside it. Methods are compared question by question
+(paired), over every seed; `beats` lists the baselines the Conductor beats by more than two standard
+errors of the paired difference (the larger of the pooled and the between-seed one). The tabular
+yardstick (conductor_rl/evaluation/tabular.py) takes the same rollouts: B x G x iterations, same seeds.
 
 The figures measure how well training finds the plans this testbed rewards, not real models.
 
-    .venv/bin/python benchmarks/orchestration.py                    # two seeds, JSON on the last line
-    .venv/bin/python benchmarks/orchestration.py --seeds 1 --iterations 10 train.rollouts_per_question=4
-    .venv/bin/python benchmarks/orchestration.py --first-seed 2 --seeds 1    # seed 2 alone
+    .venv/bin/python benchmarks/orchestration.py --json                   # three seeds, JSON on the last line
+    .venv/bin/python benchmarks/orchestration.py --seeds 1 --iterations 8 train.choice_weighting=token
+    .venv/bin/python benchmarks/orchestration.py --first-seed 3 --seeds 1    # seed 3 alone
 
-Goals (issue 27), each reported reached or not: the Conductor's mean reward >= 0.9 of the best
-plans' expected reward; its accuracy >= oracle-single's + 5 points; its cost per sample <= half of
-MoA's; on hard questions >= 50 % of its plans check an earlier answer (>= 2 steps); on easy
-questions >= 80 % of its plans are one step; the router beats random plans.
+Goals (issue 47), each reported reached or not: the Conductor's expected accuracy beats random plans,
+the best single worker, MoA and the router (paired, > 2 s.e.); >= 0.95 of the best plans' expected
+reward; on hard questions >= 50 % of its plans check an earlier answer; on easy questions >= 80 % are
+one step; each seed <= 30 minutes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -34,18 +38,22 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.measure import keep_result  # noqa: E402
 from conductor_rl.config import Config, WorkerConfig, load_config  # noqa: E402
 from conductor_rl.data import Question, band_of, difficulty_of, load_dataset  # noqa: E402
+from conductor_rl.evaluation.exact import Paired, QuestionKey, expected_by_question, paired  # noqa: E402
 from conductor_rl.evaluation.optimal import PoolOptimum, value_of  # noqa: E402
 from conductor_rl.evaluation.summary import EvalRecord, recorded_plan_shape  # noqa: E402
-from conductor_rl.grading.verdict import reward  # noqa: E402
+from conductor_rl.evaluation.tabular import tabular_grpo  # noqa: E402
 
 BASELINES = ["conductor:untrained", "single:*", "moa", "router", "random", "oracle-single", "optimal"]
+HELD_OUT = "samples:heldout"  # added to evaluate.benchmarks: 30 + 120 held-out questions
+COMPARED = ("random", "best_single", "moa", "router", "untrained")  # what `beats` is judged against
+TABULAR_LRS = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
 REUSE_HELP = "keep the trainings already finished in --out (after a stop in an evaluation)"
 GOALS = {
-    "fraction_of_optimal_reward": 0.9,
-    "accuracy_over_oracle_single": 0.05,
-    "cost_share_of_moa": 0.5,
-    "hard_multi_step_share": 0.5,
+    "beats": ["random", "best_single", "moa", "router"],
+    "fraction_of_optimal_reward": 0.95,
+    "hard_checking_share": 0.5,
     "easy_single_step_share": 0.8,
+    "seed_minutes": 30,
 }
 
 
@@ -81,7 +89,7 @@ def train_seed(
     return config
 
 
-def evaluate_seed(trained: Config, repeats: int, out: Path) -> list[EvalRecord]:
+def evaluate_seed(trained: Config, benchmarks: Sequence[str], repeats: int, out: Path) -> list[EvalRecord]:
     from jobs.evaluate import evaluate
 
     shutil.rmtree(out, ignore_errors=True)
@@ -90,6 +98,7 @@ def evaluate_seed(trained: Config, repeats: int, out: Path) -> list[EvalRecord]:
         trained,
         [
             f"evaluate.methods={json.dumps(methods)}",
+            f"evaluate.benchmarks={json.dumps(list(benchmarks))}",
             f"evaluate.repeats={repeats}",
             f"evaluate.output_dir={out}",
             "evaluate.preflight=false",
@@ -121,48 +130,71 @@ def optimum_of(questions: Sequence[Question], workers: Sequence[WorkerConfig], m
     return statistics.fmean(b.accuracy for b in best), statistics.fmean(value_of(b.accuracy, 0.0) for b in best)
 
 
-def figures(records: Sequence[EvalRecord], optimal_accuracy: float, optimal_reward: float) -> dict[str, float | None]:
-    """One seed's figures from its evaluation records (every benchmark together) and the pool's optimum."""
-    scored = [r for r in records if r.verdict != "error"]  # a plan error scores 0, an infrastructure error nothing
-    by_method: dict[str, list[EvalRecord]] = {}
-    for r in scored:
-        by_method.setdefault(r.method, []).append(r)
-    conductor = next(m for m in by_method if m.startswith("conductor:") and m != "conductor:untrained")
-    mine = by_method[conductor]
+def method_values(
+    records: Sequence[EvalRecord], questions: dict[QuestionKey, Question], workers: Sequence[WorkerConfig]
+) -> dict[str, dict[QuestionKey, float]]:
+    """Per method (the trained Conductor as "conductor", the untrained as "untrained", the best single
+    worker of this evaluation as "best_single"), each question's exact expected accuracy."""
+    by_method = expected_by_question(records, questions, workers)
+    values = {}
+    for method, by_q in by_method.items():
+        if method == "conductor:untrained":
+            values["untrained"] = by_q
+        elif method.startswith("conductor:"):
+            values["conductor"] = by_q
+        elif method.startswith("oracle-single"):
+            values["oracle_single"] = by_q
+        elif not method.startswith("single:"):
+            values[method] = by_q
+    singles = {m: v for m, v in by_method.items() if m.startswith("single:")}
+    if singles:
+        best = max(singles, key=lambda m: statistics.fmean(singles[m].values()))
+        values["best_single"] = singles[best]
+    return values
+
+
+def figures(records: Sequence[EvalRecord], values: dict[str, dict[QuestionKey, float]], optimal_reward: float) -> dict:
+    """One seed's figures: each method's expected accuracy, the Conductor's sampled accuracy, its share of
+    the optimal reward, cost and plan shapes per domain and difficulty band."""
+    scored = [r for r in records if r.verdict != "error"]
+    conductor = next(m for m in {r.method for r in scored} if m.startswith("conductor:") and m != "conductor:untrained")
+    mine = [r for r in scored if r.method == conductor]
     planned = [r for r in mine if r.plan]
-
-    def accuracy(method: str) -> float | None:
-        return accuracy_of(by_method[method]) if method in by_method else None
-
-    def cost(method: str) -> float | None:
-        return statistics.fmean(r.cost_usd for r in by_method[method]) if method in by_method else None
-
-    singles = [accuracy_of(rs) for m, rs in by_method.items() if m.startswith("single:")]
+    plan_errors = {(r.benchmark, r.question_id) for r in mine if r.verdict == "plan_error"}
+    rewards = [0.0 if k in plan_errors else value_of(v, 0.0) for k, v in values["conductor"].items()]
     return {
-        "fraction_of_optimal_reward": statistics.fmean(
-            reward(r.verdict != "plan_error", r.verdict) or 0.0 for r in mine
-        )
-        / optimal_reward,
-        "accuracy": accuracy(conductor),
-        "untrained_accuracy": accuracy("conductor:untrained"),
-        "optimal_accuracy": optimal_accuracy,
-        "optimal_run_accuracy": accuracy("optimal"),
-        "oracle_single_accuracy": accuracy(next((m for m in by_method if m.startswith("oracle-single")), "-")),
-        "router_accuracy": accuracy("router"),
-        "random_accuracy": accuracy("random"),
-        "moa_accuracy": accuracy("moa"),
-        "best_single_accuracy": max(singles) if singles else None,
-        "cost_per_sample_usd": cost(conductor),
-        "moa_cost_per_sample_usd": cost("moa"),
-        "steps_per_sample": statistics.fmean(r.steps for r in planned) if planned else None,
-        "hard_multi_step_share": _share(
-            [r for r in planned if band_of(r.difficulty) == "hard"],
-            lambda r: r.steps >= 2 and recorded_plan_shape(r.plan or ())[1],
+        "expected_accuracy": {m: statistics.fmean(v.values()) for m, v in sorted(values.items())},
+        "sampled_accuracy": accuracy_of(mine),
+        "fraction_of_optimal_reward": statistics.fmean(rewards) / optimal_reward,
+        "cost_per_sample_usd": statistics.fmean(r.cost_usd for r in mine),
+        "moa_cost_per_sample_usd": _mean([r.cost_usd for r in scored if r.method == "moa"]),
+        "steps_per_sample": _mean([r.steps for r in planned]),
+        "hard_checking_share": _share(
+            [r for r in planned if band_of(r.difficulty) == "hard"], lambda r: recorded_plan_shape(r.plan or ())[1]
         ),
         "easy_single_step_share": _share(
             [r for r in planned if band_of(r.difficulty) == "easy"], lambda r: r.steps == 1
         ),
+        "plan_shapes": plan_shapes(planned),
     }
+
+
+def plan_shapes(records: Sequence[EvalRecord]) -> dict[str, dict]:
+    """Per domain and difficulty band: plans, steps, one-step and checking shares, the final worker's shares."""
+    groups: dict[str, list[EvalRecord]] = {}
+    for r in records:
+        groups.setdefault(f"{r.domain}/{band_of(r.difficulty)}", []).append(r)
+    out = {}
+    for key, group in sorted(groups.items()):
+        ends = [r.workers[-1] for r in group if r.workers]
+        out[key] = {
+            "plans": len(group),
+            "steps": statistics.fmean(r.steps for r in group),
+            "single_step_share": _share(group, lambda r: r.steps == 1),
+            "checking_share": _share(group, lambda r: recorded_plan_shape(r.plan or ())[1]),
+            "final_worker_shares": {w: ends.count(w) / len(ends) for w in sorted(set(ends))},
+        }
+    return out
 
 
 def accuracy_of(records: Sequence[EvalRecord]) -> float:
@@ -173,81 +205,152 @@ def accuracy_of(records: Sequence[EvalRecord]) -> float:
     return statistics.fmean(statistics.fmean(v) for v in by_question.values())
 
 
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
 def _share(records: Sequence[EvalRecord], test) -> float | None:
     return sum(bool(test(r)) for r in records) / len(records) if records else None
 
 
-def goals(mean: dict[str, float | None]) -> dict[str, bool | None]:
-    """Each goal reached (True), missed (False), or unknown where a figure is missing (None)."""
+def comparisons(per_seed: Sequence[dict[str, dict[QuestionKey, float]]]) -> dict[str, dict]:
+    """The Conductor against each baseline, question by question over every seed: the mean difference,
+    the pooled standard error, the between-seed one (of the seeds' mean differences), and whether it
+    beats the baseline by more than two of the larger."""
+    out = {}
+    for baseline in COMPARED:
+        pooled_a, pooled_b, by_seed = {}, {}, []
+        for s, values in enumerate(per_seed):
+            if baseline not in values or "conductor" not in values:
+                break
+            pooled_a.update({(str(s), *k): v for k, v in values["conductor"].items()})
+            pooled_b.update({(str(s), *k): v for k, v in values[baseline].items()})
+            by_seed.append(paired(values["conductor"], values[baseline]).difference)
+        else:
+            whole: Paired = paired(pooled_a, pooled_b)
+            between = statistics.stdev(by_seed) / math.sqrt(len(by_seed)) if len(by_seed) > 1 else math.nan
+            se = max(whole.se, between) if len(by_seed) > 1 else whole.se
+            out[baseline] = {
+                "difference": whole.difference,
+                "se_pooled": whole.se,
+                "se_between_seeds": None if math.isnan(between) else between,
+                "questions": whole.questions,
+                "beats": whole.difference > 2 * se,
+            }
+    return out
 
-    def reached(test, *keys: str) -> bool | None:
-        values = [mean.get(k) for k in keys]
-        return None if any(v is None for v in values) else bool(test(*values))
 
+def tabular_yardstick(config: Config, held_out: Sequence[Question], iterations: int, seeds: Sequence[int]) -> dict:
+    """The tabular softmax policy on the same rollouts (B x G x iterations, the same seeds), at each learning
+    rate and observation; the best mean fraction of the optimal reward is the yardstick."""
+    t, train = config.train, load_dataset(config.data.questions)
+    runs = {}
+    for observe in ("domain", "domain_difficulty"):
+        for lr in TABULAR_LRS:
+            fractions, to_95 = [], []
+            for seed in seeds:
+                result = tabular_grpo(
+                    train, held_out, config.workers, max_steps=config.conductor.max_steps, iterations=iterations,
+                    questions_per_iteration=t.questions_per_iteration, group_size=t.rollouts_per_question, lr=lr,
+                    seed=seed, balance_domains=t.balance_domains, observe=observe,
+                )  # fmt: skip
+                fractions.append(result.fraction_of_optimal_reward)
+                to_95.append(result.iterations_to(0.95))
+            runs[f"{observe}/lr={lr:g}"] = {
+                "fraction_of_optimal_reward": statistics.fmean(fractions),
+                "iterations_to_95": to_95,
+            }
+    best = max(runs, key=lambda k: runs[k]["fraction_of_optimal_reward"])
+    start = tabular_grpo(
+        train, held_out, config.workers, max_steps=config.conductor.max_steps, iterations=0,
+        questions_per_iteration=t.questions_per_iteration, group_size=t.rollouts_per_question, lr=1.0,
+    )  # fmt: skip
     return {
-        "fraction_of_optimal_reward": reached(
-            lambda f: f >= GOALS["fraction_of_optimal_reward"], "fraction_of_optimal_reward"
-        ),
-        "accuracy_over_oracle_single": reached(
-            lambda a, o: a >= o + GOALS["accuracy_over_oracle_single"], "accuracy", "oracle_single_accuracy"
-        ),
-        "cost_share_of_moa": reached(
-            lambda c, m: c <= GOALS["cost_share_of_moa"] * m, "cost_per_sample_usd", "moa_cost_per_sample_usd"
-        ),
-        "hard_multi_step_share": reached(lambda s: s >= GOALS["hard_multi_step_share"], "hard_multi_step_share"),
-        "easy_single_step_share": reached(lambda s: s >= GOALS["easy_single_step_share"], "easy_single_step_share"),
-        "router_beats_random": reached(lambda r, x: r > x, "router_accuracy", "random_accuracy"),
+        "tabular_fraction_of_optimal_reward": runs[best]["fraction_of_optimal_reward"],
+        "tabular_best": best,
+        "tabular_uniform_fraction_of_optimal_reward": start.fraction_of_optimal_reward,
+        "tabular_runs": runs,
     }
 
 
-def mean_over_seeds(runs: Sequence[dict]) -> dict[str, float | None]:
-    """Each figure's mean over the seeds; None where a seed lacks it."""
-    keys = dict.fromkeys(k for r in runs for k in r if k not in ("seed", "train_s", "wall_s"))
-    return {
-        k: statistics.fmean(vals) if len(vals := [r[k] for r in runs if r.get(k) is not None]) == len(runs) else None
-        for k in keys
+def mean_with_se(values: Sequence[float | None]) -> dict[str, float | None]:
+    present = [v for v in values if v is not None]
+    if len(present) != len(values) or not present:
+        return {"mean": None, "se": None}
+    se = statistics.stdev(present) / math.sqrt(len(present)) if len(present) > 1 else None
+    return {"mean": statistics.fmean(present), "se": se}
+
+
+def summary_over_seeds(runs: Sequence[dict], compared: dict[str, dict], tabular: dict) -> dict:
+    """The means over seeds with their standard errors, the comparisons and the goals."""
+    methods = sorted({m for r in runs for m in r["expected_accuracy"]})
+    mean = {
+        "expected_accuracy": {m: mean_with_se([r["expected_accuracy"].get(m) for r in runs]) for m in methods},
+        **{
+            k: mean_with_se([r.get(k) for r in runs])
+            for k in ("sampled_accuracy", "fraction_of_optimal_reward", "cost_per_sample_usd",
+                      "moa_cost_per_sample_usd", "steps_per_sample", "hard_checking_share", "easy_single_step_share")
+        },
+    }  # fmt: skip
+    beats = [b for b, c in compared.items() if c["beats"]]
+    fraction, hard, easy = (
+        mean[k]["mean"] for k in ("fraction_of_optimal_reward", "hard_checking_share", "easy_single_step_share")
+    )
+    reached = {
+        "beats": all(b in beats for b in GOALS["beats"]),
+        "fraction_of_optimal_reward": None if fraction is None else fraction >= GOALS["fraction_of_optimal_reward"],
+        "hard_checking_share": None if hard is None else hard >= GOALS["hard_checking_share"],
+        "easy_single_step_share": None if easy is None else easy >= GOALS["easy_single_step_share"],
+        "seed_minutes": all(r["wall_s"] <= 60 * GOALS["seed_minutes"] for r in runs),
     }
+    return {**mean, "compared": compared, "beats": beats, **tabular, "goals": GOALS, "goals_reached": reached}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="configuration overrides for training (key.sub=value)")
-    parser.add_argument("--seeds", type=int, default=2, help="how many seeds (0, 1, ... from --first-seed)")
+    parser.add_argument("--seeds", type=int, default=3, help="how many seeds (0, 1, ... from --first-seed)")
     parser.add_argument("--first-seed", type=int, default=0, help="the first seed (to add seeds to a run)")
-    parser.add_argument("--iterations", type=int, default=20, help="training iterations per seed")
+    parser.add_argument("--iterations", type=int, default=8, help="training iterations per seed (the first command's)")
     parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
+    parser.add_argument("--benchmarks", nargs="+", help=f"held-out sets (default: evaluate.benchmarks + {HELD_OUT})")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-orchestration")
     parser.add_argument("--reuse", action="store_true", help=REUSE_HELP)
+    parser.add_argument("--json", action="store_true", help="(the JSON is always on the last line)")
     args = parser.parse_args(argv)
 
     base = load_config(None, args.overrides)
-    questions = [q for spec in base.evaluate.benchmarks for q in load_dataset(spec)]
-    runs = []
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
+    benchmarks = args.benchmarks or [*base.evaluate.benchmarks, HELD_OUT]
+    questions = {(spec, q.id): q for spec in benchmarks for q in load_dataset(spec)}
+    held_out = list(questions.values())
+    optimal_accuracy, optimal_reward = optimum_of(held_out, base.workers, base.conductor.max_steps)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    runs, values = [], []
+    for seed in seeds:
         print(f"seed {seed}: training {args.iterations} iterations ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
         trained = train_seed(seed, args.iterations, args.overrides, args.out / f"seed-{seed}" / "run", reuse=args.reuse)
         trained_s = time.perf_counter() - started
-        print(f"seed {seed}: evaluating on {len(questions)} held-out questions ...", file=sys.stderr, flush=True)
-        records = evaluate_seed(trained, args.repeats, args.out / f"seed-{seed}" / "eval")
-        optimal_accuracy, optimal_reward = optimum_of(questions, trained.workers, trained.conductor.max_steps)
-        run = {"seed": seed, **figures(records, optimal_accuracy, optimal_reward)}
+        print(f"seed {seed}: evaluating on {len(held_out)} held-out questions ...", file=sys.stderr, flush=True)
+        records = evaluate_seed(trained, benchmarks, args.repeats, args.out / f"seed-{seed}" / "eval")
+        values.append(method_values(records, questions, trained.workers))
+        run = {"seed": seed, **figures(records, values[-1], optimal_reward)}
         run.update(sampled_shares(Path(trained.train.output_dir), args.iterations, len(trained.workers)))
         run["train_s"], run["wall_s"] = round(trained_s, 1), round(time.perf_counter() - started, 1)
         runs.append(run)
         print(f"seed {seed}: {json.dumps(run)}", file=sys.stderr, flush=True)
-    mean = mean_over_seeds(runs)
     result = {
         "benchmark": "orchestration",
         "simulated": True,
         "config": "configs/local.yaml",
         "overrides": args.overrides,
         "iterations": args.iterations,
-        "held_out_questions": len(questions),
+        "benchmarks": benchmarks,
+        "held_out_questions": len(held_out),
         "repeats": args.repeats,
-        **mean,
-        "goals": GOALS,
-        "goals_reached": goals(mean),
+        "optimal_accuracy": optimal_accuracy,
+        "optimal_reward": optimal_reward,
+        **summary_over_seeds(runs, comparisons(values), tabular_yardstick(base, held_out, args.iterations, seeds)),
         "seeds": runs,
     }
     keep_result(result)

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from conductor_rl.config import Config, seat_places
+from conductor_rl.config import Config, SimSpec, seat_places
 from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
 from conductor_rl.plan.roster import Roster, draw_roster, roster_for
 from conductor_rl.policy.staleness import BehaviourSource, behaviour_source
 from conductor_rl.rollout.recursion import PlanWriter, Recursion, forced_groups, generator_writer
 from conductor_rl.rollout.workflow import StepLimits
 from conductor_rl.run.metrics import best_workers
+from conductor_rl.workers.sim_expectation import sim_specs
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -115,6 +116,11 @@ class System:
     def best_workers(self) -> dict[str, str]:
         """The best worker of each domain, where the settings say (simulated workers)."""
         return best_workers(self.config.workers)
+
+    @cached_property
+    def sim_specs(self) -> list[SimSpec] | None:
+        """The pool's sim specs when every worker is simulated (exact expectations of plans), else None."""
+        return sim_specs(self.config.workers)
 
     # -- the learner
 

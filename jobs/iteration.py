@@ -164,6 +164,7 @@ def learn_from(run: TrainingRun, collected: Collected) -> tuple[dict, list[Rollo
         format_tokenizer=prompts.tokenizer if prompts.shape is not None else None,
         response_prefix=c.conductor.response_prefix,
         subtask_text_in_loss=c.train.subtask_text_in_loss,
+        choice_weighting=c.train.choice_weighting,
         learner_version=state.version if run.system.corrects_stale_rows else None,
     )  # stale rows get behaviour weights
 
@@ -193,7 +194,7 @@ def learn_from(run: TrainingRun, collected: Collected) -> tuple[dict, list[Rollo
     ages = [int(k) for k, n in staleness.items() for _ in range(n)]
     record = {
         "iteration": collected.iteration,
-        **iteration_metrics(rollouts, [w.name for w in c.workers], run.system.best_workers),
+        **iteration_metrics(rollouts, [w.name for w in c.workers], run.system.best_workers, run.system.sim_specs),
         "worker_calls": worker_calls,
         "groups": len(collected.prompt_ids),
         "informative_groups": informative,

@@ -45,6 +45,7 @@ from conductor_rl.data.overlap import text_key  # noqa: E402
 
 SEED = 20251129
 COUNTS = {"gsm8k": 40, "math500": 40, "mmlu": 40, "humaneval": 20}
+HELDOUT_PER_SOURCE = 40  # GSM8K test, MATH-500 (8 per level), MMLU "eval" -> 120
 MIXED_PER_SOURCE = 4  # gsm8k, math, mmlu -> 12
 MIXED_MAX_CHARS = 300
 MIXED_MAX_MATH_LEVEL = 3
@@ -109,6 +110,12 @@ SELECTION = {
         "kept in file order."
     ),
     "humaneval": f"{COUNTS['humaneval']} problems drawn uniformly without replacement, kept in task order.",
+    "heldout": (
+        f"{HELDOUT_PER_SOURCE} GSM8K test questions drawn uniformly; {HELDOUT_PER_SOURCE} MATH-500 questions "
+        f"not in math500.jsonl, {HELDOUT_PER_SOURCE // 5} of each level 1 to 5; {HELDOUT_PER_SOURCE} MMLU "
+        '"eval" part questions, one from each of as many drawn subjects; each source kept in file order, '
+        "GSM8K first (benchmarks/orchestration.py holds the Conductor out on them)."
+    ),
     "mixed": (
         f"{MIXED_PER_SOURCE} GSM8K train, {MIXED_PER_SOURCE} MATH train (distinct subjects, level <= "
         f"{MIXED_MAX_MATH_LEVEL}) and "
@@ -159,6 +166,29 @@ def pick_mmlu(pool: list[Question], seed: int) -> list[Question]:
         by_subject[q.meta["subject"]].append(q)
     subjects = rng.sample(sorted(by_subject), COUNTS["mmlu"])
     return in_file_order([rng.choice(by_subject[s]) for s in subjects], pool)
+
+
+def pick_heldout(
+    gsm8k_test: list[Question], math500: list[Question], mmlu_eval: list[Question], taken: set[str], seed: int
+) -> list[Question]:
+    """Evaluation only: GSM8K test, MATH-500 questions not in math500.jsonl (`taken`), an equal number of
+    each level, and MMLU "eval" questions of distinct subjects; each source in file order."""
+    rng = rng_for("heldout", seed)
+    n = HELDOUT_PER_SOURCE
+    chosen = in_file_order(rng.sample(gsm8k_test, n), gsm8k_test)
+    by_level: dict[int, list[Question]] = defaultdict(list)
+    for q in math500:
+        if q.id not in taken and q.meta.get("level"):
+            by_level[int(q.meta["level"])].append(q)
+    levels = sorted(by_level)
+    math = [q for level in levels for q in rng.sample(by_level[level], n // len(levels))]
+    chosen += in_file_order(math, math500)
+    by_subject: dict[str, list[Question]] = defaultdict(list)
+    for q in mmlu_eval:
+        by_subject[q.meta["subject"]].append(q)
+    subjects = rng.sample(sorted(by_subject), n)
+    chosen += in_file_order([rng.choice(by_subject[s]) for s in subjects], mmlu_eval)
+    return chosen
 
 
 def pick_humaneval(pool: list[Question], seed: int) -> list[Question]:
@@ -219,7 +249,7 @@ def sources_md(
         f"Training samples ({', '.join(f'`{n}.jsonl`' for n in TRAINING_SAMPLES)}; the embedded default trains on",
         'gsm8k and mmlu) come from training data only: GSM8K train, MATH train and the "train" part of',
         "our fixed MMLU split (`mmlu:train`). The evaluation samples (`math500.jsonl`, `humaneval.jsonl`)",
-        "come from test sets and are for evaluation only.",
+        "and `heldout.jsonl` come from test sets and are for evaluation only.",
         "",
         "Decontamination: before drawing, the training pools lose every question whose text (normalised",
         "by `conductor_rl.data.overlap.text_key`) is also in GSM8K test (`gsm8k/test.jsonl`, sha256",
@@ -250,6 +280,16 @@ def sources_md(
             f"- Selection: {SELECTION[name]}",
             "",
         ]
+    lines += [
+        "## heldout.jsonl",
+        "",
+        f"- Use: {USE[False]}",
+        "- Upstream and licenses: GSM8K test (`gsm8k/test.jsonl` of the shared data directory, from "
+        "openai/grade-school-math, MIT), MATH-500 and MMLU as for math500 and mmlu above (the same source files).",
+        f"- Source file (GSM8K test): `gsm8k/test.jsonl`, sha256 `{sha256_file(source_paths['gsm8k-test'])}`.",
+        f"- Selection: {SELECTION['heldout']}",
+        "",
+    ]
     upstream, license_, where = PROVENANCE["math"]
     lines += [
         "## mixed.jsonl",
@@ -293,12 +333,9 @@ def main(argv: list[str] | None = None) -> int:
 
     math500 = load_math500(source_paths["math500"])
     humaneval = load_humaneval(source_paths["humaneval"])
-    evaluation = (
-        load_gsm8k(source_paths["gsm8k-test"], split="test")
-        + load_math(source_paths["math-test"], split="test")
-        + math500
-        + load_mmlu(source_paths["mmlu"], part="eval")
-    )
+    gsm8k_test = load_gsm8k(source_paths["gsm8k-test"], split="test")
+    mmlu_eval = load_mmlu(source_paths["mmlu"], part="eval")
+    evaluation = gsm8k_test + load_math(source_paths["math-test"], split="test") + math500 + mmlu_eval
     evaluation_keys = {text_key(q.question) for q in evaluation}
     pools = {
         "gsm8k": load_gsm8k(source_paths["gsm8k"], split="train"),
@@ -316,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         "humaneval": pick_humaneval(humaneval, args.seed),
         "mixed": pick_mixed(gsm8k, math, mmlu, args.seed),
     }
+    taken = {q.id for q in selections["math500"]}
+    selections["heldout"] = pick_heldout(gsm8k_test, math500, mmlu_eval, taken, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     files = {}
     for name, questions in selections.items():

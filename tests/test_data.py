@@ -178,7 +178,7 @@ def test_extract_gsm8k_answer(text, expected):
 
 
 def test_samples_load_and_are_well_formed():
-    expected = {"gsm8k": 40, "math500": 40, "mmlu": 40, "humaneval": 20, "mixed": 12}
+    expected = {"gsm8k": 40, "math500": 40, "mmlu": 40, "humaneval": 20, "mixed": 12, "heldout": 120}
     assert set(SAMPLE_NAMES) == set(expected)
     total = 0
     for name, n in expected.items():
@@ -186,12 +186,20 @@ def test_samples_load_and_are_well_formed():
         assert len(qs) == n, name
         _check_questions(qs)
         total += (samples_dir() / f"{name}.jsonl").stat().st_size
-        if name != "mixed":
+        if name not in ("mixed", "heldout"):
             assert {q.source for q in qs} == {name}
     # The training samples come from training data: GSM8K train, MATH train, MMLU's "train" part.
     for q in load_samples("gsm8k") + load_samples("mixed"):
         assert "/test/" not in q.id and q.source != "math500", q.id
     assert all(mmlu_part(q) == "train" for n in ("mmlu", "mixed") for q in load_samples(n) if q.source == "mmlu")
+    # The held-out set: test sets only, disjoint from the other samples, MATH-500 levels in equal numbers.
+    heldout = load_samples("heldout")
+    assert {q.source for q in heldout} == {"gsm8k", "math500", "mmlu"}
+    assert not {q.id for q in heldout} & {q.id for n in SAMPLE_NAMES if n != "heldout" for q in load_samples(n)}
+    assert all("/test/" in q.id for q in heldout if q.source == "gsm8k")
+    assert all(mmlu_part(q) == "eval" for q in heldout if q.source == "mmlu")
+    levels = [q.meta["level"] for q in heldout if q.source == "math500"]
+    assert sorted(set(levels)) == [1, 2, 3, 4, 5] and len({levels.count(v) for v in set(levels)}) == 1
     assert total < 300_000
     assert (samples_dir() / "SOURCES.md").is_file()
 

@@ -298,3 +298,37 @@ def test_a_subset_listed_under_pool_numbers_is_all_a_sampled_plan_may_name(tiny_
     plan = '{}]\nsubtasks = ["x"]\naccess_list = [[]]\n'
     assert re.fullmatch(regex, plan.format(3)) and re.fullmatch(regex, plan.format(1))
     assert not re.fullmatch(regex, plan.format(0)) and not re.fullmatch(regex, plan.format(2))
+
+
+def test_segment_weights_give_each_kind_of_choice_an_equal_share_of_the_plans_weight():
+    from conductor_rl.plan.constrained import choice_weights
+
+    labels = ["workers", "workers", None, "subtasks", "subtasks", "subtasks", "subtasks", None, "access", None]
+    weights = choice_weights(labels)
+    assert sum(weights) == pytest.approx(7)  # as many as the 0/1 mask's choice tokens
+    assert weights[0] + weights[1] == pytest.approx(sum(weights[3:7])) == pytest.approx(weights[8])
+    assert [weights[i] for i in (2, 7, 9)] == [0.0, 0.0, 0.0]
+    # without the subtask text in the loss, the other two kinds share the weight
+    no_text = choice_weights(labels, subtasks=False)
+    assert no_text[3:7] == [0.0] * 4 and no_text[0] + no_text[1] == pytest.approx(no_text[8]) == pytest.approx(1.5)
+    assert choice_weights(["workers"] * 3) == [1.0, 1.0, 1.0]  # a cut-off plan: every token alike
+
+
+def test_choice_segments_name_what_each_token_chooses(smollm2):
+    from conductor_rl.plan.constrained import choice_mask, choice_segments
+
+    _, tokenizer = smollm2
+    completion = '0, 2]\nsubtasks = ["Solve it", "Check the answer"]\naccess_list = [[], "all"]\n'
+    ids = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id]
+    labels = choice_segments(tokenizer, ids, "model_id = [")
+    by_kind = {
+        k: "".join(tokenizer.decode([i]) for i, x in zip(ids, labels) if x == k)
+        for k in ("workers", "subtasks", "access")
+    }
+    assert by_kind["workers"].replace(" ", "") == "0,2]"
+    assert "Solve it" in by_kind["subtasks"] and "Check the answer" in by_kind["subtasks"]
+    assert "all" in by_kind["access"] and "[]" not in by_kind["access"]  # the first step's [] is forced
+    assert choice_mask(tokenizer, ids, "model_id = [") == [int(x is not None) for x in labels]
+    assert choice_mask(tokenizer, ids, "model_id = [", subtasks=False) == [
+        int(x is not None and x != "subtasks") for x in labels
+    ]

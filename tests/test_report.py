@@ -196,3 +196,31 @@ def test_asynchronous_records_report_the_overlap_and_waits_apart_from_the_phases
     text = write_report(tmp_path).read_text()
     assert "mean overlap of phases (asynchronous)" in text and "learner waiting for rollouts" in text
     assert png_size(tmp_path / "report" / "phases.png")[0] > 0
+
+
+def test_summary_pins_the_learning_line_the_routing_and_the_plans_of_the_first_and_last_iteration():
+    records = [{**metrics(i), "expected_reward_mean": 0.80 + 0.02 * i + (0.005 if i % 2 else 0.0)} for i in range(6)]
+    summary = summarize(records)
+    # gain of the last three over the first three, with the standard error of that difference
+    head, tail = [0.80, 0.825, 0.84], [0.865, 0.88, 0.905]
+    assert summary["expected_reward_gain"] == pytest.approx(sum(tail) / 3 - sum(head) / 3)
+    assert summary["expected_reward_gain_se"] == pytest.approx(report.gain_se(head, tail))
+    spread = sum((v - sum(head) / 3) ** 2 for v in head) / 2 / 3 + sum((v - sum(tail) / 3) ** 2 for v in tail) / 2 / 3
+    assert report.gain_se(head, tail) == pytest.approx(spread**0.5)
+    assert summary["reward_gain_se"] == pytest.approx((2 * 0.05**2 / 3) ** 0.5)  # rewards 0.05 apart in each window
+    assert "expected reward (exact, simulated pool)" in summary["learning"]
+    assert "more than 2 s.e.: learning shows" in summary["learning"]
+    assert summary["routing_first"] == "iteration 0: math: sim-generalist 80%, sim-math-expert 20%; mmlu: " + (
+        "sim-generalist 90%, sim-math-expert 10%"
+    )
+    assert summary["routing_last"].startswith("iteration 5: math: sim-math-expert 70%, sim-generalist 30%")
+    flat = summarize(
+        [{**metrics(0), "iteration": i, "expected_reward_mean": 0.8 + (0.01 if i % 2 else 0)} for i in range(6)]
+    )
+    assert "no learning shown" in flat["learning"]
+    assert summarize(records[:4])["learning"] is None  # the two windows would overlap
+    # without exact expectations (a real pool) the sampled reward is the curve
+    sampled = summarize([metrics(i) for i in range(6)])
+    assert sampled["learning"].startswith("reward of the first 3 iterations 0.550, of the last 3 0.700")
+    assert sampled["first_expected_reward"] is None and sampled["expected_reward_gain_se"] is None
+    json.dumps(summary)

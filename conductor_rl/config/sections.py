@@ -302,6 +302,14 @@ class TrainConfig(Strict):
         "only where the reward cannot depend on a subtask's wording (the domain-only simulated pool of "
         "configs/local-routing.yaml): those tokens then add only variance to the gradient.",
     )
+    choice_weighting: Literal["token", "segment"] = Field(
+        "token",
+        description="With conductor.constrain_format: how the loss weighs the Conductor's choice tokens. token: each "
+        "choice token weighs 1 (the paper trains every token alike). segment: the plan's three kinds of choice "
+        "(workers and step count, subtask text, access) share its weight equally, each spread over its own tokens "
+        "(conductor_rl/plan/constrained.py choice_weights), so the one token that picks a worker is not a few per "
+        "cent of the gradient (docs/decisions.md, Learning on the embedded default).",
+    )
     balance_domains: bool = Field(
         False,
         description="Draw each iteration's questions in turns over the domains "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 #: Names accepted by `load_samples`.
-SAMPLE_NAMES = ("gsm8k", "math500", "mmlu", "humaneval", "mixed")
+SAMPLE_NAMES = ("gsm8k", "math500", "mmlu", "humaneval", "mixed", "heldout")
 #: The parts of a sample set: "train" three quarters, "eval" the quarter held out (`load_samples`).
 SAMPLE_SPLITS = ("train", "eval")
 #: Forms accepted by `load_dataset`, for error messages and help texts.

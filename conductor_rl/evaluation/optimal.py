@@ -25,10 +25,12 @@ from dataclasses import dataclass
 
 from conductor_rl.config import SimSpec, WorkerConfig
 from conductor_rl.plan.prompts import worker_messages
+from conductor_rl.workers import sim_expectation
 from conductor_rl.workers.costs import cost_of
 from conductor_rl.workers.providers.base import Usage
 from conductor_rl.workers.providers.sim import CHARS_PER_TOKEN
-from conductor_rl.workers.sim_rules import Role, success_chance
+from conductor_rl.workers.sim_expectation import PlanStep, accuracy_of, check_steps, step_chances
+from conductor_rl.workers.sim_rules import Role
 
 #: Characters of a worker's prompt besides the question and the answers it reads: the system message
 #: and the prompt's own headings, plus an allowance for the subtask's instruction words around the
@@ -38,15 +40,6 @@ PROMPT_OVERHEAD_CHARS = sum(len(m["content"]) for m in worker_messages("")) + 10
 # Values closer than this are equal, so that the same accuracy reached by multiplying in another
 # order is a tie, broken by cost and length rather than by rounding.
 _TIE = 1e-12
-
-
-@dataclass(frozen=True)
-class PlanStep:
-    """One step of a plan of the family: the worker's index, the earlier steps it reads, its role."""
-
-    worker: int
-    reads: tuple[int, ...] = ()
-    role: Role = "solve"
 
 
 @dataclass(frozen=True)
@@ -66,63 +59,16 @@ def value_of(accuracy: float, cost_usd: float, cost_weight: float = 0.0) -> floa
     return 0.5 + 0.5 * accuracy - cost_weight * cost_usd
 
 
-def _check(steps: Sequence[PlanStep], n_workers: int) -> None:
-    if not steps:
-        raise ValueError("a plan needs at least one step")
-    for i, step in enumerate(steps):
-        if not 0 <= step.worker < n_workers:
-            raise ValueError(f"step {i}: worker {step.worker} is not in a pool of {n_workers}")
-        if any(not 0 <= j < i for j in step.reads):
-            raise ValueError(f"step {i} may only read earlier steps (0..{i - 1}), not {list(step.reads)}")
-        if step.role == "check" and not step.reads:
-            raise ValueError(f"step {i} is a check but reads nothing: give it reads, or make it a solve")
-
-
-# A step's chance for each (reads something, the latest answer it reads is right) case, per worker and role.
-_Chances = dict[tuple[int, Role, bool, bool], float]
-
-
-def _chances(specs: Sequence[SimSpec], domain: str, difficulty: float, on_task: bool = True) -> _Chances:
-    return {
-        (w, role, reads, right): success_chance(spec, domain, difficulty, role, on_task, reads, right)
-        for w, spec in enumerate(specs)
-        for role in ("solve", "check")
-        for reads in (False, True)
-        for right in (False, True)
-    }
-
-
-def _accuracy(steps: Sequence[PlanStep], chances: _Chances) -> float:
-    """Sum, over every right/wrong outcome of the steps before the last, of its probability times the
-    last step's chance given it; each step's chance depends only on the outcomes of the steps it reads."""
-
-    def go(i: int, outcome: tuple[bool, ...], weight: float) -> float:
-        step = steps[i]
-        p = chances[step.worker, step.role, bool(step.reads), bool(step.reads) and outcome[max(step.reads)]]
-        if i == len(steps) - 1:
-            return weight * p
-        total = 0.0
-        if p > 0.0:
-            total += go(i + 1, (*outcome, True), weight * p)
-        if p < 1.0:
-            total += go(i + 1, (*outcome, False), weight * (1.0 - p))
-        return total
-
-    return go(0, (), 1.0)
-
-
 def plan_accuracy(steps: Sequence[PlanStep], specs: Sequence[SimSpec], domain: str, difficulty: float) -> float:
-    """The exact probability that the last step's answer is right, for a question of `domain` and
-    `difficulty` (every subtask on task, a check worded as one)."""
-    _check(steps, len(specs))
-    return _accuracy(steps, _chances(specs, domain, difficulty))
+    """The exact probability that the last step's answer is right (conductor_rl/workers/sim_expectation.py)."""
+    return sim_expectation.plan_accuracy(steps, specs, domain, difficulty)
 
 
 def expected_cost(steps: Sequence[PlanStep], workers: Sequence[WorkerConfig], question_chars: int) -> float:
     """The expected USD a simulated pool bills for the plan: each step writes its worker's mean
     `output_tokens` and reads the question, the prompt (`PROMPT_OVERHEAD_CHARS`) and the answers of
     the steps it reads, each as long as its worker's mean output; CHARS_PER_TOKEN characters a token."""
-    _check(steps, len(workers))
+    check_steps(steps, len(workers))
     total = 0.0
     for step in steps:
         worker = workers[step.worker]
@@ -192,10 +138,10 @@ def _search(
     cost_weight: float,
     on_task: bool = True,
 ) -> OptimalPlan:
-    chances = _chances([_spec(w) for w in workers], domain, difficulty, on_task)
+    chances = step_chances([_spec(w) for w in workers], domain, difficulty)
     best: OptimalPlan | None = None
     for steps in plans:
-        accuracy = _accuracy(steps, chances)
+        accuracy = accuracy_of(steps, chances, on_task)
         cost = expected_cost(steps, workers, question_chars)
         candidate = OptimalPlan(steps, accuracy, cost, value_of(accuracy, cost, cost_weight))
         if _better(candidate, best):

@@ -317,6 +317,31 @@ def plan_regex(
     return PLAN_START[len(prefix) :].replace("[", "\\[") + "(" + "|".join(plans) + ")"
 
 
+#: The Conductor's choices in a constrained plan, by what they decide (`choice_segments`): which
+#: workers and how many steps (the ids, their separators and the closing bracket), what each step
+#: is asked (its subtask's text and closing quote), and what each later step reads (its access).
+SEGMENTS = ("workers", "subtasks", "access")
+
+
+def choice_segments(
+    tokenizer: PreTrainedTokenizerBase, completion_ids: list[int], prefix: str = ""
+) -> list[str | None]:
+    """Per completion token, which of `SEGMENTS` it carries a choice of, or None for the format's own
+    text (see `choice_mask`); a token that straddles two takes the first. A completion that is not a
+    whole plan is "workers" throughout: nothing in it can be told apart."""
+    text = tokenizer.decode(completion_ids, skip_special_tokens=True)
+    chars = _choice_chars(prefix + text)
+    if chars is None:
+        return ["workers"] * len(completion_ids)
+    labels: list[str | None] = []
+    start = len(prefix)
+    for k in range(len(completion_ids)):
+        end = len(prefix) + len(tokenizer.decode(completion_ids[: k + 1], skip_special_tokens=True))
+        labels.append(next((c for c in chars[start:end] if c is not None), None))
+        start = max(start, end)
+    return labels
+
+
 def choice_mask(
     tokenizer: PreTrainedTokenizerBase, completion_ids: list[int], prefix: str = "", subtasks: bool = True
 ) -> list[int]:
@@ -338,36 +363,42 @@ def choice_mask(
     where the reward cannot depend on a subtask's wording (simulated workers), the
     policy gradient of those tokens has expectation 0, and leaving them out is
     variance reduction with no bias."""
-    text = tokenizer.decode(completion_ids, skip_special_tokens=True)
-    chosen = _choice_chars(prefix + text, subtasks)
-    if chosen is None:
-        return [1] * len(completion_ids)
-    mask, start = [], len(prefix)
-    for k in range(len(completion_ids)):
-        end = len(prefix) + len(tokenizer.decode(completion_ids[: k + 1], skip_special_tokens=True))
-        mask.append(int(any(chosen[start:end])))
-        start = max(start, end)
-    return mask
+    return [
+        int(label is not None and (subtasks or label != "subtasks"))
+        for label in choice_segments(tokenizer, completion_ids, prefix)
+    ]
 
 
-def _choice_chars(plan: str, subtasks: bool = True) -> list[bool] | None:
-    """Per character of a constrained plan's text: is it a choice? None if the text is not a whole plan."""
-    chosen = [False] * len(plan)
+def choice_weights(labels: Sequence[str | None], subtasks: bool = True) -> list[float]:
+    """Loss weights per token (`train.choice_weighting: segment`): each segment a plan has (of
+    `SEGMENTS`; `subtasks=False` drops that one) gets an equal share of the plan's choice tokens'
+    total weight, spread evenly over its tokens, so a plan weighs as much as under 0/1 masks but
+    its one token that picks a worker weighs as much as its subtasks' dozens together."""
+    kept = [label if label is not None and (subtasks or label != "subtasks") else None for label in labels]
+    counts = {segment: kept.count(segment) for segment in SEGMENTS if segment in kept}
+    total = sum(counts.values())
+    return [0.0 if label is None else total / (len(counts) * counts[label]) for label in kept]
 
-    def mark(a: int, b: int) -> None:
-        chosen[a:b] = [True] * (b - a)
+
+def _choice_chars(plan: str) -> list[str | None] | None:
+    """Per character of a constrained plan's text: the segment whose choice it carries (None: the
+    format's text). None if the text is not a whole plan."""
+    chosen: list[str | None] = [None] * len(plan)
+
+    def mark(a: int, b: int, segment: str) -> None:
+        chosen[a:b] = [segment] * (b - a)
 
     if not plan.startswith(PLAN_START):
         return None
     at = len(PLAN_START)
     if plan.startswith(EMPTY_TAIL, at):  # the empty plan: its "]" is the choice (no steps)
-        chosen[at] = True
+        chosen[at] = "workers"
         return chosen
     close = plan.find("]", at)
     if close < 0:
         return None
     for i in range(at, close + 1):  # ids, separators and the closing bracket (", " has a forced space)
-        chosen[i] = plan[i] != " "
+        chosen[i] = "workers" if plan[i] != " " else None
     steps = len(plan[at:close].split(","))
     at = plan.find('subtasks = ["', close)
     if at < 0:
@@ -379,8 +410,7 @@ def _choice_chars(plan: str, subtasks: bool = True) -> list[bool] | None:
         end = plan.find('"', at + 1)
         if end < 0:
             return None
-        if subtasks:
-            mark(at + 1, end + 1)  # the text and its closing quote
+        mark(at + 1, end + 1, "subtasks")  # the text and its closing quote
         at = end + 1
         at += 2 if plan.startswith(", ", at) else 0
     at = plan.find("access_list = [", at)
@@ -392,7 +422,7 @@ def _choice_chars(plan: str, subtasks: bool = True) -> list[bool] | None:
         if entry is None:
             return None
         if step > 0:
-            mark(at, at + len(entry))
+            mark(at, at + len(entry), "access")
         at += len(entry)
         at += 2 if plan.startswith(", ", at) else 0
     return chosen

@@ -12,7 +12,7 @@ is compared within its question's group:
 - a recursive call's completion (rollout/recursion.py) is a row of its own, with
   its own prompt and the advantage of the rollout it belongs to.
 Under the constrained plan format, the format's own text is out of the loss
-(`conductor_rl.plan.constrained.choice_mask`).
+(`conductor_rl.plan.constrained.choice_mask`), its choices weighted by `train.choice_weighting`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from conductor_rl.plan.constrained import choice_mask
+from conductor_rl.plan.constrained import choice_segments, choice_weights
 from conductor_rl.policy.grpo import group_advantages
 from conductor_rl.policy.learner import RolloutBatch
 from conductor_rl.rollout.rollouts import Rollout
@@ -39,6 +39,7 @@ def rollout_batch(
     format_tokenizer: PreTrainedTokenizerBase | None = None,
     response_prefix: str = "",
     subtask_text_in_loss: bool = True,
+    choice_weighting: str = "token",
     learner_version: int | None = None,
 ) -> tuple[RolloutBatch | None, int]:
     """The learner batch of `rollouts` and the number of informative groups.
@@ -48,7 +49,8 @@ def rollout_batch(
     The batch is None when no group is informative or nothing is left to learn from.
     `format_tokenizer`: the Conductor's tokenizer when plans were sampled under the
     constrained format (`response_prefix` ends their prompt); the batch's loss masks
-    then leave out the format's text, and the subtasks' text unless `subtask_text_in_loss`.
+    then leave out the format's text, and the subtasks' text unless `subtask_text_in_loss`;
+    `choice_weighting` "segment" weighs the kinds of choice equally (`choice_weights`).
     `learner_version`: the weights version the learner holds; the batch then carries each row's
     staleness (that version minus the one that sampled the row), for the behaviour correction.
     """
@@ -86,7 +88,11 @@ def rollout_batch(
     staleness = None if learner_version is None else [max(0, learner_version - v) for v in versions]
     masks = None
     if format_tokenizer is not None:
-        masks = [
-            choice_mask(format_tokenizer, ids, response_prefix, subtasks=subtask_text_in_loss) for ids in completions
-        ]
+        masks = []
+        for ids in completions:
+            labels = choice_segments(format_tokenizer, ids, response_prefix)
+            if choice_weighting == "segment":
+                masks.append(choice_weights(labels, subtasks=subtask_text_in_loss))
+            else:
+                masks.append([float(x is not None and (subtask_text_in_loss or x != "subtasks")) for x in labels])
     return RolloutBatch(prompts, completions, logprobs, advantages, loss_masks=masks, staleness=staleness), informative

@@ -52,9 +52,10 @@ class RolloutBatch:
     completion_ids: list[list[int]]
     old_logprobs: list[list[float]]  # the sampler's, one per completion token (LearnerConfig.old_logprobs)
     advantages: list[float]
-    # 1 where a completion token is in the loss; None: every token. The trainer leaves
-    # out text a constrained format dictates (conductor_rl/plan/constrained.py choice_mask).
-    loss_masks: list[list[int]] | None = None
+    # Each completion token's weight in the loss (0: out of it); None: 1 for every token. The trainer
+    # leaves out text a constrained format dictates (conductor_rl/plan/constrained.py choice_mask) and
+    # may weigh the choices' kinds (train.choice_weighting).
+    loss_masks: list[list[float]] | None = None
     # Weights versions between each row's sampler and the learner (asynchronous training); None: all 0.
     staleness: list[int] | None = None
 
@@ -71,8 +72,8 @@ class RolloutBatch:
             if len(self.loss_masks) != n or any(len(c) != len(m) for c, m in zip(self.completion_ids, self.loss_masks)):
                 raise ValueError("loss_masks must have one entry per completion token")
 
-    def loss_mask(self, i: int) -> list[int]:
-        return self.loss_masks[i] if self.loss_masks is not None else [1] * len(self.completion_ids[i])
+    def loss_mask(self, i: int) -> list[float]:
+        return self.loss_masks[i] if self.loss_masks is not None else [1.0] * len(self.completion_ids[i])
 
 
 @dataclass(frozen=True)
@@ -348,7 +349,7 @@ class PolicyLearner:
             behaviour_weights=weights,
         )
         logprob_sum = float((logprobs.detach() * mask).sum())
-        return loss, replace(stats, ratio_mean=sampler_ratio), int(mask.sum()), weighed, logprob_sum
+        return loss, replace(stats, ratio_mean=sampler_ratio), int((mask > 0).sum()), weighed, logprob_sum
 
     def _completion_logprobs(
         self, model: Any, batch: RolloutBatch, chunk: list[int], width: int, needed: torch.Tensor

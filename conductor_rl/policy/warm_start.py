@@ -105,7 +105,7 @@ def warm_start_batches(
             completion_ids=completions,
             old_logprobs=[[0.0] * len(c) for c in completions],  # unused: the learner's own are "old"
             advantages=[1.0] * len(completions),
-            loss_masks=[choice_mask(prompts.tokenizer, c, shape.prefix) for c in completions],
+            loss_masks=[[float(m) for m in choice_mask(prompts.tokenizer, c, shape.prefix)] for c in completions],
         )
 
 

@@ -10,11 +10,12 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from conductor_rl.config import WorkerConfig
+from conductor_rl.config import SimSpec, WorkerConfig
 from conductor_rl.data.difficulty import band_of
 from conductor_rl.grading import Verdict
 from conductor_rl.rollout.recursion import StopCounts
 from conductor_rl.rollout.rollouts import Rollout
+from conductor_rl.workers.sim_expectation import expected_accuracy
 from conductor_rl.workers.sim_rules import plan_shape
 
 
@@ -43,10 +44,14 @@ def final_worker(rollout: Rollout, worker_names: Sequence[str]) -> str | None:
     return worker_names[plan.steps[-1].model_id]
 
 
-def plan_shapes(rollouts: Sequence[Rollout], worker_names: Sequence[str]) -> dict[str, dict]:
+def plan_shapes(
+    rollouts: Sequence[Rollout], worker_names: Sequence[str], specs: Sequence[SimSpec] | None = None
+) -> dict[str, dict]:
     """How the parsed plans look per question domain and difficulty band ("math/hard"): how many,
     their mean steps, the share of one-step plans and of plans with a step that checks an earlier
-    answer (conductor_rl/workers/sim_rules.py says what a check is), and the worker most plans end on."""
+    answer (conductor_rl/workers/sim_rules.py says what a check is), the share each worker ends
+    them, the worker most plans end on, and, for a simulated pool (`specs`), their exact expected
+    accuracy (`expected_accuracy`)."""
     groups: dict[str, list[Rollout]] = defaultdict(list)
     for r in rollouts:
         if r.pool_plan is not None and r.pool_plan.steps:
@@ -62,8 +67,28 @@ def plan_shapes(rollouts: Sequence[Rollout], worker_names: Sequence[str]) -> dic
             "single_step_share": sum(len(p.steps) == 1 for p in plans) / len(plans),
             "checking_share": sum(checks) / len(plans),
             "final_worker": ends.most_common(1)[0][0],
+            "final_worker_shares": {name: ends[name] / len(group) for name in worker_names},
         }
+        if specs is not None:
+            shapes[key]["expected_accuracy"] = _mean_expected(group, specs)
     return shapes
+
+
+def rollout_expected_accuracy(rollout: Rollout, specs: Sequence[SimSpec]) -> float | None:
+    """The exact chance that the rollout's plan answers right in a simulated pool (0 for a plan error;
+    None where it cannot be computed: a plan that calls the Conductor's seat, an empty plan)."""
+    if rollout.plan_error is not None:
+        return 0.0
+    plan = rollout.pool_plan
+    if plan is None:
+        return None
+    t = rollout.task
+    return expected_accuracy(plan, t.question, t.domain, t.difficulty, specs)
+
+
+def _mean_expected(rollouts: Sequence[Rollout], specs: Sequence[SimSpec]) -> float | None:
+    values = [v for r in rollouts if (v := rollout_expected_accuracy(r, specs)) is not None]
+    return statistics.fmean(values) if values else None
 
 
 def listed(rollout: Rollout, worker_names: Sequence[str]) -> list[str]:
@@ -72,8 +97,14 @@ def listed(rollout: Rollout, worker_names: Sequence[str]) -> list[str]:
 
 
 def iteration_metrics(
-    rollouts: Sequence[Rollout], worker_names: Sequence[str], best: dict[str, str] | None = None
+    rollouts: Sequence[Rollout],
+    worker_names: Sequence[str],
+    best: dict[str, str] | None = None,
+    specs: Sequence[SimSpec] | None = None,
 ) -> dict:
+    """The iteration's record; `specs`: the pool's sim specs when every worker is simulated, for the exact
+    expected accuracy of the plans sampled (`expected_accuracy`: free of the workers' draws, so a learning
+    curve shows through their noise) and its training reward (`expected_reward_mean`)."""
     rewarded = [r.reward for r in rollouts if r.reward is not None]
     verdicts = [r.grade.verdict for r in rollouts if r.grade is not None and r.grade.verdict is not Verdict.ERROR]
     parsed = [r for r in rollouts if r.plan is not None]
@@ -115,8 +146,16 @@ def iteration_metrics(
             domain: {name: counts[name] / max(sum(counts.values()), 1) for name in worker_names}
             for domain, counts in sorted(by_domain.items())
         },
-        "plan_shapes": plan_shapes(parsed, worker_names),
+        "plan_shapes": plan_shapes(parsed, worker_names, specs),
     }
+    if specs is not None and (exact := [v for r in rollouts if (v := rollout_expected_accuracy(r, specs)) is not None]):
+        record["expected_accuracy"] = statistics.fmean(exact)
+        # A plan error's reward is 0, not 0.5 + 0.5 x 0 (conductor_rl/grading/verdict.py).
+        record["expected_reward_mean"] = statistics.fmean(
+            0.0 if r.plan_error is not None else 0.5 + 0.5 * v
+            for r in rollouts
+            if (v := rollout_expected_accuracy(r, specs)) is not None
+        )
     if any(r.roster is not None and not r.roster.is_full(len(worker_names)) for r in rollouts):
         # Adaptive pools: how many workers the prompts listed, and how often each one was.
         record["roster_size_mean"] = statistics.fmean(len(listed(r, worker_names)) for r in rollouts)

@@ -78,6 +78,7 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     first_reward, last_reward = window_means("reward_mean")
     first_accuracy, last_accuracy = window_means("accuracy")
+    first_expected, last_expected = window_means("expected_reward_mean")
     # cost_total_usd is the loop's running total (it may include spending on iterations a
     # resume redid); without it the kept iterations' costs are added up.
     totals = [r["cost_total_usd"] for r in records if is_number(r.get("cost_total_usd"))]
@@ -105,8 +106,64 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "wait_means": {
             name: mean for name in WAITS if (mean := _mean([_num(r, f"time_{name}_s") for r in records])) is not None
         },
+        # Simulated pools: the plans' exact expected reward, free of the workers' draws.
+        "first_expected_reward": first_expected,
+        "last_expected_reward": last_expected,
+        "expected_reward_gain": _diff(last_expected, first_expected),
+        "reward_gain_se": gain_se([_num(r, "reward_mean") for r in head], [_num(r, "reward_mean") for r in tail]),
+        "expected_reward_gain_se": gain_se(
+            [_num(r, "expected_reward_mean") for r in head], [_num(r, "expected_reward_mean") for r in tail]
+        ),
+        "learning": learning_line(records),
+        "routing_first": routing_line(records[0]),
+        "routing_last": routing_line(records[-1]),
+        "plans_at_start": plans_learnt(records[0]),
         "plans_learnt": plans_learnt(records[-1]),
     }
+
+
+def gain_se(head: Sequence[float], tail: Sequence[float]) -> float | None:
+    """The standard error of mean(tail) - mean(head), from the spread of the iterations in each window
+    (ddof 1); None with fewer than two iterations in a window or a value missing."""
+    if len(head) < 2 or len(tail) < 2 or any(math.isnan(v) for v in (*head, *tail)):
+        return None
+    return math.sqrt(_variance(head) / len(head) + _variance(tail) / len(tail))
+
+
+def _variance(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
+def learning_line(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The reward of the first and the last iterations (`WINDOW` each) with the gain's standard error, the
+    plans' exact expected reward where the pool is simulated, else the sampled one; whether the gain is
+    more than two standard errors."""
+    head, tail = records[:WINDOW], records[-WINDOW:]
+    key = "expected_reward_mean" if all(is_number(r.get("expected_reward_mean")) for r in records) else "reward_mean"
+    first, last = _mean([_num(r, key) for r in head]), _mean([_num(r, key) for r in tail])
+    se = gain_se([_num(r, key) for r in head], [_num(r, key) for r in tail])
+    if first is None or last is None or se is None or len(records) < 2 * WINDOW:
+        return None
+    what = "expected reward (exact, simulated pool)" if key == "expected_reward_mean" else "reward"
+    verdict = "more than 2 s.e.: learning shows" if last - first > 2 * se else "within 2 s.e.: no learning shown"
+    return (
+        f"{what} of the first {WINDOW} iterations {first:.3f}, of the last {WINDOW} {last:.3f}: "
+        f"{last - first:+.3f} ± {se:.3f} s.e., {verdict}"
+    )
+
+
+def routing_line(record: Mapping[str, Any]) -> str | None:
+    """Which worker the iteration's plans ended on, per domain: "math: a 60%, b 40%; mmlu: ..."."""
+    shares = record.get("final_worker_by_domain")
+    if not isinstance(shares, Mapping) or not shares:
+        return None
+    parts = []
+    for domain, by_worker in shares.items():
+        if isinstance(by_worker, Mapping):
+            ranked = sorted(((float(v), k) for k, v in by_worker.items() if is_number(v)), reverse=True)
+            parts.append(f"{domain}: " + ", ".join(f"{k} {v:.0%}" for v, k in ranked))
+    return f"iteration {record.get('iteration')}: " + "; ".join(parts) if parts else None
 
 
 def plans_learnt(record: Mapping[str, Any]) -> str | None:
@@ -317,8 +374,16 @@ def _summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("mean iteration time (s)", _fmt(summary["mean_iteration_s"], ".2f")),
     ]
     rows += [(f"mean time: {name} (s)", _fmt(mean, ".2f")) for name, mean in summary["phase_means"].items()]
-    if summary.get("plans_learnt"):
-        rows.append(("plans, last iteration (per domain/difficulty)", summary["plans_learnt"]))
+    if summary.get("learning"):
+        rows.append(("learning curve", summary["learning"]))
+    for key, label in (
+        ("routing_first", "final worker per domain, first iteration"),
+        ("routing_last", "final worker per domain, last iteration"),
+        ("plans_at_start", "plans, first iteration (per domain/difficulty)"),
+        ("plans_learnt", "plans, last iteration (per domain/difficulty)"),
+    ):
+        if summary.get(key):
+            rows.append((label, summary[key]))
     if summary.get("mean_overlap") is not None:
         rows.append(("mean overlap of phases (asynchronous)", _fmt(summary["mean_overlap"], ".2f")))
     rows += [

@@ -1,0 +1,155 @@
+"""The yardstick a Conductor's learning is held to on a simulated pool: a tabular softmax policy.
+
+The policy keeps one logit per plan of the optimal-plan family (conductor_rl/evaluation/optimal.py)
+for each kind of question it can tell apart, and learns with the GRPO step training takes: the
+same questions per iteration, drawn in the same order (conductor_rl/data/stream.py), the same
+group size and number of iterations, group-relative advantages (conductor_rl/policy/grpo.py), one
+step per batch, so the clipped ratio is 1 and the step is the policy gradient. Its rewards are
+drawn from the simulator's exact expectations (conductor_rl/workers/sim_expectation.py): right
+(reward 1) with a plan's exact accuracy, else wrong (0.5). Its policy's value is exact: the sum
+over plans of probability times expected reward. What it reaches after as many rollouts as the
+Conductor had says how many rollouts the testbed needs; an LLM that shares what it learns
+between questions may need fewer, one that must also learn to word its subtasks may need more.
+
+Decisions:
+- It starts uniform over the family, as the warm start's demonstrations are drawn
+  (conductor_rl/plan/demonstrations.py).
+- What it observes (`observe`): "domain_difficulty" (the question's domain and difficulty, which
+  the simulator's rules read; an LLM sees only the question's text, from which a MATH level is
+  hard to guess), or "domain" (one table per domain).
+- The step is plain gradient ascent on the logits, lr per step, the loss a mean over the batch's
+  rollouts as training's token mean is over its tokens (a plan is one token here). Its learning
+  rate has no counterpart in the LLM's; the benchmark tries a few and reports the best, so the
+  yardstick is what GRPO can do with these rollouts at its best.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from conductor_rl.config import WorkerConfig
+from conductor_rl.data import Question
+from conductor_rl.data.difficulty import difficulty_of
+from conductor_rl.data.stream import QuestionStream
+from conductor_rl.policy.grpo import group_advantages
+from conductor_rl.workers.sim_expectation import accuracy_of, sim_specs, step_chances
+
+from .optimal import plan_family, value_of
+
+Observe = Literal["domain", "domain_difficulty"]
+Kind = tuple[str, float]  # (domain, difficulty)
+
+
+def kind_of(question: Question) -> Kind:
+    return (question.domain, difficulty_of(question.source, question.meta))
+
+
+@dataclass
+class TabularResult:
+    """What the tabular policy reached: its exact expected reward on the evaluation questions after each
+    iteration (`curve`, index 0 before any step), and that of the best plans."""
+
+    lr: float
+    observe: Observe
+    curve: list[float] = field(default_factory=list)
+    optimal_reward: float = 0.0
+
+    @property
+    def fraction_of_optimal_reward(self) -> float:
+        return self.curve[-1] / self.optimal_reward
+
+    def iterations_to(self, fraction: float) -> int | None:
+        """The first iteration after which the policy reaches `fraction` of the optimal reward (None: never)."""
+        return next((i for i, v in enumerate(self.curve) if v >= fraction * self.optimal_reward), None)
+
+
+class TabularPolicy:
+    """Softmax over the plan family per observed state, with exact plan values per question kind."""
+
+    def __init__(self, workers: Sequence[WorkerConfig], max_steps: int, observe: Observe = "domain_difficulty") -> None:
+        specs = sim_specs(workers)
+        if specs is None:
+            raise ValueError("a tabular yardstick needs a pool of simulated workers (provider 'sim')")
+        self.specs, self.observe = specs, observe
+        self.family = list(plan_family(len(specs), max_steps))
+        self.logits: dict[object, torch.Tensor] = {}
+        self._values: dict[Kind, torch.Tensor] = {}
+
+    def state(self, kind: Kind) -> object:
+        return kind[0] if self.observe == "domain" else kind
+
+    def probabilities(self, kind: Kind) -> torch.Tensor:
+        state = self.state(kind)
+        if state not in self.logits:
+            self.logits[state] = torch.zeros(len(self.family), dtype=torch.float64)
+        return torch.softmax(self.logits[state], dim=0)
+
+    def accuracies(self, kind: Kind) -> torch.Tensor:
+        """Each plan's exact accuracy on a question of this kind."""
+        if kind not in self._values:
+            chances = step_chances(self.specs, *kind)
+            self._values[kind] = torch.tensor([accuracy_of(p, chances) for p in self.family], dtype=torch.float64)
+        return self._values[kind]
+
+    def expected_reward(self, kinds: Sequence[Kind]) -> float:
+        """The policy's exact expected training reward, averaged over questions of `kinds`."""
+        return sum(float((self.probabilities(k) * (0.5 + 0.5 * self.accuracies(k))).sum()) for k in kinds) / len(kinds)
+
+    def step(self, kinds: Sequence[Kind], group_size: int, lr: float, rng: random.Random) -> None:
+        """One GRPO step: `group_size` plans sampled per question, rewards drawn from their exact accuracies."""
+        draws, rewards = [], []
+        for kind in kinds:
+            probs = self.probabilities(kind)
+            plans = rng.choices(range(len(self.family)), weights=probs.tolist(), k=group_size)
+            accuracy = self.accuracies(kind)
+            draws.append((kind, plans))
+            rewards += [1.0 if rng.random() < float(accuracy[p]) else 0.5 for p in plans]
+        advantages = group_advantages(torch.tensor(rewards), group_size).advantages.double()
+        grads: dict[object, torch.Tensor] = {}
+        for g, (kind, plans) in enumerate(draws):
+            probs, state = self.probabilities(kind), self.state(kind)
+            grad = grads.setdefault(state, torch.zeros(len(self.family), dtype=torch.float64))
+            for i, plan in enumerate(plans):
+                a = advantages[g * group_size + i]
+                grad -= a * probs  # d log softmax(plan) / d logits = onehot(plan) - probs
+                grad[plan] += a
+        n = len(rewards)
+        for state, grad in grads.items():
+            self.logits[state] += lr * grad / n
+
+
+def tabular_grpo(
+    train_questions: Sequence[Question],
+    eval_questions: Sequence[Question],
+    workers: Sequence[WorkerConfig],
+    *,
+    max_steps: int,
+    iterations: int,
+    questions_per_iteration: int,
+    group_size: int,
+    lr: float,
+    seed: int = 0,
+    balance_domains: bool = False,
+    observe: Observe = "domain_difficulty",
+) -> TabularResult:
+    """Train a `TabularPolicy` as training would train the Conductor (same draws of questions from
+    `train_questions` for `seed`) and follow its exact expected reward on `eval_questions`."""
+    policy = TabularPolicy(workers, max_steps, observe)
+    eval_kinds = [kind_of(q) for q in eval_questions]
+    best = [float(policy.accuracies(k).max()) for k in eval_kinds]
+    result = TabularResult(lr, observe, optimal_reward=sum(value_of(a, 0.0) for a in best) / len(best))
+    stream = QuestionStream(list(train_questions), seed=seed, balance_domains=balance_domains)
+    rng = random.Random(f"tabular/{seed}")
+    result.curve.append(policy.expected_reward(eval_kinds))
+    for _ in range(iterations):
+        policy.step([kind_of(q) for q in stream.take(questions_per_iteration)], group_size, lr, rng)
+        result.curve.append(policy.expected_reward(eval_kinds))
+    if not all(math.isfinite(v) for v in result.curve):
+        raise FloatingPointError(f"the tabular policy diverged at lr={lr}: lower it")
+    return result
