@@ -89,10 +89,15 @@ def train_seed(
     return config
 
 
-def evaluate_seed(trained: Config, benchmarks: Sequence[str], repeats: int, out: Path) -> list[EvalRecord]:
+def evaluate_seed(
+    trained: Config, benchmarks: Sequence[str], repeats: int, out: Path, reuse: bool = False
+) -> list[EvalRecord]:
+    """Evaluate the trained Conductor and the baselines into `out`; with `reuse`, an evaluation already
+    there resumes (what it finished is kept)."""
     from jobs.evaluate import evaluate
 
-    shutil.rmtree(out, ignore_errors=True)
+    if not reuse:
+        shutil.rmtree(out, ignore_errors=True)
     methods = [f"conductor:{trained.train.output_dir}", *BASELINES]
     config = load_config(
         trained,
@@ -273,6 +278,15 @@ def tabular_yardstick(config: Config, held_out: Sequence[Question], iterations: 
     }
 
 
+def mean_over_seeds(runs: Sequence[dict]) -> dict[str, float | None]:
+    """Each figure's mean over the seeds; None where a seed lacks it (benchmarks/subsets.py, recursion.py)."""
+    keys = dict.fromkeys(k for r in runs for k in r if k not in ("seed", "train_s", "wall_s"))
+    return {
+        k: statistics.fmean(vals) if len(vals := [r[k] for r in runs if r.get(k) is not None]) == len(runs) else None
+        for k in keys
+    }
+
+
 def mean_with_se(values: Sequence[float | None]) -> dict[str, float | None]:
     present = [v for v in values if v is not None]
     if len(present) != len(values) or not present:
@@ -315,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="evaluation repeats per held-out question")
     parser.add_argument("--benchmarks", nargs="+", help=f"held-out sets (default: evaluate.benchmarks + {HELD_OUT})")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-orchestration")
-    parser.add_argument("--reuse", action="store_true", help=REUSE_HELP)
+    parser.add_argument("--reuse", action="store_true", help=REUSE_HELP + "; resume their evaluations")
     parser.add_argument("--json", action="store_true", help="(the JSON is always on the last line)")
     args = parser.parse_args(argv)
 
@@ -332,7 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         trained = train_seed(seed, args.iterations, args.overrides, args.out / f"seed-{seed}" / "run", reuse=args.reuse)
         trained_s = time.perf_counter() - started
         print(f"seed {seed}: evaluating on {len(held_out)} held-out questions ...", file=sys.stderr, flush=True)
-        records = evaluate_seed(trained, benchmarks, args.repeats, args.out / f"seed-{seed}" / "eval")
+        records = evaluate_seed(trained, benchmarks, args.repeats, args.out / f"seed-{seed}" / "eval", args.reuse)
+        records = [r for r in records if (r.benchmark, r.question_id) in questions]  # not the router's pilot
         values.append(method_values(records, questions, trained.workers))
         run = {"seed": seed, **figures(records, values[-1], optimal_reward)}
         run.update(sampled_shares(Path(trained.train.output_dir), args.iterations, len(trained.workers)))

@@ -123,6 +123,9 @@ def test_goals_are_reached_or_missed(bench):
         "seed_minutes": False,
     }
     assert json.dumps(bench.GOALS)
+    # the mean over seeds that benchmarks/subsets.py and recursion.py take
+    per_seed = [{"seed": 0, "accuracy": 0.6, "share": None}, {"seed": 1, "accuracy": 0.8, "share": 0.5}]
+    assert bench.mean_over_seeds(per_seed) == {"accuracy": pytest.approx(0.7), "share": None}
 
 
 def test_the_optimum_and_the_tabular_yardstick_on_the_embedded_pool(bench, config):

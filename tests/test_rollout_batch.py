@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from conductor_rl.plan.constrained import choice_segments
 from conductor_rl.policy.batch import rollout_batch
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.rollout.workflow import Task
@@ -116,3 +117,18 @@ def test_the_formats_own_text_is_out_of_the_loss_and_subtask_text_as_asked():
     assert "Solve it" in dropped and "Solve" not in chosen and "0" in chosen and "all" in chosen
     chosen, _ = split(batch, 1)
     assert "1]" in chosen and "Answer" not in chosen
+
+    # train.choice_weighting=segment: the same tokens in the loss, each kind of choice an equal share
+    weighted, _ = rollout_batch(
+        rollouts, PROMPTS, format_tokenizer=tokenizer, response_prefix=prefix, choice_weighting="segment"
+    )
+    plain, _ = rollout_batch(rollouts, PROMPTS, format_tokenizer=tokenizer, response_prefix=prefix)
+    for row in range(2):
+        w, m = weighted.loss_masks[row], plain.loss_masks[row]
+        assert [x > 0 for x in w] == [x > 0 for x in m] and sum(w) == pytest.approx(sum(m))
+    labels = choice_segments(tokenizer, list(rollouts[0].completion_ids), prefix)
+    share = {
+        k: sum(x for x, label in zip(weighted.loss_masks[0], labels) if label == k)
+        for k in ("workers", "subtasks", "access")
+    }
+    assert share["workers"] == pytest.approx(share["subtasks"]) == pytest.approx(share["access"])

@@ -73,3 +73,20 @@ def test_expected_accuracy_is_the_simulators_long_run_frequency(pool):
         right += answers[-1] == format_answer("6", "numeric")
     se = (exact * (1 - exact) / n) ** 0.5
     assert abs(right / n - exact) < 4 * se, (right / n, exact)
+
+
+def test_the_training_record_carries_the_sampled_plans_exact_expected_accuracy_and_reward(pool):
+    from conductor_rl.rollout.rollouts import Rollout, parse_rollout
+    from conductor_rl.rollout.workflow import Task
+    from conductor_rl.run.metrics import iteration_metrics
+
+    task = Task("q", QUESTION, "math", "6", "numeric", difficulty=1.0)
+    one = f'model_id = [0]\nsubtasks = ["{ON_TASK}"]\naccess_list = [[]]\n'
+    rollouts = [parse_rollout(Rollout(task, text, group=0, sample=i), 3, 3) for i, text in enumerate([one, "no plan"])]
+    names = [w.name for w in pool]
+    record = iteration_metrics(rollouts, names, specs=sim_specs(pool))
+    p = pool[0].sim.hard_accuracy["math"]
+    assert record["expected_accuracy"] == pytest.approx(p / 2)  # a plan error is never right
+    assert record["expected_reward_mean"] == pytest.approx((0.5 + 0.5 * p + 0.0) / 2)  # and its reward is 0
+    assert record["plan_shapes"]["math/hard"]["expected_accuracy"] == pytest.approx(p)
+    assert "expected_accuracy" not in iteration_metrics(rollouts, names)  # no specs: a real pool

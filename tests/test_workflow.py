@@ -511,9 +511,12 @@ def test_the_iteration_metrics_give_plan_shapes_per_domain_and_difficulty_and_th
     ]
     shapes = iteration_metrics(rollouts, ["a", "b"])["plan_shapes"]
     assert shapes == {
-        "math/easy": {"plans": 1, "steps": 1.0, "single_step_share": 1.0, "checking_share": 0.0, "final_worker": "a"},
-        "math/hard": {"plans": 2, "steps": 2.0, "single_step_share": 0.0, "checking_share": 0.5, "final_worker": "b"},
-    }
+        "math/easy": {"plans": 1, "steps": 1.0, "single_step_share": 1.0, "checking_share": 0.0, "final_worker": "a",
+                      "final_worker_shares": {"a": 1.0, "b": 0.0}},
+        "math/hard": {"plans": 2, "steps": 2.0, "single_step_share": 0.0, "checking_share": 0.5, "final_worker": "b",
+                      "final_worker_shares": {"a": 0.0, "b": 1.0}},
+    }  # fmt: skip
+    assert "expected_accuracy" not in iteration_metrics(rollouts, ["a", "b"])  # real-looking workers: no exact figure
     line = plans_learnt({"iteration": 4, "plan_shapes": shapes})
     assert line == (
         "iteration 4: math/easy 1.0 steps (100% one step, 0% check an earlier answer), ending on a; "

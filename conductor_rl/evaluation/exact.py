@@ -28,17 +28,19 @@ QuestionKey = tuple[str, str]  # (benchmark, question id)
 
 
 def record_plan(record: EvalRecord, workers: Sequence[WorkerConfig]) -> Plan | None:
-    """The record's plan with pool places (by worker name), or None without one."""
-    if not record.plan:
+    """The record's plan with pool places, found by the name of each step's worker (`record.workers`, in
+    step order), or None without a plan or with a worker outside the pool."""
+    if not record.plan or len(record.workers) != len(record.plan):
         return None
     names = [w.name for w in workers]
-    steps = []
-    for step in record.plan:
-        if step.get("worker") not in names:
-            return None
-        access = step.get("access", [])
-        steps.append(Step(names.index(step["worker"]), str(step.get("subtask", "")), access))
-    return Plan(tuple(steps))
+    if any(name not in names for name in record.workers):
+        return None
+    return Plan(
+        tuple(
+            Step(names.index(name), str(step.get("subtask", "")), step.get("access", []))
+            for name, step in zip(record.workers, record.plan)
+        )
+    )
 
 
 def record_expected_accuracy(record: EvalRecord, question: Question, workers: Sequence[WorkerConfig]) -> float | None:
