@@ -176,4 +176,7 @@ class ConductorServer:
 
     @app.post("/v1/chat/completions")
     async def chat(self, request: Request) -> Response:
-        return respond(await self.endpoint.chat(await request.body(), request.headers.get("authorization")))
+        headers = request.headers
+        return respond(
+            await self.endpoint.chat_from(request.stream(), headers.get("authorization"), headers.get("content-length"))
+        )

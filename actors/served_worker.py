@@ -18,6 +18,7 @@ Why not Ray Serve LLM (`ray.serve.llm`): docs/decisions.md, "Worker pools".
 
 from __future__ import annotations
 
+import secrets
 import tempfile
 import threading
 import time
@@ -28,6 +29,7 @@ from typing import Any
 import ray
 
 from conductor_rl.config import ServeSpec, WorkerConfig
+from conductor_rl.workers.providers.keys import Secret
 from conductor_rl.workers.serving import (
     Deployment,
     ServedWorkerError,
@@ -59,8 +61,12 @@ def _node_ip() -> str:
 
 @ray.remote(max_concurrency=4)  # stop() and log_tail() must run while start() waits for the server
 class ServedWorkerActor:
-    def __init__(self, name: str, spec: ServeSpec, served_names: Sequence[str], replica: int = 0) -> None:
+    def __init__(
+        self, name: str, spec: ServeSpec, served_names: Sequence[str], replica: int = 0, api_key: Secret | None = None
+    ) -> None:
+        """`api_key`: the key the server requires of every request (generated per deployment by the job)."""
         self.name, self.spec, self.served_names, self.replica = name, spec, tuple(served_names), replica
+        self.api_key = api_key
         self._server: ServerProcess | None = None
         self._lock = threading.Lock()
         self._stopped = False
@@ -76,6 +82,7 @@ class ServedWorkerActor:
             host,
             _log_dir(),
             on_retry=lambda msg: print(msg, flush=True),
+            api_key=self.api_key.reveal() if self.api_key is not None else None,
         )
         with self._lock:
             self._server = server
@@ -119,13 +126,16 @@ class ServedWorkers:
         actors: list[list[Any]],
         replicas: list[list[dict[str, Any]]],
         n_workers: int,
+        keys: Sequence[Secret] = (),
     ) -> None:
         self.deployments, self.actors, self.replicas = deployments, actors, replicas
         self.urls: list[list[str] | None] = [None] * n_workers
-        for deployment, infos in zip(deployments, replicas):
+        self.keys: list[Secret | None] = [None] * n_workers
+        for d_index, (deployment, infos) in enumerate(zip(deployments, replicas)):
             for i in deployment.workers:
                 if i < n_workers:
                     self.urls[i] = [info.get("base_url", "") for info in infos]
+                    self.keys[i] = keys[d_index] if d_index < len(keys) else None
 
     def __len__(self) -> int:
         return len(self.deployments)
@@ -139,6 +149,8 @@ class ServedWorkers:
         actors: list[list[Any]] = []
         pending: dict[Any, tuple[int, int, float]] = {}  # ref -> (deployment, replica, deadline)
         started = time.monotonic()
+        # Each deployment's servers require a key of their own: they listen on the node's address.
+        keys = [Secret(secrets.token_urlsafe(32)) for _ in deployments]
         for d_index, d in enumerate(deployments):
             names = f" (as {', '.join(d.served_names)})" if len(d.workers) > 1 else ""
             log(
@@ -149,7 +161,7 @@ class ServedWorkers:
             if d.spec.resources:
                 options["resources"] = dict(d.spec.resources)
             replicas = [
-                ServedWorkerActor.options(**options).remote(d.name, d.spec, d.served_names, r)
+                ServedWorkerActor.options(**options).remote(d.name, d.spec, d.served_names, r, keys[d_index])
                 for r in range(d.replicas)
             ]
             actors.append(replicas)
@@ -198,10 +210,14 @@ class ServedWorkers:
         except BaseException:
             served.shutdown()
             raise
-        return cls(deployments, actors, infos, len(workers))
+        return cls(deployments, actors, infos, len(workers), keys)
 
     def urls_for(self, worker_index: int) -> list[str] | None:
         return self.urls[worker_index]
+
+    def key_for(self, worker_index: int) -> Secret | None:
+        """The key worker `worker_index`'s servers require (None: not served)."""
+        return self.keys[worker_index]
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop every server (each waits for its process group), then the actors."""

@@ -102,9 +102,8 @@ class LedgerActor:
     def __init__(self, budget_usd: float | None, journal: str | None = None, job: str = "") -> None:
         self._ledger = CostLedger.from_journal(journal, budget_usd, job=job) if journal else CostLedger(budget_usd)
 
-    async def _durable(self, fsync: bool = True) -> None:
-        if self._ledger.journal is not None:
-            await self._ledger.journal.durable(fsync)
+    async def _durable(self, fsync: bool = True, before_a_call: bool = False) -> None:
+        await self._ledger.durable(fsync, before_a_call)
 
     async def admit(self) -> None:
         self._ledger.admit()
@@ -127,12 +126,12 @@ class LedgerActor:
         key: CallKey | None = None,
     ) -> None:
         self._ledger.open_call(call_id, worker, provider, max_cost_usd, admit, model, key)
-        await self._durable(fsync=False)  # written before the call is sent; on disk within milliseconds
+        await self._durable(fsync=False, before_a_call=True)  # written before the call is sent; fsync'd soon
 
     async def open_calls(self, calls: list[tuple[str, str, str, float, str, CallKey | None]]) -> None:
         for call_id, worker, provider, max_cost_usd, model, key in calls:
             self._ledger.open_call(call_id, worker, provider, max_cost_usd, False, model, key)
-        await self._durable(fsync=False)
+        await self._durable(fsync=False, before_a_call=True)
 
     async def close_call(self, call_id: str, outcome: str = "error") -> None:
         self._ledger.close_call(call_id, outcome)
@@ -148,7 +147,7 @@ class LedgerActor:
 
     async def tag_request(self, request_id: str, client: str) -> None:
         self._ledger.tag_request(request_id, client)
-        await self._durable(fsync=False)
+        await self._durable(fsync=False, before_a_call=True)
 
     async def start_cell(self, cell: str | None) -> None:
         self._ledger.start_cell(cell)
@@ -167,6 +166,9 @@ class LedgerActor:
 
     async def exhausted(self) -> bool:
         return self._ledger.exhausted
+
+    async def stop_reason(self) -> str | None:
+        return self._ledger.stop_reason
 
     async def entries(self) -> list:
         return list(self._ledger.entries)
@@ -372,8 +374,10 @@ class WorkerPool:
         policy: RetryPolicy | None = None,
         limiter_scope: str = "",
         base_urls: Sequence[str] | None = None,
+        api_key: Secret | None = None,
     ) -> None:
-        """`base_urls`: the servers of a served worker (actors/served_worker.py), one per replica.
+        """`base_urls`: the servers of a served worker (actors/served_worker.py), one per replica, and
+        `api_key` the key they require (in place of the configured worker's).
         WorkerActor i calls server i % len(base_urls), and there are at least as many
         WorkerActors as servers, so the pool's concurrency grows with the servers."""
         if replicas < 1:
@@ -385,7 +389,7 @@ class WorkerPool:
         self.name = config.name
         self.config = config
         self.simulated = config.provider == "sim"
-        key = (
+        key = api_key or (
             read_api_key(config) if config.provider not in OFFLINE_PROVIDERS else None
         )  # fails here, naming the variable
         limited = config.rpm is not None or config.tpm is not None

@@ -101,7 +101,7 @@ def served_figures(label: str, env: dict[str, str], batch: list[WorkerRequest], 
     start_s = time.perf_counter() - created
     try:
         ledger = get_ledger(None, name=f"ledger-bench-{uuid.uuid4().hex[:8]}")
-        pool = WorkerPool(worker, 1, ledger=ledger, base_urls=served.urls_for(0))
+        pool = WorkerPool(worker, 1, ledger=ledger, base_urls=served.urls_for(0), api_key=served.key_for(0))
         asyncio.run(run(pool, batch[:1], False))  # first request: tokenizer and kernels warm
         seq_tokens, seq_s = asyncio.run(run(pool, batch, False))
         par_tokens, par_s = asyncio.run(run(pool, batch, True))

@@ -38,3 +38,16 @@ def fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def fsync_tree(folder: Path) -> None:
+    """fsync every file and folder under `folder` (before it is renamed into place: a rename that
+    reaches the disk before the files it names would leave a complete-looking folder of empty files)."""
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(root))

@@ -174,7 +174,24 @@ def resolve_model(name: str) -> str:
         return str(_cached(TINY_QWEN2, _build_tiny_qwen2))
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
+    if looks_local(name):
+        raise ModelNotAvailableError(
+            f"model folder {name!r} does not exist (from {os.getcwd()}); a Hub id is 'org/name'. Check the "
+            f"path (a run's checkpoint: <run>/checkpoints/ckpt-<iteration>/model), or use one of {OFFLINE_MODELS}"
+        )
     return name
+
+
+def looks_local(name: str) -> bool:
+    """Whether `name` is meant as a folder rather than a Hub id ('org/name'): a path from the root, home or
+    here, more than one '/', or a first part that is a folder here ('runs/x')."""
+    first = name.split("/", 1)[0]
+    return (
+        name.startswith(("/", "./", "../", "~"))
+        or name.count("/") >= 2
+        or name.endswith("/")
+        or ("/" in name and Path(first).is_dir())
+    )
 
 
 def load_causal_lm(name: str, dtype: str = "auto") -> tuple[Any, Any]:

@@ -50,7 +50,7 @@ from conductor_rl.rollout.rollouts import Rollout, inner_record, run_rollout
 from conductor_rl.rollout.workflow import StepTrace, Task
 from conductor_rl.system import System
 from conductor_rl.workers.guarded import GuardedProvider
-from conductor_rl.workers.ledger import CostLedger
+from conductor_rl.workers.ledger import CostLedger, refused_by_ledger
 from conductor_rl.workers.limits import AsyncRateLimiter, WindowLimits
 from conductor_rl.workers.providers import Provider, Usage, build_provider, cached
 from conductor_rl.workers.retry import RetryPolicy
@@ -196,7 +196,7 @@ class BudgetSpentError(RuntimeError):
 
 
 def _stopped_by_budget(answer: Answer) -> bool:
-    return any(s.error and s.error.startswith("budget_exceeded:") for s in answer.steps)
+    return any(refused_by_ledger(s.error) for s in answer.steps)
 
 
 class PlanSampler(Protocol):

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from conductor_rl.config import Config, ConfigError
+from conductor_rl.config.redaction import recorded
 from conductor_rl.data import load_dataset
 from conductor_rl.rollout.workflow import Task
 from conductor_rl.run.placement import ClusterTooSmallError
@@ -125,7 +126,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             ray.shutdown()
     results = [a.to_dict() for a in answers]
     if args.json:
-        print(json.dumps({"config": config.model_dump(mode="json"), "results": results}, indent=2), file=out)
+        print(json.dumps({"config": recorded(config), "results": results}, indent=2), file=out)
     else:
         for r in results:
             print(format_result(r, config), file=out, flush=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 
 from conductor_rl.config import Config, ConfigError, is_override, load_config
 from conductor_rl.models import verbose
@@ -71,11 +72,13 @@ def check_workers_before_start(config: Config) -> None:
         raise ConfigError("invalid worker settings:\n  " + "\n  ".join(problems))
 
 
-def check_sandbox_before_start(config: Config) -> None:
-    """With `grader.sandbox.require_isolation`, refuse to start where bubblewrap cannot isolate code
-    (a ConfigError naming the key and the fix), not at the first answer graded. Graders on other
-    nodes check again where they run."""
-    if config.grader.sandbox.require_isolation:
+def check_sandbox_before_start(config: Config, specs: Sequence[str]) -> None:
+    """Where the questions of `specs` may hold code and `grader.sandbox.require_isolation` (the default)
+    holds, refuse to start where bubblewrap cannot isolate code (a ConfigError naming the key and the
+    fix), not at the first answer graded. Graders on other nodes check again where they run."""
+    from conductor_rl.data.specs import may_hold_code
+
+    if config.grader.sandbox.require_isolation and any(may_hold_code(s) for s in specs):
         from conductor_rl.grading.sandbox import IsolationUnavailableError, Sandbox
 
         try:

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conductor_rl.config import Config, ConfigError
+from conductor_rl.config.redaction import recorded
 from conductor_rl.evaluation import (
     MissingEvidenceError,
     RecordStore,
@@ -78,7 +79,7 @@ def prepare(config: Config) -> tuple[Evaluation, dict[str, System]]:
     ev = prepare_evaluation(config)
     conductors = {name: conductor_system(name, c.config) for name, c in ev.conductors.items()}
     check_workers_before_start(config)
-    check_sandbox_before_start(config)
+    check_sandbox_before_start(config, list(ev.benchmarks))
     check_trackers(config.evaluate.loggers, config.tracking, "evaluate.loggers")
     return ev, conductors
 
@@ -180,7 +181,7 @@ def evaluate(config: Config, force: bool = False) -> dict:
     if any(m.kind == "moa" for m in ev.methods):
         info["moa_aggregator"] = moa_aggregator_of(config)
     paths = write_results(out, cells, strategy(records), records, info)
-    dump, rows = config.model_dump(mode="json"), [c.to_dict() for c in cells]
+    dump, rows = recorded(config), [c.to_dict() for c in cells]
     files = [paths[RESULTS_MD], paths[PLOT_FILE]]
     track_evaluation(config.evaluate.loggers, out, config.tracking, dump, rows, files)
     return {"output_dir": str(out), **info, "cells": rows}

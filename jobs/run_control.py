@@ -16,8 +16,10 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from conductor_rl.config import Config, TrainConfig
+from conductor_rl.config.redaction import recorded
 from conductor_rl.rollout.rollouts import Rollout
 from conductor_rl.run.checkpoint import CheckpointError, Checkpoints, check_writable
+from conductor_rl.run.state import resume_conflicts
 from conductor_rl.run.trackers import Trackers, open_trackers
 from jobs.common import check_sandbox_before_start, check_workers_before_start, log
 
@@ -61,7 +63,14 @@ def open_run(config: Config, resume: bool) -> tuple[Path, Checkpoints, dict | No
             f"set train.output_dir to a new folder, or delete {out} to start over"
         )
     check_workers_before_start(config)  # a missing key fails here, not after the actors start
-    check_sandbox_before_start(config)
+    check_sandbox_before_start(config, [config.data.questions])
+    conflicts = resume_conflicts(state["config"], config) if state else []
+    if conflicts:
+        raise CheckpointError(
+            f"{out} was trained with another pool or Conductor; a resume must keep them (the plans it learnt "
+            f"name its workers by position). Changed: " + "; ".join(conflicts[:12]) + ". Resume with the "
+            f"configuration it started with ({out / 'config.json'}), or start a new train.output_dir"
+        )
     if state and state["config"]["train"]["iterations"] != t.iterations:
         log(
             f"warning: resuming with train.iterations={t.iterations}, the run started with "
@@ -123,14 +132,15 @@ def check_budget(system: TrainingSystem | WorkerPools) -> None:
             f"{lost} worker call(s) never returned (their replica died mid-call; the provider may have "
             f"billed them): counted at their worst-case cost"
         )
-    if ray.get(system.ledger.exhausted.remote()):
-        raise StopRun("budget")
+    reason = ray.get(system.ledger.stop_reason.remote())  # "budget", or "journal": its write failed
+    if reason is not None:
+        raise StopRun(reason)
 
 
 def needs_final_checkpoint(stopped: str, done: int, saved: int, spent_usd: float) -> bool:
     """Whether the run must save a checkpoint once the loop has ended.
 
-    stopped: "finished", or why the run stopped (a signal's name, "budget");
+    stopped: "finished", or why the run stopped (a signal's name, "budget", "journal");
     done, saved: the last finished and the last checkpointed iteration (-1: none);
     spent_usd: the ledger's total.
 
@@ -150,7 +160,7 @@ def needs_final_checkpoint(stopped: str, done: int, saved: int, spent_usd: float
 
 def open_run_trackers(config: Config, out: Path, resume_after: int | None) -> Trackers:
     """The run's experiment trackers (`train.loggers`), checked before any opens (TrackerError names the fix)."""
-    dump = config.model_dump(mode="json")
+    dump = recorded(config)
     return Trackers(open_trackers(config.train.loggers, out, config.tracking, out.name, dump, resume_after))
 
 

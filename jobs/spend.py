@@ -23,7 +23,6 @@ from conductor_rl.workers.spend_journal import (
     GROUPS,
     JOURNAL_FILE,
     Books,
-    JournalError,
     call_rows,
     read_books,
     totals_by,
@@ -59,6 +58,7 @@ def summary(books: Books, groups: Sequence[str]) -> dict:
         "lost_usd": sum(e["usd"] for e in books.lost),
         "open_calls": len(books.open),
         "at_most_usd": books.at_most_usd,
+        "torn_line_offsets": books.skipped,
         "sessions": [{"session": s["session"], "job": s.get("job", ""), "t": s["t"]} for s in books.sessions],
         "by": {g: totals_by(books, g) for g in groups},
     }
@@ -109,10 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        books = read_books(journal_of(args.run_dir))
-    except JournalError as err:
-        raise SystemExit(str(err)) from None
+    books = read_books(journal_of(args.run_dir))
+    if books.skipped:
+        offsets = ", ".join(str(o) for o in books.skipped[:10])
+        print(f"warning: skipped {len(books.skipped)} torn line(s) at byte offset(s) {offsets} (a write cut short)")
     # By default, by worker and by what the job is made of: a training run's iterations, an evaluation's
     # cells, a server's clients.
     evaluation = any(e.get("cell") for e in books.billed)

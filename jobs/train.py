@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conductor_rl.config import Config, ConfigError
+from conductor_rl.config.redaction import recorded
 from conductor_rl.data.overlap import ContaminationError
 from conductor_rl.data.stream import QuestionStream
 from conductor_rl.policy.warm_start import check_warm_start
@@ -99,7 +100,8 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
     traces = TraceWriter(out)
     if resume:
         remove_after(out, start - 1)
-    (out / "config.json").write_text(json.dumps(config.model_dump(mode="json"), indent=2))
+    if not (out / "config.json").exists() or not resume:  # a resume keeps the configuration the run began with
+        (out / "config.json").write_text(json.dumps(recorded(config), indent=2))
 
     from actors.train_metrics import TrainMetrics
     from jobs.ray_cluster import start_ray

@@ -100,6 +100,7 @@ def start_worker_pools(
                 num_cpus=cpus,
                 resources=custom or None,
                 base_urls=served.urls_for(i) if served is not None else None,
+                api_key=served.key_for(i) if served is not None else None,
             )
             for i, w in enumerate(config.workers)
         ]

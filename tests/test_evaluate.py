@@ -181,7 +181,7 @@ def test_the_papers_setting_refuses_to_grade_code_without_isolation(tmp_path, no
     for name in ("OPENAI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY"):
         monkeypatch.setenv(name, "sk-test")
     monkeypatch.setattr(sandbox, "detect_isolation", lambda _path: ("rlimits", [], "bubblewrap is not installed"))
-    argv = ["--config", "configs/paper.yaml", "--benchmark", "samples:math500", "--method", "single:gpt-6.1-sol"]
+    argv = ["--config", "configs/paper.yaml", "--benchmark", "samples:humaneval", "--method", "single:gpt-6.1-sol"]
     message = refused(argv, tmp_path / "out")
     assert "sandbox isolation is required (grader.sandbox.require_isolation)" in message, message
     assert "apt-get install bubblewrap" in message, message

@@ -21,7 +21,8 @@ NO_BWRAP = "/nonexistent/bwrap"
 @pytest.fixture(params=["bwrap", "rlimits"])
 def box(request) -> Sandbox:
     """A sandbox in each isolation mode (rlimits: bubblewrap made unavailable)."""
-    return Sandbox(timeout_s=5, bwrap_path=None if request.param == "bwrap" else NO_BWRAP)
+    rlimits = request.param == "rlimits"
+    return Sandbox(timeout_s=5, bwrap_path=NO_BWRAP if rlimits else None, require_isolation=not rlimits)
 
 
 def test_stdin_stdout_stderr_and_exit_status(box):
@@ -101,7 +102,7 @@ def test_bwrap_mode_has_a_private_tmp_and_read_only_root():
 def test_fallback_warns_once_and_says_so(monkeypatch, caplog):
     monkeypatch.setattr(sandbox_module, "_warned_fallback", False)
     caplog.set_level(logging.WARNING, logger="conductor_rl.grading.sandbox")
-    box = Sandbox(bwrap_path=NO_BWRAP)
+    box = Sandbox(bwrap_path=NO_BWRAP, require_isolation=False)
     assert box.run("print(1)").isolation == "rlimits"
     box.run("print(2)")
     warnings = [r for r in caplog.records if "bubblewrap" in r.getMessage()]
@@ -109,14 +110,16 @@ def test_fallback_warns_once_and_says_so(monkeypatch, caplog):
 
 
 def test_fallback_runs_in_a_throwaway_directory():
-    r = Sandbox(bwrap_path=NO_BWRAP).run("import os\nprint(os.getcwd())\nopen('f', 'w').write('x')\n")
+    r = Sandbox(bwrap_path=NO_BWRAP, require_isolation=False).run(
+        "import os\nprint(os.getcwd())\nopen('f', 'w').write('x')\n"
+    )
     workdir = r.stdout.strip()
     assert r.ok and "conductor-rl-sandbox-" in workdir
     assert not __import__("os").path.exists(workdir)
 
 
 def test_required_isolation_without_bwrap_names_the_fix():
-    box = Sandbox(bwrap_path=NO_BWRAP, require_isolation=True)
+    box = Sandbox(bwrap_path=NO_BWRAP)  # required by default
     with pytest.raises(IsolationUnavailableError, match="apt-get install bubblewrap"):
         box.run("print(1)")
 

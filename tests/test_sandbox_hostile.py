@@ -31,6 +31,7 @@ def box(request) -> Sandbox:
         memory_mb=512,
         max_processes=32,
         bwrap_path=None if request.param == "bwrap" else "/nonexistent/bwrap",
+        require_isolation=request.param == "bwrap",  # rlimits: the fallback a user opts in to
     )
 
 
@@ -142,6 +143,55 @@ def test_secrets_in_the_parent_environment_are_not_visible(box, monkeypatch):
     )
     assert "sk-hostile-test" not in r.stdout + r.stderr
     assert r.stdout.startswith("None\n")
+
+
+READ_EVERY_ENVIRON = """
+import json, os, sys
+key = sys.stdin.read().strip().encode()
+holders, chain, pid = [], [], os.getpid()
+for entry in os.listdir("/proc"):
+    try:
+        if entry.isdigit() and key in open(f"/proc/{entry}/environ", "rb").read():
+            holders.append(int(entry))
+    except OSError:
+        pass
+while pid > 1:
+    status = open(f"/proc/{pid}/status").read()
+    pid = int(status.split("PPid:")[1].split()[0])
+    chain.append(pid)
+print(json.dumps([holders, chain]))
+"""
+
+
+def test_without_isolation_the_program_cannot_read_its_graders_keys(tmp_path):
+    """The worst fallback (no bubblewrap, no `unshare`, so the host's /proc): a grader whose environment
+    holds a key runs a program that reads /proc/<pid>/environ of every process, its ancestors first."""
+    import json
+    import os
+    import secrets
+    import subprocess
+    import sys
+
+    key = "sk-" + secrets.token_hex(16)
+    tools = tmp_path / "bin"  # prlimit and setpriv, and no unshare: no namespace can be made
+    tools.mkdir()
+    for tool in ("prlimit", "setpriv"):
+        os.symlink(f"/usr/bin/{tool}", tools / tool)
+    grader = (
+        "import json, sys; from conductor_rl.grading.sandbox import Sandbox; "
+        "box = Sandbox(bwrap_path='/nonexistent/bwrap', require_isolation=False); "
+        f"r = box.run({READ_EVERY_ENVIRON!r}, stdin=sys.stdin.read()); "
+        "print(json.dumps([r.isolation, r.stdout, r.stderr]))"
+    )
+    env = {**os.environ, "PATH": str(tools), "OPENAI_API_KEY": key}
+    out = subprocess.run(
+        [sys.executable, "-c", grader], input=key, env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    isolation, stdout, stderr = json.loads(out.stdout.strip().splitlines()[-1])
+    assert isolation == "rlimits", stderr
+    holders, chain = json.loads(stdout)
+    assert holders == [], f"the program read a key in the environment of {holders}"
+    assert len(chain) >= 2, chain  # it saw its ancestors on the host's /proc (the grader among them)
 
 
 def test_killing_its_parent(box):

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -142,6 +143,28 @@ def test_the_server_environment_adds_serve_env_and_finds_the_guard():
     env = server_env(spec(env={"VLLM_CPU_KVCACHE_SPACE": "1"}), base={"PATH": "/bin", "PYTHONPATH": "/x"})
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["PATH"] == "/bin"
     assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/x"]
+
+
+def test_the_server_gets_only_the_variables_it_needs_and_its_own_key():
+    job = {
+        "PATH": "/bin",
+        "HF_HOME": "/hf",
+        "CUDA_VISIBLE_DEVICES": "1",
+        "OPENAI_API_KEY": "sk-job",
+        "ANTHROPIC_API_KEY": "sk-ant",
+        "CONDUCTOR_RL_SERVE_TOKENS": "me:tok",
+        "VLLM_API_KEY": "inherited",
+        "AWS_SECRET_ACCESS_KEY": "aws",
+    }
+    env = server_env(spec(), base=job, api_key="generated")
+    assert {k: env[k] for k in ("PATH", "HF_HOME", "CUDA_VISIBLE_DEVICES")} == {
+        "PATH": "/bin",
+        "HF_HOME": "/hf",
+        "CUDA_VISIBLE_DEVICES": "1",
+    }
+    assert env["VLLM_API_KEY"] == "generated"
+    assert not {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CONDUCTOR_RL_SERVE_TOKENS", "AWS_SECRET_ACCESS_KEY"} & set(env)
+    assert "VLLM_API_KEY" not in server_env(spec(), base=job)  # never the job's own
 
 
 def test_a_cpu_replica_runs_its_model_in_the_engine_process_unless_serve_env_says_otherwise():
@@ -384,7 +407,13 @@ def test_a_plan_runs_on_served_smollm2_replicas_and_the_ledger_matches_the_serve
         assert all(info["seconds"] < 600 for info in infos)
         before = [vllm_counters(u) for u in urls]
         ledger = get_ledger(None, name=f"ledger-served-{os.getpid()}")
-        pools = [WorkerPool(w, 1, ledger=ledger, base_urls=served.urls_for(i)) for i, w in enumerate(workers)]
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the server listens on the node's address
+            urllib.request.urlopen(f"{urls[0]}/models", timeout=10)
+        assert refused.value.code == 401  # and requires the key the job generated for it
+        pools = [
+            WorkerPool(w, 1, ledger=ledger, base_urls=served.urls_for(i), api_key=served.key_for(i))
+            for i, w in enumerate(workers)
+        ]
         assert [len(p.replicas) for p in pools] == [2, 2]  # 1 asked, 2 servers: 2 WorkerActors each
         plan = parse_plan(
             'model_id = [0, 1]\nsubtasks = ["What is 2 + 3?", "Check the answer."]\naccess_list = [[], [0]]', 2

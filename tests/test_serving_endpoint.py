@@ -150,3 +150,41 @@ def test_with_a_per_request_sampler_each_plan_is_its_own_request_and_a_seed_give
     assert first.status == again.status == 200, (first.body, again.body)
     assert first.body["conductor"]["completion"] == again.body["conductor"]["completion"]
     assert other.body["conductor"]["completion"]  # planned, whatever its workers then did
+
+
+def test_a_gigabyte_body_is_refused_by_its_token_and_size_before_it_is_read(smollm2):
+    """The replica's route hands the body over as it arrives (actors/conductor_app.py): no token, or a
+    declared size over serve.max_request_bytes, is refused before a byte is read; an undeclared one is
+    cut at the limit, so a gigabyte sent costs the replica about one chunk of memory."""
+    import tracemalloc
+
+    ep = endpoint(smollm2)
+    chunks_read = []
+
+    async def gigabyte():
+        for _ in range(1024):
+            chunks_read.append(1)
+            yield b"x" * (1 << 20)
+
+    async def one(raw: bytes):
+        yield raw
+
+    async def go():
+        tracemalloc.start()
+        try:
+            for auth in (None, "Bearer wrong-token-of-24-chars!"):
+                refused = await ep.chat_from(gigabyte(), auth, str(1 << 30))
+                assert refused.status == 401 and not chunks_read
+            declared = await ep.chat_from(gigabyte(), AUTH, str(1 << 30))
+            assert declared.status == 413 and not chunks_read
+            assert declared.body["error"]["code"] == "request_too_large"
+            undeclared = await ep.chat_from(gigabyte(), AUTH, None)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert undeclared.status == 413 and len(chunks_read) == 1  # the first chunk passed the limit
+        assert peak < 100 << 20, f"{peak >> 20} MB held"
+        answered = await ep.chat_from(one(body()), AUTH, str(len(body())))
+        assert answered.status == 200, answered.body
+
+    asyncio.run(go())

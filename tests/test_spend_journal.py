@@ -17,7 +17,8 @@ from conductor_rl.workers.retry import RetryPolicy
 from conductor_rl.workers.spend_journal import (
     FSYNC_WITHIN_S,
     JOURNAL_FILE,
-    JournalError,
+    JournalLockedError,
+    JournalWriteError,
     SpendJournal,
     read_events,
 )
@@ -109,13 +110,14 @@ def test_a_call_open_when_its_session_died_is_lost_at_its_worst_case_once(tmp_pa
     crashed.open_call("in-flight", "w", "anthropic", 0.5, model="claude")
     crashed.open_call("refused", "w", "anthropic", 0.5)
     crashed.close_call("refused", "bad_request")
-    # ... the process is killed here: "in-flight" never gets an outcome.
+    crashed.journal.close()  # the process is killed here (the kernel drops its lock): "in-flight" never ends
 
     resumed = CostLedger.from_journal(path, job="train", sync=True)
     assert resumed.total_usd == pytest.approx(0.6)
     assert resumed.summary()["unsettled"]["cost_usd"] == pytest.approx(0.5)
     lost = [e for e in read_events(path) if e["ev"] == "lost"]
     assert [(e["id"], e["usd"], e["it"], e["model"], e["s"]) for e in lost] == [("in-flight", 0.5, 3, "claude", 2)]
+    resumed.journal.close()
     again = CostLedger.from_journal(path, job="train", sync=True)  # the lost event closed it: not twice
     assert again.total_usd == pytest.approx(0.6)
 
@@ -126,12 +128,13 @@ def test_an_outcome_written_before_its_open_is_paired_with_it(tmp_path):
     ledger.start_cell("conductor:untrained/gsm8k")
     ledger.record("w", "sim", Usage(5, 5), 0.2, call_id="x")  # Ray delivered the record first
     ledger.open_call("x", "w", "sim", 1.0, admit=False)
+    ledger.journal.close()
     assert CostLedger.from_journal(path, job="evaluate").total_usd == pytest.approx(0.2)
     billed = [e for e in read_events(path) if e["ev"] == "billed"]
     assert billed[0]["cell"] == "conductor:untrained/gsm8k" and "it" not in billed[0]
 
 
-def test_a_torn_last_line_is_cut_and_a_broken_line_before_others_is_refused(tmp_path):
+def test_a_torn_last_line_is_cut_and_a_torn_line_before_others_is_skipped_with_its_offset(tmp_path, caplog):
     path = tmp_path / JOURNAL_FILE
     ledger = CostLedger.from_journal(path, job="train", sync=True)
     ledger.record("w", "sim", Usage(), 0.5)
@@ -141,12 +144,111 @@ def test_a_torn_last_line_is_cut_and_a_broken_line_before_others_is_refused(tmp_
     assert [e["ev"] for e in read_events(path)] == ["session", "billed"]  # a reader skips it
     resumed = CostLedger.from_journal(path, job="train", sync=True)  # and a writer cuts it
     assert resumed.total_usd == pytest.approx(0.5)
+    resumed.journal.close()
     assert all(json.loads(line) for line in path.read_text().splitlines())
 
+    # Torn bytes in the middle, one line glued to the whole event after them, one line of garbage.
     lines = path.read_text().splitlines()
-    path.write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
-    with pytest.raises(JournalError, match="line 2"):
-        list(read_events(path))
+    torn = '{"t":1.0,"ev":"billed","usd":7' + lines[1]
+    path.write_text("\n".join([lines[0], torn, "garbage", *lines[2:]]) + "\n")
+    skipped: list[int] = []
+    events = list(read_events(path, skipped))
+    assert [e["ev"] for e in events] == [e["ev"] for e in map(json.loads, lines)]  # no whole event lost
+    assert skipped == [len(lines[0]) + 1, len(lines[0]) + 1 + len(torn) + 1]
+    assert f"byte offset {skipped[0]}" in caplog.text and "kept the event after them" in caplog.text
+    assert CostLedger.from_journal(path, job="train", sync=True).total_usd == pytest.approx(0.5)
+
+
+def test_a_second_writer_on_the_folder_is_refused_naming_the_first(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / JOURNAL_FILE
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from conductor_rl.workers.ledger import CostLedger; "
+            f"held = CostLedger.from_journal({str(path)!r}, job='serve', sync=True); print('ready', flush=True); "
+            "sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(JournalLockedError, match=f"process {holder.pid} on .* writes its spend journal"):
+            CostLedger.from_journal(path, job="serve", sync=True)
+        assert [e["session"] for e in read_events(path) if e["ev"] == "session"] == [1]  # nothing written
+    finally:
+        holder.communicate("")
+    second = CostLedger.from_journal(path, job="serve", sync=True)  # the holder is gone: its lock with it
+    assert second.session == 2
+    with pytest.raises(JournalLockedError):  # two writers in one process are refused as well
+        SpendJournal(path)
+
+
+class FailingFile:
+    """The journal's file as a full disk or an interrupted write leaves it: `script` says, per write,
+    "ok", "enospc" (nothing written, ENOSPC) or "short" (half the bytes written)."""
+
+    def __init__(self, real, script: list[str]) -> None:
+        self.real, self.script = real, script
+
+    def write(self, data: bytes) -> int:
+        what = self.script.pop(0) if self.script else "ok"
+        if what == "enospc":
+            self.real.write(data[: len(data) // 3])  # a part lands before the disk fills
+            raise OSError(28, "No space left on device")
+        if what == "short":
+            return self.real.write(data[: len(data) // 2])
+        return self.real.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize("fault", ["enospc", "short"])
+def test_a_failed_write_refuses_new_calls_and_loses_no_billed_call(tmp_path, fault, capsys):
+    from jobs.spend import main
+
+    path = tmp_path / JOURNAL_FILE
+    ledger = CostLedger.from_journal(path, job="train", sync=True)
+    ledger.open_call("a", "w", "openai", 0.5)
+    ledger.record("w", "openai", Usage(1, 1), 0.25, call_id="a")
+    ledger.open_call("b", "w", "openai", 0.5)  # in flight when the disk fills
+    script = [fault] if fault == "short" else ["enospc", "enospc"]
+    ledger.journal._file = FailingFile(ledger.journal._file, script)
+    ledger.record("w", "openai", Usage(1, 1), 0.125, call_id="b")  # billed: kept, never lost
+    if fault == "enospc":
+        assert isinstance(ledger.journal.failed, JournalWriteError)
+        assert ledger.stop_reason == "journal" and ledger.exhausted
+        with pytest.raises(ProviderError, match="no new worker call will be sent") as refused:
+            ledger.admit()
+        assert refused.value.kind == "journal_failed"
+        assert all(json.loads(line) for line in path.read_text().splitlines())  # rolled back: no torn line
+        ledger.record("w", "openai", Usage(1, 1), 0.0625)  # a call that was in flight, billed meanwhile
+    else:  # a short write is finished, not torn
+        assert ledger.journal.failed is None
+    ledger.journal.close()  # space came back: everything kept is written
+
+    assert main([str(tmp_path), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    expected = 0.25 + 0.125 + (0.0625 if fault == "enospc" else 0)
+    assert figures["spent_usd"] == pytest.approx(expected) and figures["open_calls"] == 0
+    assert figures["torn_line_offsets"] == []
+    assert CostLedger.from_journal(path, job="train", sync=True).total_usd == pytest.approx(expected)
+
+
+def test_a_journal_deleted_mid_run_is_noticed_and_what_follows_is_kept(tmp_path):
+    path = tmp_path / JOURNAL_FILE
+    ledger = CostLedger.from_journal(path, job="train", sync=True)
+    ledger.record("w", "sim", Usage(), 0.5)
+    path.unlink()
+    ledger.record("w", "sim", Usage(), 0.25)
+    assert "deleted or replaced" in str(ledger.journal.failed) and ledger.stop_reason == "journal"
+    assert [e["usd"] for e in read_events(path) if e["ev"] == "billed"] == [0.25]
 
 
 def test_callers_that_wait_together_share_one_fsync_and_all_land(tmp_path, monkeypatch):
@@ -187,8 +289,10 @@ def test_spend_command_totals_groups_and_exports_a_crashed_run(tmp_path, capsys)
     first.record("solver", "openai", Usage(100, 20), 0.25, call_id="a", model="gpt-x")
     first.start_iteration(1)
     first.open_call("b", "checker", "anthropic", 0.75, model="claude-y")  # cut off by the crash
-    CostLedger.from_journal(path, job="train", sync=True).record("solver", "openai", Usage(10, 2), 0.125)
-    first.open_call("c", "solver", "openai", 0.5)  # in flight (a run still going)
+    first.journal.close()
+    second = CostLedger.from_journal(path, job="train", sync=True)
+    second.record("solver", "openai", Usage(10, 2), 0.125)
+    second.open_call("c", "solver", "openai", 0.5)  # in flight (a run still going)
 
     assert main([str(tmp_path), "--by", "worker", "--by", "s", "--json", "--csv", str(tmp_path / "c.csv")]) == 0
     printed = capsys.readouterr().out
@@ -221,6 +325,7 @@ def test_the_training_report_shows_the_journal_spend_by_worker(tmp_path):
     ledger = CostLedger.from_journal(tmp_path / JOURNAL_FILE, job="train", sync=True)
     ledger.record("solver", "openai", Usage(100, 20), 0.25)
     ledger.open_call("x", "checker", "anthropic", 0.5)
+    ledger.journal.close()
     CostLedger.from_journal(tmp_path / JOURNAL_FILE, job="train", sync=True)  # a resume settles x as lost
     text = "\n".join(spend_lines(tmp_path))
     assert "$0.7500 over 1 calls billed and 1 lost" in text and "2 session(s)" in text

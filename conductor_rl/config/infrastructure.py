@@ -61,7 +61,10 @@ class SandboxConfig(Strict):
     max_processes: int = Field(64, ge=1, description="Processes and threads allowed (pids cgroup, when writable).")
     max_file_mb: int = Field(64, ge=1, description="Largest file the program may write, and the size of its /tmp.")
     require_isolation: bool = Field(
-        False, description="Refuse to run code without bubblewrap (else: rlimits only, with a warning)."
+        True,
+        description="Refuse to run code without bubblewrap (a run that grades code stops at start). false: "
+        "the fallback (rlimits, an empty environment, no network where `unshare` works, a grader whose "
+        "environment its programs cannot read; a WRITABLE file system), with a warning.",
     )
 
 

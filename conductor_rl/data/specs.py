@@ -32,3 +32,19 @@ DATASET_SPEC_FORMS = (
     "<spec>+<spec>[+...]  (several sets, concatenated)",
     "<spec>|<spec>[|...]  (the first that loads here; the others are its offline fallbacks)",
 )
+
+
+#: Dataset names whose questions are code, graded by running them in the sandbox.
+CODE_SOURCES = ("humaneval", "livecodebench", "bigcodebench")
+#: Forms whose kinds of question are known only once loaded.
+OPEN_SOURCES = ("mixture", "jsonl", "hf")
+
+
+def may_hold_code(spec: str) -> bool:
+    """Whether the questions of a dataset spec may include code (so grading them runs untrusted programs)."""
+    for part in spec.replace("|", "+").split("+"):
+        head = part.strip().split("@", 1)[0].split(":")
+        name = head[1] if head[0] == "samples" and len(head) > 1 else head[0]
+        if name in CODE_SOURCES or name in OPEN_SOURCES:
+            return True
+    return False

@@ -19,6 +19,7 @@ from conductor_rl.config import (
     seat_of,
     validate_config,
 )
+from conductor_rl.config.redaction import redacted
 from conductor_rl.data import Question, load_dataset
 from conductor_rl.data.overlap import ContaminationError, check_disjoint
 
@@ -183,7 +184,7 @@ def settings_of(ev: Evaluation) -> dict[str, Any]:
     weighted = {"cost_weight": e.cost_weight} if e.cost_weight else {}
     return {
         **weighted,
-        "workers": [w.model_dump(mode="json") for w in c.workers],
+        "workers": [redacted(w.model_dump(mode="json")) for w in c.workers],
         "repeats": e.repeats,
         "limit": e.limit,
         "temperature": e.temperature,

@@ -44,6 +44,7 @@ from conductor_rl.rollout.rollouts import (
 )
 from conductor_rl.rollout.workflow import StepLimits, Task
 from conductor_rl.workers.costs import cost_of
+from conductor_rl.workers.ledger import refused_by_ledger
 from conductor_rl.workers.providers.base import Provider
 
 from .summary import EvalRecord
@@ -81,7 +82,7 @@ class Pool:
 
 def stopped_by_budget(rollout: Rollout) -> bool:
     wf = rollout.workflow
-    return wf is not None and any(s.error and s.error.startswith("budget_exceeded:") for s in wf.steps)
+    return wf is not None and any(refused_by_ledger(s.error) for s in wf.steps)
 
 
 async def run_batch(

@@ -25,13 +25,18 @@ a fresh interpreter and returns a `SandboxResult`. What contains it:
   nothing of the caller's (API keys included) reaches the program.
 
 Without bubblewrap (or where it cannot start, e.g. in a container without user
-namespaces) the program runs under the same rlimits, cgroup and timeout in a
-throw-away directory, behind ``unshare`` where that works (no network, and its
+namespaces) the program is refused (``require_isolation=True``, the default: an
+`IsolationUnavailableError` naming the setting and the fix). Where a user opts in
+(``require_isolation=False``) it runs under the same rlimits, cgroup and timeout in
+a throw-away directory, behind ``unshare`` where that works (no network, and its
 own pid namespace if possible), with a shell between it and the grader so that
-killing its parent does not kill the grader. The file system is NOT read-only
-then. A warning is logged once and ``SandboxResult.isolation`` says
-``"rlimits"``. With ``require_isolation=True`` that is an
-`IsolationUnavailableError` instead.
+killing its parent does not kill the grader, with ``no_new_privs`` and, as root,
+no capabilities (``setpriv``); and the grader makes itself non-dumpable first, so
+that the program cannot read the grader's ``/proc/<pid>/environ`` (which holds the
+provider keys on a local cluster) even as the same uid. Other processes of the
+same uid that hold keys (the driver, Ray's own) stay readable where no pid
+namespace hides them, and the file system is NOT read-only: a warning says so
+once, and ``SandboxResult.isolation`` says ``"rlimits"``.
 
 "The sandbox failed" is kept apart from "the program failed": the program's
 interpreter writes one byte on a private pipe before the program runs; if that
@@ -138,7 +143,7 @@ class Sandbox:
         max_output_bytes: kept bytes of stdout and of stderr; more kills the program.
         max_processes: tasks (processes and threads) allowed in its pids cgroup.
         max_file_mb: largest file it may write, and the size of its ``/tmp``.
-        require_isolation: refuse to run without bubblewrap.
+        require_isolation: refuse to run without bubblewrap (the default; False: the fallback above).
         python: the interpreter (default: this one, so the same libraries exist).
         bwrap_path: the bubblewrap binary to use (default: ``bwrap`` on PATH).
     """
@@ -151,7 +156,7 @@ class Sandbox:
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         max_processes: int = 64,
         max_file_mb: int = 64,
-        require_isolation: bool = False,
+        require_isolation: bool = True,
         python: str | None = None,
         bwrap_path: str | None = None,
     ) -> None:
@@ -165,10 +170,10 @@ class Sandbox:
         self.require_isolation = require_isolation
         self.python = os.path.abspath(python or sys.executable)  # not realpath: that would leave the venv
         self.bwrap_path = bwrap_path
-        prlimit = shutil.which("prlimit")
-        if prlimit is None:
-            raise SandboxError("prlimit is not installed; install util-linux (apt-get install util-linux)")
-        self._prlimit = prlimit
+        prlimit, setpriv = shutil.which("prlimit"), shutil.which("setpriv")
+        if prlimit is None or setpriv is None:
+            raise SandboxError("prlimit or setpriv is not installed; install util-linux (apt-get install util-linux)")
+        self._prlimit, self._setpriv = prlimit, setpriv
 
     @classmethod
     def from_config(cls, cfg: SandboxConfig) -> Sandbox:
@@ -196,8 +201,10 @@ class Sandbox:
             raise IsolationUnavailableError(
                 f"sandbox isolation is required (grader.sandbox.require_isolation) but {why}; "
                 "install it with `apt-get install bubblewrap` (and allow user namespaces in containers), "
-                "or set grader.sandbox.require_isolation=false to run with rlimits only"
+                "or set grader.sandbox.require_isolation=false to run untrusted code with rlimits only "
+                "(docs/decisions.md, 'Code is graded only in bubblewrap': what that fallback keeps out and what not)"
             )
+        _hide_own_environment()
         if not _warned_fallback:
             _warned_fallback = True
             what = (
@@ -208,12 +215,20 @@ class Sandbox:
                 else "NETWORK ACCESS"
             )
             log.warning(
-                "sandbox: %s; untrusted code runs with rlimits, %s, and a WRITABLE file system "
-                "(install bubblewrap for isolation: apt-get install bubblewrap)",
+                "sandbox: %s; untrusted code runs with rlimits, %s, an empty environment, and a WRITABLE file "
+                "system; it can read the environment of this user's processes other than the grader where it "
+                "has no pid namespace (install bubblewrap for isolation: apt-get install bubblewrap)",
                 why,
                 what,
             )
         return kind, prefix
+
+    def _no_privileges(self) -> list[str]:
+        """setpriv before the fallback's program: no privilege gained by exec, and as root no capability
+        (without CAP_SYS_PTRACE, root cannot read a non-dumpable grader's environment either)."""
+        if os.geteuid() == 0:
+            return [self._setpriv, "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all"]
+        return [self._setpriv, "--no-new-privs"]
 
     def _limits(self, timeout_s: float) -> list[str]:
         cmd = [
@@ -260,7 +275,7 @@ class Sandbox:
                 code_path, cwd = _CODE_PATH_IN_BWRAP, "/"
             else:
                 workdir = tempfile.mkdtemp(prefix="conductor-rl-sandbox-")
-                code_path, cwd, inner = os.path.join(workdir, "main.py"), workdir, list(prefix)
+                code_path, cwd, inner = os.path.join(workdir, "main.py"), workdir, [*prefix, *self._no_privileges()]
                 with open(code_path, "w", encoding="utf-8", errors="surrogatepass") as fh:
                     fh.write(code)
             cmd = [
@@ -350,6 +365,18 @@ class Sandbox:
         )
 
 
+def _hide_own_environment() -> None:
+    """Make this process non-dumpable (prctl PR_SET_DUMPABLE 0): its /proc files, `environ` among them,
+    become readable by root with CAP_SYS_PTRACE only, so a program it starts without isolation cannot
+    read the keys in its environment. Costs: no core dumps of the grader, no debugger attached by its
+    own user. Idempotent."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        raise SandboxError(f"cannot make the grader non-dumpable (errno {ctypes.get_errno()}); not running code")
+
+
 def run_python(
     code: str,
     stdin: str = "",
@@ -358,7 +385,7 @@ def run_python(
     *,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     max_processes: int = 64,
-    require_isolation: bool = False,
+    require_isolation: bool = True,
 ) -> SandboxResult:
     """Run untrusted Python `code` in a sandbox (see the module docstring).
 

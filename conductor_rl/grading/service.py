@@ -48,8 +48,8 @@ class Grader:
     def __init__(self, config: GraderConfig | None = None) -> None:
         self.config = config or GraderConfig()
         self.sandbox = Sandbox.from_config(self.config.sandbox)
-        if self.config.sandbox.require_isolation:
-            _ = self.sandbox.isolation  # a grader that cannot isolate refuses to start, not at its first answer
+        # Isolation is checked at the first program: a grader of maths and choices needs none, and a job
+        # that grades code checks it before it starts (jobs/common.py, check_sandbox_before_start).
         self.math = MathGrader()
         self._slots = threading.BoundedSemaphore(self.config.concurrency)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conductor_rl.atomic_files import fsync_dir, write_atomically
+from conductor_rl.atomic_files import fsync_dir, fsync_tree, write_atomically
 
 PREFIX = "ckpt-"
 STATE_FILE = "state.json"
@@ -66,6 +66,7 @@ class Checkpoints:
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
             write_files(partial)
+            fsync_tree(partial)  # the weights and optimizer on disk before the state file says they are whole
             write_atomically(partial / STATE_FILE, lambda out: json.dump(state, out, indent=2))
             stale = final.with_name(final.name + ".old")
             if final.exists():  # the same iteration saved again (a stop right after a periodic save)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conductor_rl.config import Config
+from conductor_rl.config.redaction import recorded, redacted
 from conductor_rl.run.infra_guard import InfraErrorGuard
 
 
@@ -62,8 +63,47 @@ class RunState:
             "cursor": self.cursor,
             "weights_version": self.version,
             "ledger": ledger,
-            "config": config.model_dump(mode="json"),
+            "config": recorded(config),  # secrets masked (conductor_rl/config/redaction.py)
             "saved_at": time.time(),
             "infra_guard": self.guard.state(),
             "in_flight": {str(j): ids for j, ids in sorted(dict(self.drawn).items()) if j > iteration},
         }
+
+
+#: What a run cannot change on resume: the policy's action space and meaning (its pool, in order) and
+#: the Conductor (its model and prompt). Everything else may change, and the run's log says so.
+FIXED_ON_RESUME = ("workers", "conductor")
+
+
+def resume_conflicts(saved: dict[str, Any], config: Config) -> list[str]:
+    """The settings of FIXED_ON_RESUME that differ between a checkpoint's configuration (`saved`, as
+    state.json holds it) and `config`, each as "key: saved -> now". A setting the saved run did not have
+    (an older version's checkpoint) is not compared."""
+    before, now = _flat(redacted(saved)), _flat(recorded(config))
+    changed = []
+    for section in FIXED_ON_RESUME:
+        keys = sorted({k for k in (*before, *now) if k == section or k.startswith((f"{section}.", f"{section}["))})
+        if _flat_len(before, section) != _flat_len(now, section):
+            changed.append(f"{section}: {_flat_len(before, section)} -> {_flat_len(now, section)} entries")
+        for key in keys:
+            if key in before and key in now and before[key] != now[key]:
+                changed.append(f"{key}: {before[key]!r} -> {now[key]!r}")
+    return changed
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        out = {f"{prefix}#": len(value)}
+        for i, v in enumerate(value):
+            out.update(_flat(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: value}
+
+
+def _flat_len(flat: dict[str, Any], section: str) -> int | None:
+    return flat.get(f"{section}#")

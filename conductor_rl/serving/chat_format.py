@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,14 +114,41 @@ class ChatRequest:
         return f"Conversation so far:\n{lines}\n\nQuestion: {self.question}"
 
 
+def too_large(size: int, limits: RequestLimits) -> RequestError:
+    return RequestError(
+        413,
+        f"the request is {size} bytes; this server takes at most {limits.max_request_bytes}",
+        code="request_too_large",
+    )
+
+
+def check_declared_size(content_length: str | None, limits: RequestLimits) -> None:
+    """Refuse by its Content-Length a body over `limits` before a byte of it is read (413); a missing or
+    false length is caught as the body is read (`read_body`)."""
+    if (
+        content_length is not None
+        and content_length.strip().isdigit()
+        and int(content_length) > limits.max_request_bytes
+    ):
+        raise too_large(int(content_length), limits)
+
+
+async def read_body(chunks: AsyncIterator[bytes], limits: RequestLimits) -> bytes:
+    """The body from its chunks, stopped (413) once it passes `limits`: never more than the limit and
+    one chunk in memory, whatever the client sends."""
+    parts, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limits.max_request_bytes:
+            raise too_large(size, limits)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def parse_chat_request(raw: bytes, served_model: str, pool: Sequence[str], limits: RequestLimits) -> ChatRequest:
     """The request in `raw` (a JSON body), checked against the served model, the pool and `limits`."""
     if len(raw) > limits.max_request_bytes:
-        raise RequestError(
-            413,
-            f"the request is {len(raw)} bytes; this server takes at most {limits.max_request_bytes}",
-            code="request_too_large",
-        )
+        raise too_large(len(raw), limits)
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

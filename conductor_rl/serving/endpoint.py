@@ -47,10 +47,12 @@ from conductor_rl.serving.chat_format import (
     ChatRequest,
     RequestError,
     RequestLimits,
+    check_declared_size,
     chunk,
     completion,
     completion_id,
     parse_chat_request,
+    read_body,
     sse,
     usage_of,
 )
@@ -165,6 +167,20 @@ class ChatEndpoint:
                 "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "conductor-rl"}],
             },
         )
+
+    async def chat_from(
+        self, chunks: AsyncIterator[bytes], authorization: str | None, content_length: str | None
+    ) -> Reply:
+        """POST /v1/chat/completions from the body as it arrives: the token is checked first, then the
+        declared size, and only then is the body read, capped (an unauthenticated or oversized body is
+        refused with nothing of it in memory)."""
+        try:
+            self._client(authorization)
+            check_declared_size(content_length, self.limits)
+            raw = await read_body(chunks, self.limits)
+        except RequestError as err:
+            return error_reply(err)
+        return await self.chat(raw, authorization)
 
     async def chat(self, raw: bytes, authorization: str | None) -> Reply:
         """POST /v1/chat/completions."""

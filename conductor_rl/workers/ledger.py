@@ -21,13 +21,18 @@ before it, including those of an iteration a crash cut short.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from conductor_rl.workers.providers.base import CallKey, ProviderError, Usage
-from conductor_rl.workers.spend_journal import SpendJournal, read_books
+from conductor_rl.workers.spend_journal import JournalWriteError, SpendJournal, read_events
+
+#: The error kinds with which the ledger refuses a new call: the run stops, it is not the worker's fault.
+NO_NEW_CALLS = ("budget_exceeded", "journal_failed")
+#: The most recent calls a ledger keeps one by one (for inspection); its totals count every call.
+RECENT_ENTRIES = 10_000
 
 
 class BudgetExceededError(ProviderError):
@@ -51,6 +56,19 @@ class BudgetExceededError(ProviderError):
 
     def __reduce__(self):  # survives pickling across Ray processes
         return (BudgetExceededError, (self.spent_usd, self.budget_usd))
+
+
+class JournalFailedError(ProviderError):
+    """The spend journal cannot be written: no new call may start, since its cost could not be kept.
+    Stops the run as the budget does (kind `journal_failed`, not retryable)."""
+
+    def __init__(self, message: str, **_: object) -> None:
+        super().__init__(message, kind="journal_failed")
+
+
+def refused_by_ledger(step_error: str | None) -> bool:
+    """Whether a step's error (`kind: message`) is the ledger refusing new calls (budget, journal)."""
+    return step_error is not None and step_error.split(":", 1)[0] in NO_NEW_CALLS
 
 
 @dataclass(frozen=True)
@@ -100,7 +118,7 @@ class CostLedger:
         self.session = 0  # the journal's session this ledger writes (0: none)
         self.iteration = 0
         self.cell: str | None = None  # an evaluation's method/benchmark, where calls are charged
-        self.entries: list[LedgerEntry] = []
+        self.entries: deque[LedgerEntry] = deque(maxlen=RECENT_ENTRIES)
         self._total = Totals()
         self._by: dict[str, dict[object, Totals]] = {
             k: defaultdict(Totals) for k in ("worker", "provider", "iteration")
@@ -117,17 +135,27 @@ class CostLedger:
         of `job` ("train", "evaluate", "serve", ...): every call the journal holds is on its
         books, and the budget counts it. A call still open when its session ended (the job
         died mid-call) is counted at its worst-case cost, and written down as lost."""
-        books = read_books(path)
         ledger = cls(budget_usd)
-        for event in books.billed:
-            ledger._add(_entry_of(event))
-        for event in books.lost:
-            ledger._add(_entry_of(event), lost=True)
-        session = 1 + max((e["session"] for e in books.sessions), default=0)
-        ledger.journal = SpendJournal(path, sync=sync)
-        ledger.session = session
-        ledger._log("session", session=session, job=job, budget_usd=budget_usd)
-        for event in books.open:
+        journal = SpendJournal(path, sync=sync)  # locked before it is read: no other writer from here
+        session = 0
+        opened: dict[str, dict[str, Any]] = {}  # calls without an outcome yet
+        closed: set[str] = set()  # an outcome may come before its open (Ray does not order them)
+        for event in read_events(path):  # streamed: only the totals and the open calls are kept
+            kind, call_id = event["ev"], str(event.get("id") or "")
+            if kind == "session":
+                session = max(session, event["session"])
+            elif kind == "open":
+                if call_id in closed:
+                    closed.discard(call_id)
+                else:
+                    opened[call_id] = event
+            elif kind in ("billed", "lost"):
+                ledger._add(_entry_of(event), lost=kind == "lost")
+            if kind in ("billed", "lost", "failed") and opened.pop(call_id, None) is None and call_id:
+                closed.add(call_id)
+        ledger.journal, ledger.session = journal, session + 1
+        ledger._log("session", session=ledger.session, job=job, budget_usd=budget_usd)
+        for event in opened.values():
             ledger._open[event["id"]] = OpenCall(
                 event["worker"],
                 event["provider"],
@@ -137,7 +165,7 @@ class CostLedger:
                 event.get("cell"),
             )
         ledger.settle_open_calls(why="its session ended before the call did")
-        ledger.journal.flush()
+        journal.flush()
         return ledger
 
     def start_iteration(self, iteration: int) -> None:
@@ -152,13 +180,25 @@ class CostLedger:
         self.cell = cell
 
     def admit(self) -> None:
-        """Raise BudgetExceededError if no new call may start."""
-        if self.budget_usd is not None and self.exhausted:
+        """Raise BudgetExceededError or JournalFailedError if no new call may start."""
+        if self.journal is not None and self.journal.failed is not None:
+            raise JournalFailedError(str(self.journal.failed))
+        if self.budget_usd is not None and self._total.cost_usd >= self.budget_usd:
             raise BudgetExceededError(self._total.cost_usd, self.budget_usd)
 
     @property
     def exhausted(self) -> bool:
-        return self.budget_usd is not None and self._total.cost_usd >= self.budget_usd
+        """No new call may start: the budget is spent, or the journal cannot be written."""
+        return self.stop_reason is not None
+
+    @property
+    def stop_reason(self) -> str | None:
+        """ "budget", "journal" (its write failed), or None while calls may start."""
+        if self.journal is not None and self.journal.failed is not None:
+            return "journal"
+        if self.budget_usd is not None and self._total.cost_usd >= self.budget_usd:
+            return "budget"
+        return None
 
     def record(
         self,
@@ -240,7 +280,22 @@ class CostLedger:
 
     def _log(self, event: str, **fields: Any) -> None:
         if self.journal is not None:
-            self.journal.add({"ev": event, "s": self.session, **{k: v for k, v in fields.items() if v is not None}})
+            try:
+                self.journal.add({"ev": event, "s": self.session, **{k: v for k, v in fields.items() if v is not None}})
+            except JournalWriteError:
+                pass  # kept in the journal's buffer; `journal.failed` now refuses every new call (admit)
+
+    async def durable(self, fsync: bool = True, before_a_call: bool = False) -> None:
+        """Return once what was logged is in the journal (see SpendJournal.durable). `before_a_call`: a
+        call is about to be sent on the strength of it, so a failed write raises JournalFailedError
+        (the call is not sent); an outcome's failed write is kept for later and raises nothing."""
+        if self.journal is None:
+            return
+        try:
+            await self.journal.durable(fsync)
+        except JournalWriteError as err:
+            if before_a_call:
+                raise JournalFailedError(str(err)) from None
 
     def _add(self, entry: LedgerEntry, lost: bool = False) -> None:
         if lost:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from conductor_rl.config import WorkerConfig
+from conductor_rl.workers.ledger import NO_NEW_CALLS
 from conductor_rl.workers.providers.base import ProviderError, WorkerRequest
 
 PROBE_PROMPT = "Reply with the single word: ready"
@@ -103,7 +104,7 @@ async def check_worker(
         )
         return check
     except ProviderError as err:
-        if err.kind == "budget_exceeded":
+        if err.kind in NO_NEW_CALLS:
             check.status, check.problem = "skip", f"not probed: {err}"
             return check
         check.reachable = err.kind not in CONNECTION_KINDS

@@ -223,15 +223,28 @@ def guarded_command(
     ]
 
 
-def server_env(spec: ServeSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: this process's (Ray's GPU assignment, offline flags), `CPU_SERVER_ENV`
-    for a replica without GPUs, then `serve.env`. The project root goes on PYTHONPATH so the guard module
-    imports wherever the job's code lives (a `ray job submit` working directory is not installed)."""
-    env = dict(os.environ if base is None else base)
+#: All a vLLM server takes of the job's environment (which holds the provider keys): system, GPUs, Ray, libraries.
+SERVER_ENV_NAMES = ("PATH", "HOME", "USER", "LANG", "TMPDIR", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
+SERVER_ENV_PREFIXES = (
+    "LC_", "XDG_", "CUDA_", "NVIDIA_", "NCCL_", "ROCR_", "HIP_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_",
+    "VLLM_", "TORCH", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "RAY_", "CONDUCTOR_RL_CACHE", "TOKENIZERS_",
+)  # fmt: skip
+SERVER_KEY_VARIABLE = "VLLM_API_KEY"  # vLLM's --api-key, kept off the command line (readable in /proc)
+
+
+def server_env(spec: ServeSpec, base: Mapping[str, str] | None = None, api_key: str | None = None) -> dict[str, str]:
+    """The server's environment: of this process's, only SERVER_ENV_NAMES and SERVER_ENV_PREFIXES;
+    `CPU_SERVER_ENV` without GPUs; `api_key` (required of every request then); then `serve.env`. The project
+    root goes on PYTHONPATH: the guard module imports wherever the job's code lives (`ray job submit`)."""
+    given = os.environ if base is None else base
+    env = {k: v for k, v in given.items() if k in SERVER_ENV_NAMES or k.startswith(SERVER_ENV_PREFIXES)}
+    env.pop(SERVER_KEY_VARIABLE, None)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     if spec.gpus == 0:
         env.update(CPU_SERVER_ENV)
+    if api_key:
+        env[SERVER_KEY_VARIABLE] = api_key
     env.update(spec.env)
     return env
 
@@ -243,13 +256,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _get_json(url: str, timeout_s: float) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (our own server's URL)
+def _get_json(url: str, timeout_s: float, api_key: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (our own server's URL)
         body = response.read()
     return json.loads(body) if body.strip() else None
 
 
-def probe(root_url: str, served_names: Sequence[str], timeout_s: float = 5.0) -> str | None:
+def probe(root_url: str, served_names: Sequence[str], timeout_s: float = 5.0, api_key: str | None = None) -> str | None:
     """None when the server at `root_url` (http://host:port) is healthy and lists every name under
     /v1/models; else what is missing. The names matter: a different server that took the port
     would answer /health too."""
@@ -258,7 +273,7 @@ def probe(root_url: str, served_names: Sequence[str], timeout_s: float = 5.0) ->
     except (urllib.error.URLError, OSError, ValueError) as err:
         return f"GET /health: {getattr(err, 'reason', err)}"
     try:
-        listing = _get_json(f"{root_url}/v1/models", timeout_s)
+        listing = _get_json(f"{root_url}/v1/models", timeout_s, api_key)
     except (urllib.error.URLError, OSError, ValueError) as err:
         return f"GET /v1/models: {getattr(err, 'reason', err)}"
     ids = {m["id"] for m in (listing or {}).get("data", []) if isinstance(m, dict) and isinstance(m.get("id"), str)}
@@ -408,7 +423,8 @@ class ServerProcess:
             code = self.returncode
             if code is not None:
                 self._raise_exited(code)
-            reason = probe(self.root_url, self.served_names, timeout_s=min(5.0, max(poll_s, 1.0)))
+            key = self.env.get(SERVER_KEY_VARIABLE)
+            reason = probe(self.root_url, self.served_names, timeout_s=min(5.0, max(poll_s, 1.0)), api_key=key)
             if reason is None:
                 return time.monotonic() - self.started_at
             if time.monotonic() >= deadline:
@@ -451,6 +467,7 @@ def start_server(
     *,
     command_for: Callable[[int], Sequence[str]] | None = None,
     on_retry: Callable[[str], None] | None = None,
+    api_key: str | None = None,
 ) -> tuple[ServerProcess, float]:
     """Start one replica on a free port of `host` and wait until it is healthy:
     (the running server, seconds it took). `command_for(port)`: the command (default:
@@ -461,7 +478,7 @@ def start_server(
 
         model_path = resolve_model(spec.model)  # once, not per attempt: an offline model converts on first use
         command_for = lambda port: server_command(spec, served_names, host, port, model_path=model_path)  # noqa: E731
-    env = server_env(spec)
+    env = server_env(spec, api_key=api_key)
     started = time.monotonic()
     for attempt in range(1, PORT_ATTEMPTS + 1):
         port = free_port(host)

@@ -13,10 +13,18 @@ rewritten (docs/guide/spend.md):
               name its token was given, never the token)
 
 Why JSON lines: one writer appends (the run's ledger; on a cluster its actor, which every
-replica on every node reports to), so no locking is needed; a crash can only tear the last
-line, which the reader skips; and any tool reads it (`jq`, pandas, DuckDB). A call is
+replica on every node reports to), and any tool reads it (`jq`, pandas, DuckDB). A call is
 opened on disk before it is sent and closed on disk before its answer is used, so a crash
 at any moment leaves every call that may have been billed on the books.
+
+One writer per journal: the writer holds an exclusive lock (`spend.jsonl.lock`, naming its
+pid and host) for its life, and a second process on the same folder is refused
+(`JournalLockedError`), so two jobs never settle each other's calls in flight. A write that
+fails (a full disk, a short write, the file deleted under it) is rolled back to the last
+whole line and kept to be written again; the journal is then `failed`, and the ledger
+admits no new call, so the run stops with every billed call still journaled once space
+returns. A reader skips a line that is not an event (torn by a crash, or by a write that
+could not be rolled back), says where (its byte offset), and keeps an event glued behind it.
 
 The journal holds no prompts, answers or keys: names, token counts, dollars and keys of
 what a call was for (question, rollout, step).
@@ -25,8 +33,12 @@ what a call was for (question, rollout, step).
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
 import json
+import logging
 import os
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,8 +49,19 @@ JOURNAL_FILE = "spend.jsonl"
 EVENTS = ("session", "open", "billed", "failed", "lost", "request")
 
 
-class JournalError(ValueError):
-    """The journal cannot be read (the message names the line)."""
+log = logging.getLogger(__name__)
+
+
+class JournalLockedError(RuntimeError):
+    """Another process writes this journal: a second writer would count its calls twice."""
+
+
+class JournalWriteError(OSError):
+    """The journal could not be written (a full disk, an I/O error, the file deleted): no new call
+    may be sent until it can be; the events not yet written are kept."""
+
+
+LOCK_SUFFIX = ".lock"
 
 
 #: An event written but not yet fsync'd reaches the disk within this long (see `durable`).
@@ -59,8 +82,15 @@ class SpendJournal:
         self._written = 0  # of which written to the file (they survive the death of this process)
         self._synced = 0  # of which fsync'd (they survive the machine's)
         self._fsync_due: asyncio.TimerHandle | None = None
+        self.failed: JournalWriteError | None = None  # the first write that failed (sticky: the run stops)
+        self._lock = _lock_writer(self.path)
         _drop_torn_tail(self.path)
+        self._open_file()
+
+    def _open_file(self) -> None:
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - held open for the run
+        self._identity = _identity(os.fstat(self._file.fileno()))
+        self._size = os.fstat(self._file.fileno()).st_size  # the end of the last whole line written
 
     def add(self, event: dict[str, Any]) -> None:
         if event.get("ev") not in EVENTS:
@@ -86,20 +116,82 @@ class SpendJournal:
             if self._synced < target:
                 self._fsync()
         elif self._synced < self._written and self._fsync_due is None:
-            self._fsync_due = asyncio.get_running_loop().call_later(FSYNC_WITHIN_S, self._fsync)
+            self._fsync_due = asyncio.get_running_loop().call_later(FSYNC_WITHIN_S, self._fsync_soon)
 
     def _write(self) -> None:
-        upto, lines, self._buffer = self._added, self._buffer, []
-        self._file.write("".join(line + "\n" for line in lines).encode())
-        self._written = upto
+        """Write the buffer whole, or roll the file back to its last whole line and keep the buffer
+        (raising JournalWriteError): never a torn line in the middle, never an event marked written
+        that is not."""
+        if not self._buffer:
+            return
+        self._follow_the_path()
+        upto, data = self._added, "".join(line + "\n" for line in self._buffer).encode()
+        done = 0
+        try:
+            while done < len(data):
+                n = self._file.write(data[done:])  # unbuffered: a short write returns what it wrote
+                if not n:
+                    raise OSError(errno.EIO, "the write wrote nothing")
+                done += n
+        except OSError as err:
+            self._roll_back()
+            raise self._fail(f"a write failed ({err})") from err
+        self._size += done
+        self._written, self._buffer = upto, []
+
+    def _roll_back(self) -> None:
+        try:
+            os.ftruncate(self._file.fileno(), self._size)
+        except OSError:  # the torn bytes stay; a newline first keeps the next event on a line of its own
+            self._buffer.insert(0, "")
+            self._size = os.fstat(self._file.fileno()).st_size
+
+    def _follow_the_path(self) -> None:
+        """A journal deleted or replaced under the run: the events from here go to a new file at the
+        path (what was written before is wherever the user moved it), and the run stops."""
+        try:
+            same = _identity(os.stat(self.path)) == self._identity
+        except FileNotFoundError:
+            same = False
+        if not same:
+            self._fail("the file was deleted or replaced while this job was writing it")
+            self._file.close()
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._open_file()  # what this job still has to write is not lost with the old file
+            except OSError as err:
+                self._file = open(os.devnull, "ab", buffering=0)  # noqa: SIM115 - the next write retries
+                self._identity = (-1, -1)
+                raise self._fail(f"it cannot be created again ({err})") from err
+
+    def _fail(self, why: str) -> JournalWriteError:
+        error = JournalWriteError(
+            f"spend journal {self.path}: {why}; no new worker call will be sent. The events not yet written "
+            f"({len(self._buffer)}) are kept and written when the disk allows; free space (or restore the file) "
+            f"and resume the run"
+        )
+        if self.failed is None:
+            self.failed = error
+            log.error("%s", error)
+        return error
 
     def _fsync(self) -> None:
         if self._fsync_due is not None:
             self._fsync_due.cancel()
             self._fsync_due = None
         upto = self._written
-        os.fsync(self._file.fileno())
+        try:
+            os.fsync(self._file.fileno())
+        except OSError as err:
+            raise self._fail(f"fsync failed ({err})") from err
         self._synced = upto
+
+    def _fsync_soon(self) -> None:
+        self._fsync_due = None
+        try:
+            self._fsync()
+        except JournalWriteError:
+            pass  # recorded in `failed`: the next call is refused
 
     def flush(self) -> None:
         """Write and fsync everything added."""
@@ -107,9 +199,41 @@ class SpendJournal:
         self._fsync()
 
     def close(self) -> None:
-        if not self._file.closed:
-            self.flush()
-            self._file.close()
+        """Flush, close and let another process write the journal."""
+        try:
+            if not self._file.closed:
+                self.flush()
+                self._file.close()
+        finally:
+            if not self._lock.closed:
+                self._lock.close()  # the kernel drops the lock with its last descriptor
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _lock_writer(path: Path) -> Any:
+    """Hold the journal's lock file exclusively for the writer's life (flock: the kernel drops it when
+    the process dies, however it dies), with the holder's pid and host written in it for the refusal."""
+    lock_path = path.with_name(path.name + LOCK_SUFFIX)
+    lock = open(lock_path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the writer's life
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise JournalLockedError(
+            f"{path.parent} is in use: {holder} writes its spend journal {path}, and a second writer would "
+            f"count calls twice. Give this job another output folder (train.output_dir=..., "
+            f"evaluate.output_dir=..., serve.output_dir=...), or stop that process first"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+    lock.flush()
+    return lock
 
 
 def _drop_torn_tail(path: Path, chunk: int = 65_536) -> None:
@@ -138,25 +262,55 @@ def _drop_torn_tail(path: Path, chunk: int = 65_536) -> None:
         os.fsync(f.fileno())
 
 
-def read_events(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The journal's events in order. A last line still being written (or torn by a crash)
-    is skipped; a broken line before it is an error: the books would be wrong without it."""
+def read_events(path: str | Path, skipped: list[int] | None = None) -> Iterator[dict[str, Any]]:
+    """The journal's events in order, read line by line. A last line still being written (or torn
+    by a crash) is passed over in silence. A line before it that is not an event (bytes a torn write
+    left) is skipped with a warning naming its byte offset (appended to `skipped`), keeping an event
+    glued behind the torn bytes: only the torn part is lost, and it had no outcome on disk anyway."""
     path = Path(path)
     if not path.exists():
         return
+    offset = 0
     with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
+        for raw in f:
+            start, offset = offset, offset + len(raw)
+            if not raw.endswith(b"\n"):
+                return  # the last line, being written
+            if not raw.strip():
+                continue
+            try:
+                yield _event(raw)
+            except ValueError:
+                glued = _glued_event(raw)
+                log.warning(
+                    "%s: skipped %d byte(s) at byte offset %d that are not a journal event (a torn write)%s",
+                    path,
+                    len(raw) - (len(glued[1]) if glued else 0),
+                    start,
+                    "; kept the event after them" if glued else "",
+                )
+                if skipped is not None:
+                    skipped.append(start)
+                if glued:
+                    yield glued[0]
+
+
+def _event(raw: bytes) -> dict[str, Any]:
+    event = json.loads(raw)
+    if not isinstance(event, dict) or event.get("ev") not in EVENTS:
+        raise ValueError("not an event")
+    return event
+
+
+def _glued_event(raw: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """The whole event at the end of a line whose start is torn (every event begins `{"t":`)."""
+    at = raw.rfind(b'{"t":')
+    while at > 0:
         try:
-            yield json.loads(raw)
+            return _event(raw[at:]), raw[at:]
         except ValueError:
-            if number < len(lines):  # a whole line (it ends with a newline), yet unreadable
-                raise JournalError(
-                    f"{path}, line {number}: not a JSON object; the journal was edited or the disk is "
-                    f"failing (restore the file from a backup)"
-                ) from None
+            at = raw.rfind(b'{"t":', 0, at)
+    return None
 
 
 @dataclass
@@ -171,6 +325,7 @@ class Books:
     open: list[dict[str, Any]] = field(default_factory=list)
     sessions: list[dict[str, Any]] = field(default_factory=list)
     opens: dict[str, dict[str, Any]] = field(default_factory=dict)  # every open event, by call id
+    skipped: list[int] = field(default_factory=list)  # byte offsets of lines that were not events (torn)
     requests: list[dict[str, Any]] = field(default_factory=list)  # served requests, each with its client
     clients: dict[str, str] = field(default_factory=dict)  # a served request's id -> its client
 
@@ -199,7 +354,7 @@ def read_books(path: str | Path) -> Books:
     books = Books()
     opened: dict[str, dict[str, Any]] = {}
     closed: set[str] = set()  # an outcome may come before its open (Ray does not order them)
-    for event in read_events(path):
+    for event in read_events(path, books.skipped):
         kind, call_id = event["ev"], str(event.get("id") or "")  # "": recorded without an open
         if kind == "session":
             books.sessions.append(event)
