@@ -9,6 +9,8 @@
   a real configuration key with a valid value (checked with the project's config loader
   against the line's `--config` file, `configs/local.yaml` by default). A placeholder
   value such as `<checkpoint>` or `...` is skipped on purpose.
+- Every setting a written doc names in backticks (`learner.lr`, `workers.<i>.serve.gpus`) is a field of
+  the configuration.
 - Every relative link between markdown files resolves (file and `#anchor`), and no doc
   sends a user to `../shared/`, which a user's clone does not have.
 """
@@ -695,3 +697,73 @@ def test_a_kept_result_holds_what_checks_a_figure(tmp_path: Path, monkeypatch: p
     assert kept["command"] == ".venv/bin/python benchmarks/subsets.py --seeds 1"
     assert re.fullmatch(r"[0-9a-f]{40}", kept["commit"]) and isinstance(kept["uncommitted_changes"], bool)
     assert {"cpu_model", "cpus", "avx512_bf16", "amx_bf16"} <= set(kept["machine"]) and kept["finished_utc"]
+
+
+# ---------------------------------------------------------------- settings named in prose
+
+SECTIONS = ("conductor", "workers", "workflow", "generator", "learner", "train", "grader", "data", "evaluate",
+            "serve", "ask", "mix", "cluster", "tracking")  # fmt: skip
+# `learner.lr`, `workers.<i>.serve.gpus`, `train.choice_weighting: segment`, `grader.sandbox.require_isolation=false`
+SETTING_RE = re.compile(r"`((?:" + "|".join(SECTIONS) + r")(?:\.(?:<\w+>|\d+|[A-Za-z_]\w*))+)(?:[=:][^`]*)?`")
+
+
+def setting_exists(name: str) -> bool:
+    """Whether `name` (dotted, `<i>` or a number for a list's item) reaches a field of the configuration."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from conductor_rl.config import Config
+
+    def models_in(annotation) -> list[type[BaseModel]]:
+        found, stack = [], [annotation]
+        while stack:
+            a = stack.pop()
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                found.append(a)
+            stack.extend(typing.get_args(a))
+        return found
+
+    def mapping(annotation) -> bool:
+        return any(typing.get_origin(a) in (dict, typing.Mapping) for a in [annotation, *typing.get_args(annotation)])
+
+    current: list[type[BaseModel]] = [Config]
+    parts = name.split(".")
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        fields = [m.model_fields[part] for m in current if part in m.model_fields]
+        if not fields:
+            return False
+        annotation = fields[0].annotation
+        i += 1
+        if i < len(parts) and (parts[i].startswith("<") or parts[i].isdigit()):
+            i += 1  # an item of a list of sections (`workers.<i>`)
+        if mapping(annotation):
+            return True  # a free mapping (`serve.env`, `extra_body`): any key below
+        current = models_in(annotation)
+        if i < len(parts) and not current:
+            return False
+    return True
+
+
+def test_the_docs_name_only_existing_settings() -> None:
+    """Every `section.key` a written doc names in backticks is a setting of the configuration (the
+    overrides in commands are checked by running their parser, test_every_documented_command_is_runnable)."""
+    written = [doc for doc in DOCS if doc != REPO / "docs" / "configuration.md"]
+    named = {
+        (relative(doc), m.group(1))
+        for doc in written
+        for m in SETTING_RE.finditer(without_fenced_blocks(doc.read_text()))
+    }
+    assert len(named) > 50, "the settings pattern finds too few"
+    files = (".py", ".parquet", ".yaml", ".json", ".jsonl", ".md", ".csv", ".png", ".txt")
+    missing = sorted(f"{doc}: {n}" for doc, n in named if not n.endswith(files) and not setting_exists(n))
+    assert not missing, "the docs name settings that do not exist:\n" + "\n".join(missing)
+
+
+def test_the_setting_checker_knows_a_real_setting_from_a_made_up_one() -> None:
+    assert setting_exists("learner.lr") and setting_exists("workers.<i>.serve.gpus")
+    assert setting_exists("grader.sandbox.require_isolation") and setting_exists("workers.0.extra_body.top_k")
+    assert not setting_exists("learner.learning_rate") and not setting_exists("serve.env")
+    assert not setting_exists("train.warm_start.nonexistent")
