@@ -26,7 +26,6 @@ from conductor_rl.serving.access import BearerTokens, ClientBudget, ClientLimits
 from conductor_rl.serving.chat_format import RequestError, RequestLimits
 from conductor_rl.serving.endpoint import ChatEndpoint, Reply, SampleBatch, SampleOne, watch_page
 from conductor_rl.workers.providers import Provider
-from conductor_rl.workers.spend_journal import read_books
 
 if TYPE_CHECKING:
     from conductor_rl.plan.shape import PlanShape
@@ -39,12 +38,20 @@ app = FastAPI(title="conductor-rl", description="A Conductor and its worker pool
 class ClientLimitsActor:
     """Every replica's clients in one place: `ClientLimits` as an actor."""
 
-    def __init__(self, quota: ClientQuota, budget: ClientBudget | None = None, journal: str | None = None) -> None:
+    def __init__(
+        self,
+        quota: ClientQuota,
+        budget: ClientBudget | None = None,
+        journal: str | None = None,
+        request_timeout_s: float = 300.0,
+    ) -> None:
         """`journal`: the server's spend journal, whose requests and spend fill the windows and the
-        budgets, so that a restarted server holds its clients to what they used before it."""
+        budgets, so that a restarted server holds its clients to what they used before it (read as a
+        stream; a request's calls are looked for up to twice `request_timeout_s`, at least an hour)."""
         self.limits = ClientLimits(quota, budget)
         if journal is not None:
-            self.limits.restore(read_books(journal), time.monotonic(), time.time())
+            horizon_s = max(3600.0, 2 * request_timeout_s)
+            self.limits.restore(journal, time.monotonic(), time.time(), horizon_s)
 
     def admit(self, client: str) -> tuple[int, str, dict[str, str], str | None, str] | None:
         """None when admitted, else the 429's fields (an exception's own fields do not cross Ray)."""

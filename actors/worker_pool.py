@@ -137,6 +137,10 @@ class LedgerActor:
         self._ledger.close_call(call_id, outcome)
         await self._durable()
 
+    async def lose_call(self, call_id: str, why: str) -> None:
+        self._ledger.lose_call(call_id, why)
+        await self._durable()
+
     async def settle_open_calls(self) -> int:
         settled = self._ledger.settle_open_calls()
         await self._durable()
@@ -455,10 +459,14 @@ class WorkerPool:
         while i is not None:
             tried.add(i)
             self._in_flight[i] += 1
+            call = self.replicas[i].complete.remote(request)
             try:
-                response = await self.replicas[i].complete.remote(request)
+                response = await call
                 self._failed_at[i] = float("-inf")
                 return response
+            except asyncio.CancelledError:  # the caller gave up (a timeout, a client gone): so does the replica
+                ray.cancel(call)  # its provider call is closed and settled there, at its bill or worst case
+                raise
             except ray.exceptions.RayTaskError as err:
                 cause = err.cause
                 if isinstance(cause, ProviderError):  # BudgetExceededError included

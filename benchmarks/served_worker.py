@@ -15,7 +15,14 @@ against the in-process `local` provider on the same prompts (same run).
    default runs the model in the engine process
    (conductor_rl/workers/serving.py, CPU_SERVER_ENV).
 
+4. With --train (alone): the training job on configs/local-real.yaml, one iteration of 2 questions
+   x 2 plans (the job serves SmolLM2 and Gemma 3 itself, then generates, executes, grades, learns,
+   syncs the weights and saves a checkpoint): each server's start time, the job's wall time, and
+   whether every vLLM server ended with the job. Exit 1 when the job fails, a figure is missing or a
+   server is left behind (the suite's end-to-end test of this run, moved here: scripts/test.sh).
+
     python benchmarks/served_worker.py [--json] [--prompts 8] [--tokens 64] [--no-layouts]
+    python benchmarks/served_worker.py --train [--json]
 
 Prints human-readable lines; with --json the last line is one JSON object.
 """
@@ -25,7 +32,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -36,8 +46,6 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import ray
 
 from benchmarks.measure import machine, report
 from conductor_rl.config import WorkerConfig
@@ -77,6 +85,8 @@ async def run(worker: Any, batch: list[WorkerRequest], concurrent: bool) -> tupl
 
 
 def served_figures(label: str, env: dict[str, str], batch: list[WorkerRequest], log: Any) -> dict[str, float]:
+    import ray
+
     from actors.served_worker import ServedWorkers
     from actors.worker_pool import WorkerPool, get_ledger
 
@@ -124,6 +134,59 @@ def served_figures(label: str, env: dict[str, str], batch: list[WorkerRequest], 
     return figures
 
 
+SERVED_LINE = re.compile(r"served (\S+) at http://[\d.]+:(\d+)/v1 in (\d+) s")
+
+
+def served_servers(stderr: str) -> dict[str, dict[str, int]]:
+    """{worker: {"port", "start_s"}} from the job's "served <worker> at <url> in <n> s" lines."""
+    return {m[1]: {"port": int(m[2]), "start_s": int(m[3])} for m in SERVED_LINE.finditer(stderr)}
+
+
+def vllm_servers_on(ports: list[int]) -> list[int]:
+    """Pids of vLLM server processes still listening on one of `ports`."""
+    left = []
+    for entry in os.listdir("/proc"):
+        try:
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode() + " "
+        except OSError:
+            continue
+        if entry.isdigit() and "vllm.entrypoints" in command and any(f"--port {p} " in command for p in ports):
+            left.append(int(entry))
+    return left
+
+
+def train_run(log: Any) -> tuple[dict[str, Any], list[str]]:
+    """The job on configs/local-real.yaml for one iteration: (its figures, what went wrong)."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="served-train-") as folder:
+        out = Path(folder) / "run"
+        command = [
+            sys.executable, "-m", "jobs.train", "--config", "configs/local-real.yaml", "train.iterations=1",
+            f"train.output_dir={out}", "train.progress=false", "train.report=false", "train.rollouts_per_question=2",
+        ]  # fmt: skip
+        log("training one iteration of configs/local-real.yaml (its served workers started by the job) ...")
+        started = time.perf_counter()
+        proc = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=1500)
+        figures: dict[str, Any] = {"job_s": round(time.perf_counter() - started, 1), "exit_code": proc.returncode}
+        servers = served_servers(proc.stderr)
+        figures["served"] = {name: info["start_s"] for name, info in servers.items()}
+        records = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
+        figures["iterations_logged"] = len(records)
+        figures["checkpoint"] = (out / "checkpoints" / "ckpt-000000" / "state.json").is_file()
+        left = vllm_servers_on([info["port"] for info in servers.values()])
+        figures["servers_left"] = len(left)
+    problems = []
+    if proc.returncode != 0:
+        problems.append(f"the job exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    if set(servers) != {"smollm2-precise", "gemma3-270m-base"}:
+        problems.append(f"served workers logged: {sorted(servers)}; expected smollm2-precise and gemma3-270m-base")
+    if figures["iterations_logged"] != 1 or not figures["checkpoint"]:
+        problems.append(f"{figures['iterations_logged']} iteration(s) logged, checkpoint {figures['checkpoint']}")
+    if left:
+        problems.append(f"vLLM servers left running after the job: {left}")
+    return figures, problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
@@ -135,10 +198,18 @@ def main() -> int:
         action="store_false",
         help="skip the runs in vLLM's own process layout (with and without a reserved core)",
     )
+    parser.add_argument("--train", action="store_true", help="only the training job on configs/local-real.yaml")
     args = parser.parse_args()
 
     def log(message: str) -> None:
         print(message, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    if args.train:
+        figures, problems = train_run(log)
+        report({**machine(), **figures, "ok": not problems}, args.json, log)
+        for problem in problems:
+            log(f"FAILED: {problem}")
+        return 1 if problems else 0
 
     batch = requests(args.prompts, args.tokens)
     figures: dict[str, Any] = {**machine(), "prompts": args.prompts, "max_tokens": args.tokens}
@@ -160,6 +231,8 @@ def main() -> int:
         f"({tokens} tokens, one request at a time)"
     )
     del local
+
+    import ray
 
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:

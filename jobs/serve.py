@@ -131,6 +131,7 @@ def build_application(
         ClientQuota(s.client_requests, s.client_usd, s.client_window_s),
         ClientBudget(s.client_budget_usd, s.client_budget_per) if s.client_budget_usd is not None else None,
         str(Path(s.output_dir) / JOURNAL_FILE),
+        s.timeout_s,
     )
     deployment = ConductorServer.options(**deployment_options(config))
     application = deployment.bind(

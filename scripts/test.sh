@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Sets everything up (scripts/setup.sh) and runs the test suite, offline.
-# With no arguments, three pytest runs, the first beside the other two:
+# With no arguments, two pytest runs side by side:
 #   - the quick tests, then the `light` slow ones (real models in process, sandboxes, timeouts), in one
 #     process; its log is printed at the end;
-#   - the tests marked `alone` (served vLLM workers beside a training run: most of a 24 GiB machine's
-#     memory, and mostly waiting on servers), with only the quick ones beside them;
-#   - then the heavy slow tests (Ray, vLLM, learners, training subprocesses; tests/conftest.py marks
+#   - the heavy slow tests (Ray, vLLM, learners, training subprocesses; tests/conftest.py marks
 #     them) on two pytest-xdist workers, each module whole on one worker so that its tests share its
 #     module fixtures, naming the 25 slowest.
+# Runs too long for the suite are benchmarks (docs/results.md lists what moved and where).
 #   bash scripts/test.sh                        # all tests
 #   bash scripts/test.sh -m "not slow" -n 2     # the quick subset for iteration, two xdist workers
 #   bash scripts/test.sh -k plan -x             # with arguments: one pytest process, they go to it
@@ -25,17 +24,9 @@ fi
 quick_log=$(mktemp -t conductor-quick-tests.XXXXXX.log)
 "${pytest[@]}" -m "not slow or light" >"$quick_log" 2>&1 &
 quick_pid=$!
-echo "=== the tests that run alone (the quick ones beside them) ==="
-alone_rc=0
-# Only the modules that mark a test `alone` are collected (a collection of every module takes seconds).
-mapfile -t alone_modules < <(grep -l "pytest.mark.alone" tests/test_*.py)
-if ((${#alone_modules[@]} > 0)); then
-  "${pytest[@]}" "${alone_modules[@]}" -m alone --durations=5 || alone_rc=$?
-fi
-echo
 echo "=== the heavy tests, on two workers (the quick ones beside them while they last) ==="
 heavy_rc=0
-"${pytest[@]}" -m "slow and not light and not alone" -n 2 --dist loadfile --durations=25 || heavy_rc=$?
+"${pytest[@]}" -m "slow and not light" -n 2 --dist loadfile --durations=25 || heavy_rc=$?
 quick_rc=0
 wait "$quick_pid" || quick_rc=$?
 
@@ -46,7 +37,7 @@ if ((quick_rc != 0)); then
 else
   tail -n 1 "$quick_log"
 fi
-echo "alone: exit $alone_rc; heavy tests: exit $heavy_rc; quick tests: exit $quick_rc"
-for rc in "$alone_rc" "$heavy_rc" "$quick_rc"; do
+echo "heavy tests: exit $heavy_rc; quick tests: exit $quick_rc"
+for rc in "$heavy_rc" "$quick_rc"; do
   if ((rc != 0)); then exit "$rc"; fi
 done

@@ -33,8 +33,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     a module's tests share its fixtures and each worker its Ray cluster; the quick ones run in a third
     process beside them, while the slow ones wait on processes, servers and timeouts. Slow tests marked
     `light` (real models in this process, sandboxes, timeouts; no Ray, vLLM, learner or training process)
-    run in the quick process, after the quick tests; those marked `alone` (most of the machine's memory)
-    run before the heavy ones, with only the quick process beside them."""
+    run in the quick process, after the quick tests."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if SLOW_FIXTURES & fixtures:
@@ -42,9 +41,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # `light` slow tests run beside the heavy ones, so they may not start a Ray cluster.
         if item.get_closest_marker("light") and "ray_cluster" in fixtures:
             raise pytest.UsageError(f"{item.nodeid} is marked light but uses ray_cluster: a light test starts no Ray")
-        # scripts/test.sh finds the `alone` tests' modules by the mark's text, without collecting every module.
-        if item.get_closest_marker("alone") and "pytest.mark.alone" not in item.path.read_text():
-            raise pytest.UsageError(f"{item.nodeid} is marked alone, but not as `@pytest.mark.alone` in its module")
 
 
 @pytest.fixture(scope="session")

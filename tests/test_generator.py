@@ -3,6 +3,7 @@ samples with log-probabilities, takes new weights, and then agrees with
 transformers on log-probs and greedy text."""
 
 import contextlib
+from types import SimpleNamespace
 
 import pytest
 import ray
@@ -38,18 +39,43 @@ def recompute_logprobs(model, tokenizer, token_ids, prompt=PROMPT):
     return logps[0, len(prompt_ids) - 1 :].tolist()
 
 
+def start_weights() -> torch.nn.Module:
+    """tiny-qwen2 perturbed (seed 22): the weights the module's engine starts from."""
+    model, _ = load_causal_lm("tiny-qwen2", "float32")
+    perturbed_state(model, seed=22)
+    return model
+
+
+def first_samples(actor) -> list:
+    """Seeded and greedy samples (token ids, log-probs) of PROMPT."""
+    seeded = ray.get(actor.sample.remote([PROMPT], n=3, temperature=1.0, max_tokens=12, seed=9), timeout=300)
+    greedy = ray.get(actor.sample.remote([PROMPT], n=1, temperature=0.0, max_tokens=12), timeout=300)
+    return [(s.token_ids, s.logprobs) for s in seeded[0] + greedy[0]]
+
+
 @pytest.fixture(scope="module")
-def vllm_generator(ray_cluster):
+def started_engine(ray_cluster, tmp_path_factory):
+    """The module's engine, started from a checkpoint of `start_weights()`, and what it sampled first: what a
+    fresh engine of those weights samples, which the exactness test holds a synced engine to."""
     from actors.generator import GeneratorActor
     from actors.weight_sync import local_transport
 
+    folder = tmp_path_factory.mktemp("start-weights")
+    _, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    start_weights().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     # Ready for both sync paths: reload_weights (object store) and vLLM's weight transfer.
     actor = GeneratorActor.options(**ENGINE).remote(
-        "tiny-qwen2", backend="vllm", seed=0, max_model_len=1024, dtype="float32", weight_transfer=local_transport()
+        str(folder), backend="vllm", seed=0, max_model_len=1024, dtype="float32", weight_transfer=local_transport()
     )
     assert ray.get(actor.weights_version.remote(), timeout=300) == 0
-    yield actor
+    yield SimpleNamespace(actor=actor, first_samples=first_samples(actor))
     ray.kill(actor)
+
+
+@pytest.fixture(scope="module")
+def vllm_generator(started_engine):
+    return started_engine.actor
 
 
 @pytest.fixture(scope="module")
@@ -125,14 +151,16 @@ def test_a_weight_sync_drops_prompt_state_cached_with_the_old_weights(vllm_gener
         assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
 
 
-def test_a_synced_engine_samples_exactly_what_a_fresh_engine_of_the_new_weights_samples(vllm_generator, tmp_path):
+def test_a_synced_engine_samples_exactly_what_a_fresh_engine_of_the_new_weights_samples(started_engine, tmp_path):
     """The in-place load (conductor_rl/policy/vllm_load.py), its loader built after a vLLM
     reload (a weight transfer's, as in benchmarks/policy.py): through shared memory twice (the
     second sync reads the packed weights straight from it), then through the object store (its
     own memory again). After each, seeded and greedy samples, token ids and log-probs, equal
-    bit for bit those of an engine started from a checkpoint of the same weights."""
-    from actors.generator import GeneratorActor
+    bit for bit those the engine drew when it had just started from a checkpoint of the same
+    weights (a fresh engine of them; other weights were loaded in between, the other tests' too)."""
     from conductor_rl.policy.shared_weights import SharedWeightsWriter, layout_for
+
+    vllm_generator, expected = started_engine.actor, started_engine.first_samples
 
     def reload_then_rebuild_the_loader(actor, state):
         # In the engine (`__ray_call__`; nested, so Ray ships it by value): vLLM's layer-wise
@@ -143,14 +171,15 @@ def test_a_synced_engine_samples_exactly_what_a_fresh_engine_of_the_new_weights_
         actor.sampler.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(state)})
         vllm_load._LOADERS.clear()
 
-    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    model, _ = load_causal_lm("tiny-qwen2", "float32")
     ray.get(vllm_generator.__ray_call__.remote(reload_then_rebuild_the_loader, perturbed_state(model, seed=20)))
+    assert first_samples(vllm_generator) != expected  # other weights now
     named = list(model.named_parameters(remove_duplicate=False))  # the learner's layout: by HF name
     writer = SharedWeightsWriter(layout_for(((n, p.dtype, tuple(p.shape)) for n, p in named), folder=str(tmp_path)))
     ray.get(vllm_generator.attach_shared_weights.remote(writer.layout))
     writer.unlink()
     version = ray.get(vllm_generator.weights_version.remote())
-    for seed in (21, 22):  # the last weights are seed 22's
+    for seed in (21, 22):  # the last weights are seed 22's: the engine's first
         model, _ = load_causal_lm("tiny-qwen2", "float32")
         perturbed_state(model, seed=seed)
         writer.write((n, p.detach()) for n, p in model.named_parameters(remove_duplicate=False))
@@ -159,24 +188,9 @@ def test_a_synced_engine_samples_exactly_what_a_fresh_engine_of_the_new_weights_
     # the second sync read o_proj, gate_up_proj and down_proj from the shared memory itself (qkv_proj
     # not: Qwen2's q bias lies between q and k); vLLM's copies onto them were no-ops
     assert ray.get(vllm_generator.__ray_call__.remote(lambda actor: actor.sampler.last_load["views"])) > 0
-    model.save_pretrained(tmp_path / "fresh")
-    tokenizer.save_pretrained(tmp_path / "fresh")
-    fresh = GeneratorActor.options(**ENGINE).remote(
-        str(tmp_path / "fresh"), backend="vllm", seed=0, max_model_len=1024, dtype="float32"
-    )
-
-    def samples(actor):
-        seeded = ray.get(actor.sample.remote([PROMPT], n=3, temperature=1.0, max_tokens=12, seed=9), timeout=300)
-        greedy = ray.get(actor.sample.remote([PROMPT], n=1, temperature=0.0, max_tokens=12), timeout=300)
-        return [(s.token_ids, s.logprobs) for s in seeded[0] + greedy[0]]
-
-    try:
-        expected = samples(fresh)
-        assert samples(vllm_generator) == expected
-        ray.get(vllm_generator.load_weights.remote(list(model.state_dict().items()), version + 1))
-        assert samples(vllm_generator) == expected
-    finally:
-        ray.kill(fresh)
+    assert first_samples(vllm_generator) == expected
+    ray.get(vllm_generator.load_weights.remote(list(start_weights().state_dict().items()), version + 1))
+    assert first_samples(vllm_generator) == expected
 
 
 def test_a_seeded_batch_larger_than_one_engine_step_is_sampled(vllm_generator):

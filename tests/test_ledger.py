@@ -24,13 +24,14 @@ pytestmark = pytest.mark.usefixtures("fresh")
 FAST_RETRIES = RetryPolicy(max_retries=3, base_delay_s=0.01, max_delay_s=0.05)
 
 
-def guarded(provider, server, ledger, limiter=None, policy=FAST_RETRIES, **extra):
+def guarded(provider, server, ledger, limiter=None, policy=FAST_RETRIES, price=None, **extra):
     return GuardedProvider(
         build_provider(worker_config(provider, server, **extra)),
         provider_kind=provider,
         ledger=ledger,
         limiter=limiter,
         policy=policy,
+        price=price,
     )
 
 
@@ -177,20 +178,25 @@ def test_a_call_closed_before_its_open_arrives_is_not_left_open():
     assert ledger.settle_open_calls() == 0 and ledger.total_usd == pytest.approx(0.5)
 
 
-def test_guarded_calls_close_what_they_open(server):
-    """Answered calls are recorded, refused ones closed unbilled, a cancelled one stays open:
-    it may have been billed, so it is settled at its worst case (input estimate + max_tokens)."""
+def test_a_call_cut_off_before_its_open_arrives_is_settled_as_lost_when_it_does():
     ledger = CostLedger()
+    ledger.lose_call("z", "cancelled mid-call")
+    ledger.open_call("z", "w", "openai", 2.5, admit=False)
+    assert ledger.settle_open_calls() == 0
+    assert ledger.total_usd == pytest.approx(2.5) and ledger.summary()["unsettled"]["cost_usd"] == pytest.approx(2.5)
+
+
+def test_guarded_calls_close_what_they_open(server, tmp_path):
+    """Answered calls are recorded, refused ones closed unbilled, a cancelled one settled at once as
+    lost: it may have been billed and no bill will come, so it costs its worst case (input estimate +
+    max_tokens), in the journal too; one cancelled before it was sent costs nothing."""
+    from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
+
+    ledger = CostLedger.from_journal(tmp_path / JOURNAL_FILE, job="serve", sync=True)
+    limiter = AsyncRateLimiter(WindowLimits(rpm=1, tpm=None, window_s=60.0))
 
     async def go():
-        worker = GuardedProvider(
-            build_provider(worker_config("openai", server)),
-            provider_kind="openai",
-            ledger=ledger,
-            policy=FAST_RETRIES,
-            check_budget=False,
-            price=PRICE,
-        )
+        worker = guarded("openai", server, ledger, price=PRICE)
         await worker.complete(request("fine"))
         server.script(["400", "slow:5"])
         with pytest.raises(ProviderError):
@@ -201,14 +207,28 @@ def test_guarded_calls_close_what_they_open(server):
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
+        # Held by the limiter (one call a minute, taken above): cancelled before it was sent.
+        limited = guarded("openai", server, ledger, limiter=limiter, price=PRICE)
+        await limiter.acquire(1)
+        waiting = asyncio.ensure_future(limited.complete(request("never sent")))
+        await asyncio.sleep(0.2)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
         await worker.aclose()
+        await limited.aclose()
         return worker.worst_case_cost(request("cut off"))
 
     worst = asyncio.run(go())
-    assert len(ledger.entries) == 1
-    assert worst > 0 and ledger.settle_open_calls() == 1
+    assert server.stats.requests == 3  # the held call never reached the server
+    assert worst > 0 and ledger.settle_open_calls() == 0  # nothing left open: serve never settles
     assert ledger.total_usd == pytest.approx(ledger.entries[0].cost_usd + worst)
     assert ledger.summary()["unsettled"]["cost_usd"] == pytest.approx(worst)
+    ledger.journal.close()
+    books = read_books(tmp_path / JOURNAL_FILE)
+    assert [e["outcome"] for e in books.lost] == ["cancelled mid-call"] and books.lost[0]["usd"] == pytest.approx(worst)
+    assert [e["outcome"] for e in books.failed][-1] == "cancelled before it was sent" and not books.open
+    assert books.spent_usd == pytest.approx(ledger.total_usd)
 
 
 class RecordingLimiter:

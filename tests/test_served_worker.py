@@ -3,7 +3,7 @@ actors/served_worker.py, jobs/training_system.py).
 
 Quick tests drive the library with small fake servers (a few lines of Python that answer the health
 API, or exit at once); the slow ones serve SmolLM2 through real vLLM, run a plan over HTTP and check
-the ledger against the server's own counters, and train two iterations of configs/local-real.yaml."""
+the ledger against the servers' own counters, on configs/local-real.yaml's pool as the job builds it."""
 
 from __future__ import annotations
 
@@ -355,25 +355,6 @@ def test_gemma3_loads_offline_with_its_bos_and_a_question_answer_template():
 # --- real vLLM, on Ray ---------------------------------------------------------------------------
 
 
-def smollm2_worker(name: str = "smollm2", model: str = "smollm2-served", replicas: int = 1) -> WorkerConfig:
-    return WorkerConfig(
-        name=name,
-        provider="openai_compatible",
-        model=model,
-        temperature=0.0,
-        max_tokens=24,
-        concurrency=16,
-        serve={
-            "model": "smollm2-135m",
-            "replicas": replicas,
-            "cpus": 0.5,
-            "start_timeout_s": 600,
-            "engine_args": {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024},
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-        },
-    )
-
-
 def vllm_counters(base_url: str) -> dict[str, float]:
     """vLLM's own Prometheus counters of prompt and generated tokens."""
     with urllib.request.urlopen(base_url.removesuffix("/v1") + "/metrics", timeout=10) as r:
@@ -386,37 +367,42 @@ def vllm_counters(base_url: str) -> dict[str, float]:
 
 
 @pytest.mark.slow
-def test_a_plan_runs_on_served_smollm2_replicas_and_the_ledger_matches_the_servers(ray_cluster):
-    """Two workers with the same serve section share one deployment (two names per server), of two
-    replicas: the pools spread their calls over both servers, the ledger holds exactly what the servers
-    counted, and a replica's actor killed with SIGKILL takes its server's whole process group along."""
+def test_a_plan_runs_on_the_served_pool_of_local_real_and_the_ledger_matches_the_servers(ray_cluster):
+    """configs/local-real.yaml's pool as the training job builds it (jobs/training_system.py): its two
+    SmolLM2 workers share one deployment (two names per server), here of two replicas, and Gemma 3
+    (GGUF) has its own. The pools spread their calls over both SmolLM2 servers, the ledger holds exactly
+    what the servers counted, a replica's actor killed with SIGKILL takes its server's whole process group
+    along, and the pools' shutdown leaves no server behind. (The whole job on this pool, an iteration with
+    its learner step and weight sync: benchmarks/served_worker.py --train.)"""
     import ray
 
-    from actors.served_worker import ServedWorkers
-    from actors.worker_pool import WorkerPool, get_ledger
+    from conductor_rl.config import load_config
     from conductor_rl.plan import parse_plan
     from conductor_rl.rollout.workflow import StepLimits, Task, run_plan
     from conductor_rl.workers.providers import WorkerRequest
+    from jobs.training_system import start_worker_pools
 
-    workers = [smollm2_worker(replicas=2), smollm2_worker("smollm2-b", "smollm2-served-b", replicas=2)]
-    served = ServedWorkers.start(workers, log=print)
+    config = load_config(
+        ROOT / "configs" / "local-real.yaml", ["workers.0.serve.replicas=2", "workers.1.serve.replicas=2"]
+    )
+    system = start_worker_pools(config, None, checked=True)
+    served, pools, ledger = system.served, system.pools, system.ledger
     try:
-        infos = served.replicas[0]
+        assert served is not None and len(served.replicas) == 2  # SmolLM2 (both names), Gemma
+        infos = served.replicas[0] + served.replicas[1]
         urls = [info["base_url"] for info in infos]
-        assert len(served.replicas) == 1 and len(set(urls)) == 2 and served.urls == [urls, urls]
+        smollm2 = urls[:2]
+        assert len(set(urls)) == 3 and served.urls == [smollm2, smollm2, urls[2:]]
         assert all(info["seconds"] < 600 for info in infos)
         before = [vllm_counters(u) for u in urls]
-        ledger = get_ledger(None, name=f"ledger-served-{os.getpid()}")
         with pytest.raises(urllib.error.HTTPError) as refused:  # the server listens on the node's address
             urllib.request.urlopen(f"{urls[0]}/models", timeout=10)
         assert refused.value.code == 401  # and requires the key the job generated for it
-        pools = [
-            WorkerPool(w, 1, ledger=ledger, base_urls=served.urls_for(i), api_key=served.key_for(i))
-            for i, w in enumerate(workers)
-        ]
-        assert [len(p.replicas) for p in pools] == [2, 2]  # 1 asked, 2 servers: 2 WorkerActors each
+        assert [len(p.replicas) for p in pools] == [2, 2, 1]  # 1 asked, 2 servers: 2 WorkerActors each
         plan = parse_plan(
-            'model_id = [0, 1]\nsubtasks = ["What is 2 + 3?", "Check the answer."]\naccess_list = [[], [0]]', 2
+            'model_id = [0, 1, 2]\nsubtasks = ["What is 2 + 3?", "Check the answer.", "What is 2 + 3?"]\n'
+            "access_list = [[], [0], []]",
+            3,
         )
         limits = StepLimits(max_tokens=24, temperature=0.0, timeout_s=300)
 
@@ -430,22 +416,20 @@ def test_a_plan_runs_on_served_smollm2_replicas_and_the_ledger_matches_the_serve
         assert result.error is None, result.error
         assert all(s.response and s.usage.output_tokens > 0 for s in result.steps)
         entries = ray.get(ledger.entries.remote())
-        assert sorted(e.worker for e in entries) == ["smollm2"] * 9 + ["smollm2-b"]
-        [second] = [e for e in entries if e.worker == "smollm2-b"]
+        names = [w.name for w in config.workers]
+        assert sorted(e.worker for e in entries) == sorted([names[0]] * 9 + names[1:])
+        [second] = [e for e in entries if e.worker == names[1]]
         assert (second.usage.input_tokens, second.usage.output_tokens) == (
             result.steps[1].usage.input_tokens,
             result.steps[1].usage.output_tokens,
         )
         # The ledger holds what the servers reported in each response's usage, and that is what vLLM
-        # itself counted, over both servers; both answered.
+        # itself counted, over every server; each SmolLM2 server answered.
         after = [vllm_counters(u) for u in urls]
         for name, field in (("prompt_tokens", "input_tokens"), ("generation_tokens", "output_tokens")):
             counted = sum(a[name] - b[name] for a, b in zip(after, before))
             assert counted == sum(getattr(e.usage, field) for e in entries), name
         assert all(a["generation_tokens"] > b["generation_tokens"] for a, b in zip(after, before)), (before, after)
-        for pool in pools:
-            asyncio.run(pool.aclose())
-        ray.kill(ledger)
 
         # ray.kill is SIGKILL for the actor: the guard still ends the server's whole group.
         guard = infos[0]["pgid"]
@@ -453,57 +437,35 @@ def test_a_plan_runs_on_served_smollm2_replicas_and_the_ledger_matches_the_serve
         ray.kill(served.actors[0][0])
         assert not wait_gone(guard, 30), "vLLM processes outlived their actor"
     finally:
-        served.shutdown()
+        system.shutdown()  # as the job ends: every pool, the ledger and the servers
     for info in infos:
-        assert not wait_gone(info["pgid"], 30)
+        assert not wait_gone(info["pgid"], 30), "a vLLM server outlived the pools' shutdown"
 
 
-@pytest.mark.slow
-@pytest.mark.alone  # two vLLM servers beside the job's generator and learner
-def test_train_an_iteration_with_served_workers(tmp_path):
-    """configs/local-real.yaml end to end: served SmolLM2 and Gemma workers, an iteration (its learner step
-    and weight sync), a checkpoint, and no vLLM server left behind."""
-    out = tmp_path / "run"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jobs.train",
-            "--config",
-            "configs/local-real.yaml",
-            "train.iterations=1",
-            f"train.output_dir={out}",
-            "train.progress=false",
-            "train.report=false",
-            "train.rollouts_per_question=2",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
+def test_the_served_training_benchmark_reads_the_jobs_servers_and_finds_one_left_behind(tmp_path):
+    """benchmarks/served_worker.py --train (the end-to-end run of configs/local-real.yaml) judges the job by
+    its "served ... in N s" lines and by the vLLM servers still listening on their ports."""
+    from tests.benchmark_scripts import load_benchmark
+
+    bench = load_benchmark("served_worker")
+    stderr = (
+        "starting served worker smollm2-precise ...\n"
+        "served smollm2-precise at http://10.0.0.5:41234/v1 in 37 s\n"
+        "served gemma3-270m-base at http://10.0.0.5:41240/v1 in 52 s\n"
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert re.search(r"served smollm2-precise at http://\S+/v1 in \d+ s", proc.stderr)
-    assert re.search(r"served gemma3-270m-base at http://\S+/v1 in \d+ s", proc.stderr)
-    assert (out / "checkpoints" / "ckpt-000000" / "state.json").is_file()
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(records) == 1
-    ports = re.findall(r"served \S+ at http://[\d.]+:(\d+)/v1", proc.stderr)
-    assert len(ports) == 2
-    left = [
-        pid for pid, cmd in processes() if "vllm.entrypoints" in cmd and any(f"--port {p} " in cmd + " " for p in ports)
-    ]
-    assert not left, f"vLLM servers left running after the job: {left}"
-
-
-def processes() -> list[tuple[int, str]]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                found.append((int(entry), Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()))
-            except OSError:
-                pass
-    return found
+    assert bench.served_servers(stderr) == {
+        "smollm2-precise": {"port": 41234, "start_s": 37},
+        "gemma3-270m-base": {"port": 41240, "start_s": 52},
+    }
+    # A process whose command line is a vLLM server's on a watched port is found; one on another port not.
+    script = tmp_path / "vllm.entrypoints.py"
+    script.write_text("import time; time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, str(script), "--port", "41234", "--host", "x"])
+    try:
+        deadline = time.monotonic() + 10
+        while proc.pid not in bench.vllm_servers_on([41234]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.pid in bench.vllm_servers_on([41234]) and proc.pid not in bench.vllm_servers_on([41240])
+    finally:
+        proc.kill()
+        proc.wait()

@@ -3,6 +3,7 @@ embedded default's SmolLM2 Conductor writes the plans in this process, its simul
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -16,13 +17,17 @@ TOKEN = "s" * 24
 AUTH = f"Bearer {TOKEN}"
 
 
-def endpoint(smollm2, *overrides, requests=20, timeout_s=60.0, sample_one=None):
+def endpoint(smollm2, *overrides, requests=20, timeout_s=60.0, sample_one=None, books=None):
+    """`books`: a dict that gets the workers' `ledger` and the clients' `limits`."""
     from conductor_rl.policy.conductor import Conductor
 
     config = load_config(None, ["conductor.max_depth=0", *overrides])
     model, tokenizer = smollm2
     conductor = Conductor(config.conductor, model, tokenizer)
-    workers, _ = in_process_workers(config)
+    workers, ledger = in_process_workers(config)
+    limits = ClientLimits(ClientQuota(requests=requests, usd=None, window_s=60))
+    if books is not None:
+        books.update(ledger=ledger, limits=limits)
     return ChatEndpoint(
         config,
         "conductor",
@@ -30,7 +35,7 @@ def endpoint(smollm2, *overrides, requests=20, timeout_s=60.0, sample_one=None):
         tokenizer,
         workers,
         tokens=BearerTokens({"alice": TOKEN}),
-        admission=LocalAdmission(ClientLimits(ClientQuota(requests=requests, usd=None, window_s=60))),
+        admission=LocalAdmission(limits),
         limits=RequestLimits(max_steps=config.conductor.max_steps),
         timeout_s=timeout_s,
         sample_one=sample_one and sample_one(conductor),
@@ -110,7 +115,8 @@ def test_refusals_name_their_reason_in_openais_error_shape(smollm2):
 def test_a_failing_worker_or_a_slow_one_ends_the_request_with_what_it_spent(smollm2):
     fails = [f"workers.{i}.sim.fail_rate=1.0" for i in range(3)] + [f"workers.{i}.max_retries=0" for i in range(3)]
     failing = endpoint(smollm2, *fails)
-    slow = endpoint(smollm2, *[f"workers.{i}.sim.latency_s=30" for i in range(3)], timeout_s=5.0)
+    slow_books: dict = {}
+    slow = endpoint(smollm2, *[f"workers.{i}.sim.latency_s=30" for i in range(3)], timeout_s=5.0, books=slow_books)
 
     async def main():
         return (
@@ -123,8 +129,36 @@ def test_a_failing_worker_or_a_slow_one_ends_the_request_with_what_it_spent(smol
     assert failed.status == 502 and failed.body["error"]["code"] == "worker_error", failed.body
     assert failed.body["conductor"]["steps"] and failed.body["conductor"]["cost_usd"] >= 0
     assert timed_out.status == 504 and "serve.timeout_s" in timed_out.body["error"]["message"]
+    # No step finished; calls sent before the timeout (none if the plan took the 5 s) were cut off and are
+    # charged at their worst case, the same as the ledger counts them (the hang-up test below sees one).
+    charged = timed_out.body["conductor"]["charged_usd"]
     assert timed_out.body["conductor"]["cost_usd"] == 0.0
+    assert slow_books["limits"].spent("alice", time.monotonic()) == pytest.approx(charged)
+    assert slow_books["ledger"].total_usd == pytest.approx(charged) and slow_books["ledger"].open_usd == 0
     assert stream[-1] == "[DONE]" and stream[-2]["error"]["code"] == "worker_error"
+
+
+def test_a_client_that_hangs_up_after_the_plan_is_charged_for_the_calls_it_started(smollm2):
+    """The stream is closed once the plan has come (the server's side of a client gone): its workflow is
+    cancelled with a call in flight, and the client is charged that call at its worst case, the same
+    amount the ledger settles it at, instead of nothing."""
+    books: dict = {}
+    serve = endpoint(smollm2, *[f"workers.{i}.sim.latency_s=30" for i in range(3)], books=books)
+
+    async def main():
+        reply = await serve.chat(body(seed=4, stream=True), AUTH)
+        async for raw in reply.stream:
+            if b'"event": "plan"' in raw:
+                break
+        started = time.monotonic()
+        while books["ledger"].open_usd == 0 and time.monotonic() - started < 20:
+            await asyncio.sleep(0.05)  # the first step's call is in flight
+        await reply.stream.aclose()  # the client hangs up
+
+    asyncio.run(main())
+    charged = books["limits"].spent("alice", time.monotonic())
+    assert charged > 0 and books["ledger"].total_usd == pytest.approx(charged)
+    assert books["ledger"].settle_open_calls() == 0  # nothing left open for a settling that never comes in serve
 
 
 def test_with_a_per_request_sampler_each_plan_is_its_own_request_and_a_seed_gives_the_same_plan(smollm2):

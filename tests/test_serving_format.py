@@ -163,18 +163,18 @@ def test_a_restarted_server_holds_its_clients_to_what_its_spend_journal_says_the
         # A served call's key names its request (the workflow engine's task id is the request id).
         ledger.open_call(f"{request}-0", "w", "sim", 1.0, admit=False, key=CallKey(request, request, 0))
         ledger.record("w", "sim", Usage(), usd, call_id=f"{request}-0")
-    books = read_books(tmp_path / JOURNAL_FILE)
-    wall = books.requests[-1]["t"] + 5.0  # restarted five seconds after the requests
+    journal = tmp_path / JOURNAL_FILE
+    wall = read_books(journal).requests[-1]["t"] + 5.0  # restarted five seconds after the requests
 
     limits = ClientLimits(ClientQuota(requests=2, usd=0.10, window_s=60))
-    limits.restore(books, now=1000.0, wall_now=wall)
+    limits.restore(journal, now=1000.0, wall_now=wall)
     assert limits.spent("alice", 1000.0) == pytest.approx(0.11) and limits.spent("bob", 1000.0) == pytest.approx(0.01)
     with pytest.raises(RequestError) as caught:
         limits.admit("alice", 1000.0)  # two requests and $0.11 in the window before the restart
     assert caught.value.status == 429
     limits.admit("bob", 1000.0)
     later = ClientLimits(ClientQuota(requests=2, usd=0.10, window_s=60))
-    later.restore(books, now=1000.0, wall_now=wall + 120)  # restarted after the window: nothing held
+    later.restore(journal, now=1000.0, wall_now=wall + 120)  # restarted after the window: nothing held
     later.admit("alice", 1000.0)
 
 
@@ -182,7 +182,7 @@ def test_a_client_over_its_daily_budget_waits_for_midnight_and_one_over_its_tota
     from conductor_rl.serving.access import ClientBudget, ClientBudgets
     from conductor_rl.workers.ledger import CostLedger
     from conductor_rl.workers.providers import CallKey, Usage
-    from conductor_rl.workers.spend_journal import JOURNAL_FILE, read_books
+    from conductor_rl.workers.spend_journal import JOURNAL_FILE
 
     noon = 1_764_849_600.0  # 2025-12-04 12:00 UTC
     daily = ClientBudgets(ClientBudget(0.10, per="day"))
@@ -209,14 +209,14 @@ def test_a_client_over_its_daily_budget_waits_for_midnight_and_one_over_its_tota
         ledger.open_call(f"{request}-0", "w", "sim", 1.0, admit=False, key=CallKey(request, request, 0))
         ledger.record("w", "sim", Usage(), usd, call_id=f"{request}-0")
     restarted = ClientBudgets(ClientBudget(0.10, per="total"))
-    restarted.restore(read_books(tmp_path / JOURNAL_FILE))
+    restarted.restore(tmp_path / JOURNAL_FILE)
     assert restarted.spent("alice", noon) == pytest.approx(0.11) and restarted.spent("bob", noon) == pytest.approx(0.01)
     with pytest.raises(RequestError):
         restarted.admit("alice", noon)
     restarted.admit("bob", noon)
     # The same through ClientLimits, which holds the windows and the budget together.
     limits = ClientLimits(ClientQuota(requests=None, usd=None), ClientBudget(0.10, per="total"))
-    limits.restore(read_books(tmp_path / JOURNAL_FILE), now=1000.0, wall_now=noon)
+    limits.restore(tmp_path / JOURNAL_FILE, now=1000.0, wall_now=noon)
     with pytest.raises(RequestError, match="in total"):
         limits.admit("alice", 1000.0, noon)
     with pytest.raises(ValueError, match="wall-clock"):

@@ -330,3 +330,48 @@ def test_the_training_report_shows_the_journal_spend_by_worker(tmp_path):
     text = "\n".join(spend_lines(tmp_path))
     assert "$0.7500 over 1 calls billed and 1 lost" in text and "2 session(s)" in text
     assert "| checker | 1 | 1 | 0 | 0 | 0.5000 |" in text and "| solver | 1 | 0 | 100 | 20 | 0.2500 |" in text
+
+
+def test_a_served_clients_use_is_streamed_from_a_journal_of_any_length_in_bounded_memory(tmp_path):
+    """What a serve restart reads (conductor_rl/serving/access.py): each request and each bill with its
+    client, an outcome before its open paired with it, a failed call not charged; a request's client is
+    forgotten `horizon_s` after its admission, so a long journal costs the memory of one horizon."""
+    import tracemalloc
+
+    from conductor_rl.workers.spend_journal import ClientEvent, client_events
+
+    journal = tmp_path / JOURNAL_FILE
+
+    def line(t, ev, **fields):
+        return json.dumps({"t": t, "ev": ev, "s": 1, **fields}) + "\n"
+
+    journal.write_text(
+        line(0.0, "request", q="r1", client="alice")
+        + line(1.0, "open", id="c1", q="r1", max_usd=1.0)
+        + line(2.0, "billed", id="c1", usd=0.25)
+        + line(3.0, "lost", id="c2", usd=1.0)  # before its open
+        + line(3.5, "open", id="c2", q="r1", max_usd=1.0)
+        + line(4.0, "open", id="c3", q="r1", max_usd=1.0)
+        + line(5.0, "failed", id="c3", outcome="bad_request")
+        + line(6.0, "open", id="c4", q="elsewhere", max_usd=1.0)  # a training call: no client
+        + line(7.0, "billed", id="c4", usd=0.5)
+        + line(9000.0, "open", id="c5", q="r1", max_usd=1.0)  # hours after r1: not r1's any more
+        + line(9001.0, "billed", id="c5", usd=0.5)
+    )
+    assert list(client_events(journal, horizon_s=3600)) == [
+        ClientEvent(0.0, "alice"),
+        ClientEvent(2.0, "alice", 0.25),
+        ClientEvent(3.0, "alice", 1.0),
+    ]
+
+    with journal.open("w") as f:  # six hours of one request a second, each with a billed call
+        for i in range(21_600):
+            f.write(line(float(i), "request", q=f"r{i}", client=f"client{i % 7}"))
+            f.write(line(i + 0.5, "open", id=f"c{i}", q=f"r{i}", max_usd=1.0))
+            f.write(line(i + 0.9, "billed", id=f"c{i}", usd=0.001))
+    tracemalloc.start()
+    spent = sum(e.usd or 0.0 for e in client_events(journal, horizon_s=600))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert spent == pytest.approx(21.6)
+    assert peak < 2_000_000, peak  # read whole, the same journal's books hold 65,000 events

@@ -152,6 +152,33 @@ def test_a_call_whose_replica_dies_goes_to_another_and_the_lost_attempt_stays_op
     assert books.spent_usd == pytest.approx(total, abs=1e-12)
 
 
+def test_a_caller_that_gives_up_cancels_the_replicas_call_which_is_settled_at_its_worst_case(ray_cluster, server):
+    """A served request cut off (a timeout, a client gone) cancels its pool calls: the replica's own call is
+    cancelled too (ray.cancel), and it is settled at once as lost, at its worst case, rather than left to
+    run on unseen or to stay open in a ledger that serve never settles."""
+    from conductor_rl.workers.costs import worst_case_cost
+
+    server.reset(latency_s=5.0)
+    pool, ledger = make_pool(server)
+
+    async def go():
+        call = asyncio.ensure_future(pool.complete(request("cut off")))
+        while (await asyncio.to_thread(lambda: server.stats.requests)) < 1:  # mid-call: the server has it
+            await asyncio.sleep(0.05)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        for _ in range(100):  # the replica settles it once its own task is cancelled
+            if ray_cluster.get(ledger.summary.remote())["total"]["cost_usd"] > 0:
+                break
+            await asyncio.sleep(0.05)
+
+    asyncio.run(go())
+    summary, worst = ray_cluster.get(ledger.summary.remote()), worst_case_cost(request("cut off"), PRICE)
+    assert summary["unsettled"]["cost_usd"] == pytest.approx(worst) == summary["total"]["cost_usd"]
+    assert ray_cluster.get(ledger.settle_open_calls.remote()) == 0
+
+
 def test_budget_stop_through_the_pool_keeps_every_finished_call(ray_cluster, server):
     from actors.worker_pool import get_ledger
 

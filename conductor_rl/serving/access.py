@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from conductor_rl.serving.chat_format import RequestError
-from conductor_rl.workers.spend_journal import Books
+from conductor_rl.workers.spend_journal import client_events
 
 TOKENS_ENV = "CONDUCTOR_RL_SERVE_TOKENS"
 
@@ -162,21 +162,26 @@ class ClientLimits:
         if self.budgets is not None:
             self.budgets.charge(client, usd, self._wall(wall))
 
-    def restore(self, books: Books, now: float, wall_now: float) -> None:
-        """The windows and budgets as a spend journal left them (the server restarted): each admitted
-        request and each call's dollars, per client, that fall within the window before `now`, and
-        all of them for the budgets; `wall_now` is the same moment on the journal's clock (time.time())."""
+    def restore(self, journal: str | Path, now: float, wall_now: float, horizon_s: float = 3600.0) -> None:
+        """The windows and budgets as the spend journal at `journal` left them (the server restarted):
+        each admitted request and each call's dollars, per client, that fall within the window before
+        `now`, and all of them for the budgets; `wall_now` is the same moment on the journal's clock
+        (time.time()). Streamed: memory holds the window and the budgets' totals, whatever the journal's
+        length; `horizon_s` bounds how long a request's calls may be opened after its admission."""
         start = now - self.quota.window_s
-        for request in books.requests:
-            at = now - (wall_now - request["t"])
-            if at > start:
-                self._requests.setdefault(request["client"], deque()).append(at)
-        for event in sorted([*books.billed, *books.lost], key=lambda e: e["t"]):
-            at, client = now - (wall_now - event["t"]), books.client_of(event)
-            if client and at > start and event["usd"] > 0:
-                self._spent.setdefault(client, deque()).append((at, event["usd"]))
-        if self.budgets is not None:
-            self.budgets.restore(books)
+        for event in client_events(journal, horizon_s):
+            at = now - (wall_now - event.t)
+            if event.usd is None:
+                if at > start:
+                    self._requests.setdefault(event.client, deque()).append(at)
+                continue
+            if at > start and event.usd > 0:
+                self._spent.setdefault(event.client, deque()).append((at, event.usd))
+            if self.budgets is not None:
+                self.budgets.charge(event.client, event.usd, event.t)
+        # The windows pop from the left, oldest first; the journal is in its writer's order, nearly by time.
+        self._requests = {client: deque(sorted(times)) for client, times in self._requests.items()}
+        self._spent = {client: deque(sorted(spent)) for client, spent in self._spent.items()}
 
     def spent(self, client: str, now: float) -> float:
         """Dollars `client` spent within the window before `now`."""
@@ -253,10 +258,9 @@ class ClientBudgets:
             key = (client, self._period(wall))
             self._spent[key] = self._spent.get(key, 0.0) + usd
 
-    def restore(self, books: Books) -> None:
-        """Each client's spend as a spend journal holds it (the server restarted): every call billed or
-        lost for one of its requests, in the period it was settled in."""
-        for event in [*books.billed, *books.lost]:
-            client = books.client_of(event)
-            if client:
-                self.charge(client, event["usd"], event["t"])
+    def restore(self, journal: str | Path, horizon_s: float = 3600.0) -> None:
+        """Each client's spend as the spend journal at `journal` holds it (the server restarted): every
+        call billed or lost for one of its requests, in the period it was settled in (streamed)."""
+        for event in client_events(journal, horizon_s):
+            if event.usd is not None:
+                self.charge(event.client, event.usd, event.t)

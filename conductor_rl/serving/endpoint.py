@@ -56,6 +56,7 @@ from conductor_rl.serving.chat_format import (
     sse,
     usage_of,
 )
+from conductor_rl.serving.metering import RequestMeter
 from conductor_rl.system import System
 from conductor_rl.workers.providers import Provider
 
@@ -220,11 +221,10 @@ class ChatEndpoint:
             finished.append(trace)
             events.put_nowait(step_event(trace))
 
-        spent: float | None = None  # None: what the finished steps cost (a timeout, a client gone)
+        meter = RequestMeter()
         try:
             async with asyncio.timeout(self.timeout_s):
-                answer, usage = await self._answer(request, request_id, events, on_step)
-            spent = answer.cost_usd
+                answer, usage = await self._answer(request, request_id, events, on_step, meter)
             if answer.final_answer is None:
                 raise RequestFailed(failure_of(answer), conductor_field(answer))
             return answer, usage
@@ -233,10 +233,15 @@ class ChatEndpoint:
                 RequestError(
                     504, f"no answer within serve.timeout_s = {self.timeout_s:g} s", code="timeout", kind="server_error"
                 ),
-                {"steps": [step_event(t) for t in finished], "cost_usd": sum(t.cost_usd for t in finished)},
+                {
+                    "steps": [step_event(t) for t in finished],
+                    "cost_usd": sum(t.cost_usd for t in finished),
+                    "charged_usd": meter.charged_usd,  # the calls cut off included, at their worst case
+                },
             ) from None
         finally:
-            await self.admission.charge(client, sum(t.cost_usd for t in finished) if spent is None else spent)
+            # Also when the client hung up (this task cancelled): what was started is charged.
+            await self.admission.charge(client, meter.charged_usd)
 
     async def _answer(
         self,
@@ -244,6 +249,7 @@ class ChatEndpoint:
         request_id: str,
         events: asyncio.Queue[dict[str, Any]],
         on_step: Callable[[StepTrace], None],
+        meter: RequestMeter,
     ) -> tuple[Answer, dict[str, int]]:
         c = self.config.conductor
         # The request's subset, each worker under its number in the whole pool (plan/roster.py).
@@ -252,7 +258,7 @@ class ChatEndpoint:
             if request.workers is None
             else roster_for(self.config, offered_places(self.config, request.workers))
         )
-        workers = roster.select(self.workers)
+        workers = meter.watch(roster.select(self.workers), roster.select([w.price for w in self.config.workers]))
         limits = roster.select(self.step_limits)
         max_steps = request.max_steps or c.max_steps
         prompts = self.system.prompt(max_steps)

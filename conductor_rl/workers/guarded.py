@@ -29,9 +29,9 @@ import uuid
 from typing import Any
 
 from conductor_rl.config import Price
-from conductor_rl.workers.costs import cost_of
+from conductor_rl.workers.costs import worst_case_cost
 from conductor_rl.workers.limits import estimate_tokens
-from conductor_rl.workers.providers.base import ProviderError, Usage, WorkerRequest, WorkerResponse
+from conductor_rl.workers.providers.base import ProviderError, WorkerRequest, WorkerResponse
 from conductor_rl.workers.retry import RetryPolicy, call_with_retries
 
 
@@ -106,16 +106,21 @@ class GuardedProvider:
                 self.model,
                 request.key,
             )
-            if self.check_budget or self.journaled:  # admission, and the open on disk, before the call
-                await _maybe_await(opened)
-            # else not awaited (a round trip saved): the ledger pairs it with `record` in either order
         grant = None
-        if self.limiter is not None:
-            grant, waited = await _maybe_await(
-                self.limiter.acquire(estimate_tokens(request.messages, request.max_tokens), asked)
-            )
-            if waited > 0:
-                self.observer.waited(self.name, waited)
+        try:
+            if self.ledger is not None and (self.check_budget or self.journaled):
+                await _maybe_await(opened)  # admission, and the open on disk, before the call
+            # else not awaited (a round trip saved): the ledger pairs it with `record` in either order
+            if self.limiter is not None:
+                grant, waited = await _maybe_await(
+                    self.limiter.acquire(estimate_tokens(request.messages, request.max_tokens), asked)
+                )
+                if waited > 0:
+                    self.observer.waited(self.name, waited)
+        except asyncio.CancelledError:  # never sent: nothing to bill
+            if self.ledger is not None:
+                await _maybe_await(self.ledger.close_call(call_id, "cancelled before it was sent"))
+            raise
         sent = time.perf_counter()
         try:
             response = await self.provider.complete(request)
@@ -123,9 +128,13 @@ class GuardedProvider:
             if grant is not None:  # a failed call still counted at the provider
                 await _maybe_await(self.limiter.settle(grant, None, self._sent_ago(sent)))
             if self.ledger is not None and isinstance(err, ProviderError):
-                # Refused or failed at the provider: not billed. Anything else (a cancellation)
-                # stays open and is counted at its worst case: it may have been billed.
+                # Refused or failed at the provider: not billed.
                 await _maybe_await(self.ledger.close_call(call_id, err.kind))
+            elif self.ledger is not None and isinstance(err, asyncio.CancelledError):
+                # Cut off mid-call (a timeout, a client gone): the provider may have billed it, and no
+                # bill will come, so it is settled now at its worst case. Anything else (the process
+                # dying) leaves it open, for the next settling to count the same way.
+                await _maybe_await(self.ledger.lose_call(call_id, "cancelled mid-call"))
             raise
         # From here the call has happened: record it before anything else can fail
         # (both at once: on a cluster each is an actor round trip).
@@ -158,11 +167,7 @@ class GuardedProvider:
         return now - sent if sent >= self._warm_since else 0.0
 
     def worst_case_cost(self, request: WorkerRequest) -> float:
-        if self.price is None:
-            return 0.0
-        return cost_of(
-            Usage(input_tokens=estimate_tokens(request.messages, 0), output_tokens=request.max_tokens), self.price
-        )
+        return worst_case_cost(request, self.price)
 
     async def _on_retry(self, error: ProviderError, delay: float) -> None:
         self.observer.retried(self.name, error)

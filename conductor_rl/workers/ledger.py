@@ -126,6 +126,7 @@ class CostLedger:
         self._unsettled = Totals()
         self._open: dict[str, OpenCall] = {}
         self._closed_early: set[str] = set()  # closed before their open_call arrived (Ray may reorder them)
+        self._lost_early: set[str] = set()  # cut off (lose_call) before their open_call arrived
 
     @classmethod
     def from_journal(
@@ -250,12 +251,26 @@ class CostLedger:
         if call_id in self._closed_early:
             self._closed_early.discard(call_id)
             return
-        self._open[call_id] = OpenCall(worker, provider, self.iteration, max_cost_usd, model, self.cell)
+        call = OpenCall(worker, provider, self.iteration, max_cost_usd, model, self.cell)
+        if call_id in self._lost_early:
+            self._lost_early.discard(call_id)
+            self._settle_lost(call_id, call, "cancelled mid-call")
+            return
+        self._open[call_id] = call
 
     def close_call(self, call_id: str, outcome: str = "error") -> None:
         """A call that failed without being billed (the provider refused it); `outcome`: the error's kind."""
         self._log("failed", id=call_id, outcome=outcome)
         self._close(call_id)
+
+    def lose_call(self, call_id: str, why: str) -> None:
+        """A call cut off mid-flight (cancelled): no bill will come, and the provider may have billed
+        it, so it is settled now as lost, at its worst-case cost."""
+        call = self._open.pop(call_id, None)
+        if call is None:  # its open has not arrived yet (Ray does not order them), or it is closed
+            self._lost_early.add(call_id)
+            return
+        self._settle_lost(call_id, call, why)
 
     def settle_open_calls(self, why: str = "its process died mid-call") -> int:
         """Count each call still open as spent, at its worst-case cost, and
@@ -263,12 +278,15 @@ class CostLedger:
         trainer does, after each round of rollouts): an open call is then one
         whose process died before it could say what happened."""
         for call_id, call in self._open.items():
-            entry = LedgerEntry(call.worker, call.provider, call.iteration, Usage(), call.max_cost_usd)
-            where = _who_and_where(call.worker, call.provider, call.model, call.iteration, call.cell)
-            self._log("lost", id=call_id, outcome=why, usd=call.max_cost_usd, **where)
-            self._add(entry, lost=True)
+            self._settle_lost(call_id, call, why)
         settled, self._open = len(self._open), {}
         return settled
+
+    def _settle_lost(self, call_id: str, call: OpenCall, why: str) -> None:
+        entry = LedgerEntry(call.worker, call.provider, call.iteration, Usage(), call.max_cost_usd)
+        where = _who_and_where(call.worker, call.provider, call.model, call.iteration, call.cell)
+        self._log("lost", id=call_id, outcome=why, usd=call.max_cost_usd, **where)
+        self._add(entry, lost=True)
 
     def _close(self, call_id: str | None) -> OpenCall | None:
         if call_id is None:
@@ -309,6 +327,11 @@ class CostLedger:
     @property
     def total_usd(self) -> float:
         return self._total.cost_usd
+
+    @property
+    def open_usd(self) -> float:
+        """The calls in flight (no outcome yet), at their worst case."""
+        return sum(call.max_cost_usd for call in self._open.values())
 
     def totals(self) -> Totals:
         return Totals(**asdict(self._total))

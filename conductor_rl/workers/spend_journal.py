@@ -40,7 +40,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,6 +371,59 @@ def read_books(path: str | Path) -> Books:
             {"billed": books.billed, "lost": books.lost, "failed": books.failed}[kind].append(event)
     books.open = list(opened.values())
     return books
+
+
+@dataclass(frozen=True)
+class ClientEvent:
+    """A served client's use of the server, as the journal holds it: an admitted request (`usd` None)
+    or a call's bill (billed, or lost at its worst case), at journal time `t`."""
+
+    t: float
+    client: str
+    usd: float | None = None
+
+
+def client_events(path: str | Path, horizon_s: float = 3600.0) -> Iterator[ClientEvent]:
+    """Each served client's requests and spend in the journal at `path`, streamed in bounded memory
+    (a serve restart reads a journal of any length): a request's client is kept for `horizon_s`
+    seconds after its admission (every call of a request is opened while it runs, within
+    serve.timeout_s), and a call's client from its open until its outcome."""
+    tags: dict[str, tuple[float, str]] = {}  # request id -> (admitted at, client), oldest first
+    calls: dict[str, str] = {}  # an open call's id -> its client
+    early: dict[str, dict[str, Any]] = {}  # outcomes read before their open (Ray does not order them)
+    for event in read_events(path):
+        kind, t = event["ev"], event["t"]
+        _forget_before(tags, t - horizon_s, lambda tag: tag[0])
+        _forget_before(early, t - REORDER_S, lambda outcome: outcome["t"])
+        call_id = str(event.get("id") or "")
+        if kind == "request":
+            tags[event["q"]] = (t, event["client"])
+            yield ClientEvent(t, event["client"])
+        elif kind == "open" and "q" in event and event["q"] in tags:
+            client = tags[event["q"]][1]
+            outcome = early.pop(call_id, None)
+            if outcome is None:
+                calls[call_id] = client
+            elif outcome["ev"] != "failed":
+                yield ClientEvent(outcome["t"], client, outcome["usd"])
+        elif kind in ("billed", "lost", "failed") and call_id:
+            client = calls.pop(call_id, "")
+            if client and kind != "failed":
+                yield ClientEvent(t, client, event["usd"])
+            elif not client:  # its open may come next; else not a served call, forgotten soon
+                early[call_id] = event
+
+
+REORDER_S = 60.0  # an outcome journaled before its open is followed by it well within this
+
+
+def _forget_before(entries: dict[str, Any], oldest: float, time_of: Callable[[Any], float]) -> None:
+    """Drop the entries, oldest first, from before `oldest`."""
+    while entries:
+        first = next(iter(entries))
+        if time_of(entries[first]) >= oldest:
+            return
+        del entries[first]
 
 
 #: What `totals_by` groups calls by: an event field, or "job" (its session's) and "day" (UTC).
