@@ -148,8 +148,11 @@ def test_a_client_that_hangs_up_after_the_plan_is_charged_for_the_calls_it_start
     async def main():
         reply = await serve.chat(body(seed=4, stream=True), AUTH)
         async for raw in reply.stream:
-            if b'"event": "plan"' in raw:
+            text = raw[len(b"data: ") : -2].decode()
+            if text != "[DONE]" and json.loads(text).get("conductor", {}).get("event") == "plan":
                 break
+        else:
+            pytest.fail("the stream ended without a plan event")
         started = time.monotonic()
         while books["ledger"].open_usd == 0 and time.monotonic() - started < 20:
             await asyncio.sleep(0.05)  # the first step's call is in flight
@@ -158,6 +161,8 @@ def test_a_client_that_hangs_up_after_the_plan_is_charged_for_the_calls_it_start
     asyncio.run(main())
     charged = books["limits"].spent("alice", time.monotonic())
     assert charged > 0 and books["ledger"].total_usd == pytest.approx(charged)
+    # What was charged is calls cut off at their worst case, not bills: nothing finished.
+    assert books["ledger"].summary()["unsettled"]["cost_usd"] == pytest.approx(charged)
     assert books["ledger"].settle_open_calls() == 0  # nothing left open for a settling that never comes in serve
 
 
