@@ -44,8 +44,8 @@ class LearnerActor:
     def build(self, model: str, config: LearnerConfig, total_steps: int, past_versions: int = 0) -> None:
         self.learner = PolicyLearner(model, config, total_steps, past_versions)
 
-    def train_step(self, batch: RolloutBatch) -> StepStats:
-        return self._ready().train_step(batch)
+    def train_step(self, batch: RolloutBatch, epochs: int = 1) -> StepStats:
+        return self._ready().train_step(batch, epochs)
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         return self._ready().named_weights()
@@ -161,9 +161,9 @@ class LearnerGroup:
         self.zero3 = config.zero_stage == 3
         ray.get([a.build.remote(model, config, total_steps, past_versions) for a in self.actors])
 
-    def train_step(self, batch: RolloutBatch) -> StepStats:
-        """Every rank steps on the same batch; rank 0's statistics come back."""
-        return ray.get([a.train_step.remote(batch) for a in self.actors])[0]
+    def train_step(self, batch: RolloutBatch, epochs: int = 1) -> StepStats:
+        """Every rank steps `epochs` times on the same batch; rank 0's statistics come back."""
+        return ray.get([a.train_step.remote(batch, epochs) for a in self.actors])[0]
 
     def named_weights(self) -> ray.ObjectRef:
         """An object ref to rank 0's weights, to hand to generators without a driver copy."""

@@ -168,11 +168,11 @@ def learn_from(run: TrainingRun, collected: Collected) -> tuple[dict, list[Rollo
         learner_version=state.version if run.system.corrects_stale_rows else None,
     )  # stale rows get behaviour weights
 
-    # 7. learn: one GRPO step  8. sync: the new weights to every generator engine
+    # 7. learn: GRPO's step(s) on the batch  8. sync: the new weights to every generator engine
     learned: dict[str, float] = {}
     if batch is not None:
         with phases.timed("learn"):
-            stats = run.actors.learners.train_step(batch)
+            stats = run.actors.learners.train_step(batch, c.learner.epochs)
         with phases.timed("sync"):
             state.version += 1
             run.actors.weight_sync.push(state.version)

@@ -9,9 +9,8 @@ The run: the settings-derived half of the system (conductor_rl/system.py) and it
 actors (jobs/training_system.py) are built once; then each iteration (jobs/iteration.py,
 paper §3.1, app. A): 1 draw B questions → 2 generate G plans each → 3 parse → 4 execute
 every plan on the worker pool (with recursive calls to the Conductor, conductor.max_depth)
-→ 5 grade → 6 group-relative advantages → 7 learn (one GRPO step) → 8 sync weights to the
-generators → 9 its record; `train` then logs it (metrics, the trackers of train.loggers, the
-Ray dashboard, Parquet traces) and checkpoints.
+→ 5 grade → 6 group-relative advantages → 7 learn (learner.epochs GRPO steps) → 8 sync weights to the
+generators → 9 its record; `train` logs it (metrics, train.loggers, the dashboard, traces) and checkpoints.
 
 Ctrl-C, SIGTERM (`ray job stop`) and a spent budget stop the run with a
 checkpoint; an iteration interrupted before its learner step is abandoned and
@@ -86,12 +85,8 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
     system = System(config)
     questions = training_questions(system)
     forecast = forecast_of(config, questions, out / JOURNAL_FILE, start, force)
-    stream = QuestionStream(
-        questions,
-        seed=t.seed,
-        cursor=saved["cursor"] if saved else 0,
-        balance_domains=t.balance_domains,
-    )
+    cursor = saved["cursor"] if saved else 0
+    stream = QuestionStream(questions, seed=t.seed, cursor=cursor, balance_domains=t.balance_domains)
     if start >= t.iterations:
         log(f"nothing to do: the checkpoint is at iteration {start - 1} of {t.iterations}")
         return {"stopped": "finished", "iterations": start}
@@ -112,7 +107,8 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
     state = RunState.of(config, saved)
     journal = out / JOURNAL_FILE
     journaled = journal.exists() or not saved  # a run from before the journal resumes from its checkpoint
-    actors = build_system(config, model, state.version, total_steps=t.iterations + t.warm_start.steps, journal=journal)
+    steps = t.iterations * config.learner.epochs + t.warm_start.steps  # optimizer steps, the lr schedule's
+    actors = build_system(config, model, state.version, steps, journal=journal)
     if saved:
         actors.learners.load(str(checkpoints.latest()))
         if not journaled:

@@ -81,9 +81,9 @@ def vllm_generator(started_engine):
 @pytest.fixture(scope="module")
 def learner_rank(ray_cluster):
     """`learner_rank()`: a one-rank LearnerGroup of tiny-qwen2 built afresh (model loaded, new engine and
-    optimizer). The object-store and shared-memory syncs take the module's rank, built again
-    (LearnerGroup.rebuild): starting a rank costs several times building it. The collective path
-    joins a weight-transfer group with the engine, so it starts a rank of its own."""
+    optimizer). Every sync path takes the module's rank, built again (LearnerGroup.rebuild): starting a
+    rank costs several times building it. The collective path, which joins the rank to a weight-transfer
+    group with the engine for good, is the rank's last use."""
     from actors.learner import LearnerGroup
     from conductor_rl.config import LearnerConfig
 
@@ -232,23 +232,25 @@ def test_transformers_sampler_logprobs_match_a_forward_pass():
         sampler.load_weights([("not.a.weight", torch.zeros(1))], version=6)
 
 
+def step_on(learner, prompt_ids: list[int], group: list) -> None:
+    """One GRPO step of `learner` on four samples of PROMPT, with fixed advantages."""
+    from conductor_rl.policy.learner import RolloutBatch
+
+    batch = RolloutBatch(
+        [prompt_ids] * 4, [list(s.token_ids) for s in group], [list(s.logprobs) for s in group], [1.0, -1.0, 0.5, -0.5]
+    )
+    learner.train_step(batch)
+
+
 def test_learner_step_then_sync_matches_the_learner(vllm_generator, learner_rank):
     """Learner (DeepSpeed rank in a Ray actor) → GRPO step → weights to the vLLM
     generator: the generator's log-probs equal the learner's for the same tokens."""
-    from conductor_rl.policy.learner import RolloutBatch
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
     [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=11))
     learner = learner_rank()
-    learner.train_step(
-        RolloutBatch(
-            [prompt_ids] * 4,
-            [list(s.token_ids) for s in group],
-            [list(s.logprobs) for s in group],
-            [1.0, -1.0, 0.5, -0.5],
-        )
-    )
+    step_on(learner, prompt_ids, group)
     weights = learner.named_weights()  # an object ref: no copy through the driver
     ray.get(vllm_generator.load_weights.remote(weights, 2))
     model.load_state_dict(dict(ray.get(weights)))
@@ -263,16 +265,13 @@ def test_learner_step_then_sync_matches_the_learner(vllm_generator, learner_rank
     assert max(abs(a - b) for a, b in zip(moved, group[0].logprobs)) > 1e-3
 
 
-@pytest.mark.parametrize("path", ["collective", "shared_memory"])
+@pytest.mark.parametrize("path", ["shared_memory", "collective"])  # the collective one last (`learner_rank`)
 def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator, learner_rank, path):
     """The collective path (vLLM's weight-transfer API; gloo here, NCCL or CUDA IPC on GPUs):
     learner rank 0 broadcasts while the engine receives inside vLLM's layer-wise
     reload. The shared-memory path: rank 0 copies into memory the engine mapped once,
     and the engine loads from it. Twice, to show the group (or the mapping) outlives a round."""
-    from actors.learner import LearnerGroup
     from actors.weight_sync import WeightSync, local_transport
-    from conductor_rl.config import LearnerConfig
-    from conductor_rl.policy.learner import RolloutBatch
 
     class Pool:  # a GeneratorPool of the module's one engine
         actors = [vllm_generator]
@@ -288,42 +287,23 @@ def test_learner_step_then_weight_transfer_matches_the_learner(vllm_generator, l
 
     model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
     prompt_ids = tokenizer(PROMPT, add_special_tokens=False).input_ids
-    if path == "collective":
-        learner = LearnerGroup(
-            "tiny-qwen2",
-            LearnerConfig(lr=1e-2, warmup_ratio=0.0, precision="float32"),
-            total_steps=5,
-            resources_per_rank=RANK,
+    learner = learner_rank()
+    sync = WeightSync(learner, Pool(), local_transport() if path == "collective" else path)
+    assert sync.transport == (local_transport() if path == "collective" else path)
+    for version in (7, 8):
+        [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=version))
+        step_on(learner, prompt_ids, group)
+        sync.push(version)
+        assert ray.get(vllm_generator.weights_version.remote()) == version
+        model.load_state_dict(dict(ray.get(learner.named_weights())))
+        [after] = ray.get(
+            vllm_generator.sample.remote([PROMPT], n=2, temperature=1.0, max_tokens=8, seed=12, min_version=version)
         )
-    else:
-        learner = learner_rank()
-    try:
-        sync = WeightSync(learner, Pool(), local_transport() if path == "collective" else path)
-        assert sync.transport == (local_transport() if path == "collective" else path)
-        for version in (7, 8):
-            [group] = ray.get(vllm_generator.sample.remote([PROMPT], n=4, temperature=1.0, max_tokens=8, seed=version))
-            learner.train_step(
-                RolloutBatch(
-                    [prompt_ids] * 4,
-                    [list(s.token_ids) for s in group],
-                    [list(s.logprobs) for s in group],
-                    [1.0, -1.0, 0.5, -0.5],
-                )
-            )
-            sync.push(version)
-            assert ray.get(vllm_generator.weights_version.remote()) == version
-            model.load_state_dict(dict(ray.get(learner.named_weights())))
-            [after] = ray.get(
-                vllm_generator.sample.remote([PROMPT], n=2, temperature=1.0, max_tokens=8, seed=12, min_version=version)
-            )
-            for s in after:
-                expected = recompute_logprobs(model, tokenizer, s.token_ids)
-                assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
-            moved = recompute_logprobs(model, tokenizer, group[0].token_ids)
-            assert max(abs(a - b) for a, b in zip(moved, group[0].logprobs)) > 1e-3
-    finally:
-        if path == "collective":
-            learner.shutdown()
+        for s in after:
+            expected = recompute_logprobs(model, tokenizer, s.token_ids)
+            assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) < LOGPROB_TOL
+        moved = recompute_logprobs(model, tokenizer, group[0].token_ids)
+        assert max(abs(a - b) for a, b in zip(moved, group[0].logprobs)) > 1e-3
 
 
 def test_generator_pool_splits_prompts_and_syncs_every_engine(ray_cluster):

@@ -267,6 +267,29 @@ def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(gro
             assert not torch.equal(flat_weights(made[0]), flat_weights(made[1]))  # another direction
 
 
+def test_later_epochs_on_a_batch_keep_the_first_steps_old_log_probs_so_the_clip_bounds_them(groups):
+    """learner.epochs: the first step is the single step's (same statistics), the later ones move the
+    advantage-weighted log-likelihood further, and clip, which they only can if their old log-probs are
+    still the first step's (recomputed, every ratio would be 1)."""
+    batch = grouped_batch(seed=3)
+    settings = dict(lr=1e-2, micro_batch_size=4, zero_stage=1)
+    group = groups(**settings)
+    one = group.train_step(batch, 1)
+    after_one = ray.get(group.named_weights())
+    groups.rebuild(group, **settings)
+    three = group.train_step(batch, 3)
+    after_three = ray.get(group.named_weights())
+    assert one.clip_fraction == 0.0 and three.clip_fraction > 0.0
+    assert (three.loss, three.logprob_mean, three.grad_norm, three.tokens) == pytest.approx(
+        (one.loss, one.logprob_mean, one.grad_norm, one.tokens), rel=1e-5
+    )
+
+    def objective(weights) -> float:
+        return sum(a * float(lp.sum()) for a, lp in zip(batch.advantages, whole_sequence_logprobs(batch, weights)))
+
+    assert objective(after_three) > objective(after_one) > objective(None)
+
+
 def test_stale_rows_behaviour_log_probs_are_recomputed_with_the_weights_that_sampled_them(groups):
     """learner.behaviour_logprobs=learner (vLLM's under a constrained format are the masked
     distribution's): a learner that keeps one past version weighs a row one version stale by

@@ -166,6 +166,13 @@ class LearnerConfig(Strict):
     micro_batch_size: int = Field(
         4, ge=1, description="Sequences per forward/backward; gradients accumulate over the batch."
     )
+    epochs: int = Field(
+        1,
+        ge=1,
+        description="Optimizer steps on each GRPO batch (PPO's epochs; the paper: 1). After the first, the old "
+        "log-probs are those of the weights before it, so the clip bounds how far a batch moves the policy; "
+        "the learning-rate schedule counts every step. The warm start takes one step per batch.",
+    )
     grad_clip: float = Field(1.0, gt=0.0)
     zero_stage: Literal[0, 1, 2, 3] = 2
     world_size: int = Field(1, ge=1, description="Learner ranks (one Ray actor each).")
@@ -178,8 +185,8 @@ class LearnerConfig(Strict):
     gradient_checkpointing: bool = False
     old_logprobs: Literal["learner", "sampler"] = Field(
         "learner",
-        description="GRPO's old log-probs. learner: the learner's own, before its step (exact: one "
-        "optimizer step per batch, so the weights that sampled are the weights that learn). sampler: the ones "
+        description="GRPO's old log-probs. learner: the learner's own, before its first step on the batch "
+        "(exact: the weights that sampled are the weights that learn). sampler: the ones "
         "the sampler reported, for samples drawn with older weights; vLLM's are of the distribution after its "
         "structured-output mask, so with conductor.constrain_format they are not the policy's.",
     )

@@ -182,8 +182,11 @@ class PolicyLearner:
         self.past_versions = past_versions
         self.past_weights: deque[list[torch.Tensor]] = deque()  # the weights before each recent step, newest first
 
-    def train_step(self, batch: RolloutBatch) -> StepStats:
-        """One optimizer step on the whole batch (every rank calls it with the same batch)."""
+    def train_step(self, batch: RolloutBatch, epochs: int = 1) -> StepStats:
+        """`epochs` optimizer steps on the whole batch (every rank calls it with the same batch). After the
+        first, the old log-probs and behaviour weights stay those of the weights before it (PPO's epochs):
+        the clip bounds how far one batch moves the policy. Statistics are the first step's, but the clip
+        fraction, which is the later steps' (0 in the first with learner.old_logprobs=learner)."""
         started = time.perf_counter()
         c = self.config
         # Contiguous blocks per rank: a question's completions stay together, so their prompt is shared.
@@ -207,25 +210,36 @@ class PolicyLearner:
             "stale_tokens": 0,
             "lp": 0.0,
         }
-        for m in range(n_micro):
-            chunk = rows[m * c.micro_batch_size : (m + 1) * c.micro_batch_size]
-            self.engine.set_gradient_accumulation_boundary(m == n_micro - 1)
-            loss, stats, tokens, (weight_sum, stale_tokens), lp = self._micro_loss(batch, chunk, normalizer, behaviour)
-            self.engine.backward(loss, scale_wrt_gas=False)
-            totals["loss"] += float(loss.detach())
-            totals["tokens"] += tokens
-            totals["weight"] += weight_sum
-            totals["stale_tokens"] += stale_tokens
-            totals["lp"] += lp
-            for key, value in (("clip", stats.clip_fraction), ("ratio", stats.ratio_mean), ("kl", stats.kl)):
-                totals[key] += value * tokens
-        self.engine.step()
-        grad_norm = self.engine.get_global_grad_norm()
+        proximal: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # per micro-batch, from the first step
+        later_clip, later_tokens, grad_norm = 0.0, 0, None
+        for epoch in range(epochs):
+            for m in range(n_micro):
+                chunk = rows[m * c.micro_batch_size : (m + 1) * c.micro_batch_size]
+                self.engine.set_gradient_accumulation_boundary(m == n_micro - 1)
+                loss, stats, tokens, (weight_sum, stale_tokens), lp = self._micro_loss(
+                    batch, chunk, normalizer, behaviour, proximal, m
+                )
+                self.engine.backward(loss, scale_wrt_gas=False)
+                if epoch > 0:
+                    later_clip += stats.clip_fraction * tokens
+                    later_tokens += tokens
+                    continue
+                totals["loss"] += float(loss.detach())
+                totals["tokens"] += tokens
+                totals["weight"] += weight_sum
+                totals["stale_tokens"] += stale_tokens
+                totals["lp"] += lp
+                for key, value in (("clip", stats.clip_fraction), ("ratio", stats.ratio_mean), ("kl", stats.kl)):
+                    totals[key] += value * tokens
+            self.engine.step()
+            if epoch == 0:
+                grad_norm = self.engine.get_global_grad_norm()
         denominator = max(totals["tokens"], 1)
+        clip = later_clip / max(later_tokens, 1) if epochs > 1 else totals["clip"] / denominator
         return StepStats(
             loss=totals["loss"],
             grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
-            clip_fraction=totals["clip"] / denominator,
+            clip_fraction=clip,
             ratio_mean=totals["ratio"] / denominator,
             kl=totals["kl"] / denominator,
             lr=self.scheduler.get_last_lr()[0],
@@ -292,8 +306,16 @@ class PolicyLearner:
         return out
 
     def _micro_loss(
-        self, batch: RolloutBatch, chunk: list[int], normalizer: float, behaviour: dict[int, torch.Tensor] | None = None
+        self,
+        batch: RolloutBatch,
+        chunk: list[int],
+        normalizer: float,
+        behaviour: dict[int, torch.Tensor] | None = None,
+        proximal: dict[int, tuple[torch.Tensor, torch.Tensor | None]] | None = None,
+        micro: int = 0,
     ) -> tuple[torch.Tensor, Any, int, tuple[float, int], float]:
+        """The loss of one micro-batch. `proximal` holds, per micro-batch, the old log-probs and behaviour
+        weights of the batch's first optimizer step: filled by it, read by the later ones."""
         c = self.config
         if not chunk:  # this rank has fewer rows: a zero loss keeps the collectives in step
             chunk, weight = [0], 0.0
@@ -327,7 +349,9 @@ class PolicyLearner:
             for r, i in enumerate(chunk):
                 if i in behaviour:
                     old[r, : len(behaviour[i])] = behaviour[i].to(self.device)
-        if c.old_logprobs == "learner":
+        if c.old_logprobs == "learner" and proximal is not None and micro in proximal:
+            old, weights = proximal[micro]  # a later step on the batch: the first step's proximal policy
+        elif c.old_logprobs == "learner":
             # Decoupled PPO (grpo.py): the learner's weights are the proximal policy; rows an older
             # policy drew are corrected towards them by the truncated behaviour weight.
             if bool(stale.any()):
@@ -335,6 +359,8 @@ class PolicyLearner:
                 stale_mask = mask * stale.unsqueeze(1)
                 weighed = (float((weights * stale_mask).sum()), int(stale_mask.sum()))
             old = logprobs.detach()
+            if proximal is not None:
+                proximal[micro] = (old, weights)
         loss, stats = grpo_loss(
             logprobs,
             old,
