@@ -57,12 +57,14 @@ class FakeLearners:
     def __init__(self) -> None:
         self.batches = []
         self.seconds = 0.0  # how long a step takes (asynchronous runs overlap it with collection)
+        self.epochs = 0  # the last step's learner.epochs
 
-    def train_step(self, batch):
+    def train_step(self, batch, epochs: int = 1):
         from conductor_rl.policy.learner import StepStats
 
         time.sleep(self.seconds)
         self.batches.append(batch)
+        self.epochs = epochs
 
         return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0.0, sum(map(len, batch.completion_ids)), 0.0)
 

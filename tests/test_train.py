@@ -725,7 +725,7 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
     from jobs.iteration import Collected, TrainingRun, learn_from
     from jobs.run_control import Phases, StopSignal
 
-    config = make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=false")
+    config = make_config(tmp_path, "train.max_staleness=1", "conductor.constrain_format=false", "learner.epochs=3")
     learners = FakeLearners()
     generators = FakeGenerators(1)
     system = type(
@@ -758,6 +758,7 @@ def test_the_learner_leaves_out_rollouts_older_than_the_bound(tmp_path):
     record, _ = learn_from(loop, Collected(7, [[9, 9]] * 3, rollouts, Phases(7), InfraCounts(), 0, time.perf_counter()))
     [batch] = learners.batches
     assert len(batch.completion_ids) == 8 and sorted(set(batch.staleness)) == [0, 1]
+    assert learners.epochs == 3  # learner.epochs reaches the learner's step
     assert record["stale_dropped"] == 4 and record["staleness"] == {"0": 4, "1": 4}
     assert loop.state.version == 6 and generators.version == 6
 
