@@ -73,7 +73,15 @@ def sample_batch(config, model: str, questions: int, group: int, seed: int) -> l
                 reward = 1.0 if rng.random() < (accuracy or 0.0) else 0.5
             except PlanError:
                 reward = 0.0
-            rows.append({"prompt": prompt, "ids": list(s.token_ids), "sampler": list(s.logprobs), "reward": reward})
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "ids": list(s.token_ids),
+                    "sampler": list(s.logprobs),
+                    "reward": reward,
+                    "domain": q.domain,
+                }
+            )
     del sampler
     advantages = group_advantages(torch.tensor([r["reward"] for r in rows]), group).advantages.tolist()
     labels_of = prompts.tokenizer
@@ -175,6 +183,83 @@ def credit(model, rows: list[dict], weighting: str, lr: float, autocast: bool) -
     return out
 
 
+def first_choice(model, prompts: list[list[int]], choices: list[int], autocast: bool) -> list[float]:
+    """The mean probability of each first worker (model_id's first entry) over `prompts`."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        probs = [
+            torch.softmax(model(input_ids=torch.tensor([p]), logits_to_keep=1).logits[0, -1].float(), -1)
+            for p in prompts
+        ]
+    return [statistics.fmean(float(p[c]) for p in probs) for c in choices]
+
+
+def interference(model, rows: list[dict], lr: float, autocast: bool, choices: list[int]) -> dict:
+    """Does learning to route one domain move the other's routing? For each domain alone: the gradient
+    of its groups' objective on the worker tokens (segment weights), one AdamW step on it from the same
+    weights, and the advantage-weighted log-prob change of every domain's worker tokens (its own is
+    what the step is for; another's, if negative, is undone by it), with the first worker's mean
+    probability per domain before and after. Domain-blind drift predicts gradients with a large common
+    component (cosine near 1) and cross-domain changes as large as the own one."""
+    domains = sorted({r["domain"] for r in rows})
+    weights = [
+        [
+            w if label == "workers" else 0.0
+            for w, label in zip(choice_weights([x if x != "format" else None for x in r["labels"]]), r["labels"])
+        ]
+        for r in rows
+    ]
+    norm = {d: sum(sum(w) for w, r in zip(weights, rows) if r["domain"] == d) for d in domains}
+
+    def objective(lp: torch.Tensor, i: int) -> torch.Tensor:
+        return rows[i]["advantage"] * (torch.tensor(weights[i]) * lp).sum() / norm[rows[i]["domain"]]
+
+    def objectives(lps: list[torch.Tensor]) -> dict[str, float]:
+        return {d: sum(float(objective(lp, i)) for i, lp in enumerate(lps) if rows[i]["domain"] == d) for d in domains}
+
+    prompts = {d: [list(p) for p in {tuple(r["prompt"]) for r in rows if r["domain"] == d}] for d in domains}
+    state = copy.deepcopy(model.state_dict())
+    params = [p for p in model.parameters() if p.requires_grad]
+    before = token_logprobs(model, rows, autocast)
+    start = objectives(before)
+    first_before = {d: first_choice(model, prompts[d], choices, autocast) for d in domains}
+    out: dict = {"domains": domains, "groups": {d: len(prompts[d]) for d in domains}, "steps": {}}
+    flats = {}
+    for d in domains:
+        model.load_state_dict(state)
+        grads = [torch.zeros_like(p) for p in params]
+        for i, r in enumerate(rows):
+            if r["domain"] != d or r["advantage"] == 0:
+                continue
+            g = torch.autograd.grad(objective(row_logprobs(model, r, autocast), i), params, allow_unused=True)
+            for acc, x in zip(grads, g):
+                if x is not None:
+                    acc += x
+        flats[d] = torch.cat([g.flatten() for g in grads])
+        optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        for p, g in zip(params, grads):  # ascent on the objective: its gradient, negated
+            p.grad = -g
+        optimizer.step()
+        after = objectives(token_logprobs(model, rows, autocast))
+        out["steps"][d] = {
+            "objective_change": {e: after[e] - start[e] for e in domains},
+            "first_worker_probability": {
+                e: {"before": first_before[e], "after": first_choice(model, prompts[e], choices, autocast)}
+                for e in domains
+            },
+        }
+    model.load_state_dict(state)
+    if len(domains) == 2:
+        one, other = (flats[d] for d in domains)
+        out["gradient_cosine"] = float(one @ other / (one.norm() * other.norm()))
+        out["gradient_norms"] = {d: float(flats[d].norm()) for d in domains}
+        # How much of the other domain's change one domain's step makes, against its own.
+        out["cross_over_own"] = {
+            d: out["steps"][d]["objective_change"][e] / out["steps"][d]["objective_change"][d]
+            for d, e in (domains, domains[::-1])
+        }
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from conductor_rl.models import load_causal_lm
     from conductor_rl.policy.precision import bf16_is_fast
@@ -183,12 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="configuration overrides (key.sub=value)")
     parser.add_argument("--model", default="smollm2-135m", help="a checkpoint's model folder, or a model name")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--questions", type=int, default=None, help="questions in the batch (default: train's)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     config = load_config(None, args.overrides)
     t = config.train
-    rows = sample_batch(config, args.model, t.questions_per_iteration, t.rollouts_per_question, args.seed)
+    rows = sample_batch(
+        config, args.model, args.questions or t.questions_per_iteration, t.rollouts_per_question, args.seed
+    )
     autocast = config.learner.precision == "bfloat16" or (config.learner.precision == "auto" and bf16_is_fast("cpu"))
     model, _ = load_causal_lm(args.model, "float32")
     model.train()
@@ -209,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     for weighting in ("token", "segment"):
         model.load_state_dict(state)
         result["credit"].append(credit(model, rows, weighting, config.learner.lr, autocast))
+    model.load_state_dict(state)
+    tokenizer = System(config).prompts.tokenizer
+    choices = [tokenizer.encode(str(k), add_special_tokens=False)[0] for k in range(len(config.workers))]
+    result["interference"] = interference(model, rows, config.learner.lr, autocast, choices)
     result["wall_s"] = round(time.perf_counter() - started, 1)
     keep_result(result)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

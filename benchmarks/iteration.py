@@ -178,7 +178,7 @@ def build_run(
     _ = system.prompts  # the tokenizer loads before the clock starts
     started = time.perf_counter()
     ray = start_ray(config)
-    actors = build_system(config, config.conductor.model, 0, total_steps=t.iterations * config.learner.epochs)
+    actors = build_system(config, config.conductor.model, 0, total_steps=config.optimizer_steps())
     system_s = time.perf_counter() - started
     run = TrainingRun(system, actors, stream, RunState(), StopSignal())
     return ray, run, {"plan_length_steer": steer, "system_start_s": round(system_s, 2)}

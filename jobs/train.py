@@ -107,8 +107,7 @@ def train(config: Config, resume: bool = False, force: bool = False) -> dict:
     state = RunState.of(config, saved)
     journal = out / JOURNAL_FILE
     journaled = journal.exists() or not saved  # a run from before the journal resumes from its checkpoint
-    steps = t.iterations * config.learner.epochs + t.warm_start.steps  # optimizer steps, the lr schedule's
-    actors = build_system(config, model, state.version, steps, journal=journal)
+    actors = build_system(config, model, state.version, config.optimizer_steps(), journal=journal)
     if saved:
         actors.learners.load(str(checkpoints.latest()))
         if not journaled:

@@ -5,6 +5,7 @@ Conductor; its figures are in docs/results.md)."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from conductor_rl.plan.constrained import choice_segments
 from tests.benchmark_scripts import load_benchmark
@@ -65,3 +66,31 @@ def test_sampler_and_learner_agreement_per_kind(bench, rows_and_model):
 @pytest.fixture(scope="module")
 def bench():
     return load_benchmark("credit")
+
+
+def test_a_step_on_one_domains_groups_is_measured_on_both_domains(bench, tiny_qwen2):
+    """interference(): one step per domain alone, on the worker tokens; its own objective rises, and the
+    other domain's change, the gradients' cosine and the first worker's probabilities are reported."""
+    from conductor_rl.models import load_causal_lm
+
+    model, tokenizer = load_causal_lm("tiny-qwen2")
+    rows = []
+    for domain, question, good in (("math", "What is 17 + 25?", "0"), ("mmlu", "Which gas do plants take in?", "1")):
+        prompt = tokenizer.encode(f"Question: {question}\n" + PREFIX, add_special_tokens=False)
+        for first, advantage in ((good, 1.0), ("2", -1.0)):
+            text = f'{first}]\nsubtasks = ["Answer it"]\naccess_list = [[]]\n'
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            labels = [x or "format" for x in choice_segments(tokenizer, ids, PREFIX)]
+            rows.append({"prompt": prompt, "ids": ids, "advantage": advantage, "labels": labels, "domain": domain})
+    choices = [tokenizer.encode(str(k), add_special_tokens=False)[0] for k in range(3)]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    got = bench.interference(model, rows, lr=1e-3, autocast=False, choices=choices)
+    assert got["domains"] == ["math", "mmlu"] and got["groups"] == {"math": 1, "mmlu": 1}
+    for domain in got["domains"]:
+        step = got["steps"][domain]
+        assert step["objective_change"][domain] > 0  # the step is ascent on its own domain's objective
+        probabilities = step["first_worker_probability"][domain]
+        assert sum(probabilities["after"]) <= 1.0 + 1e-6
+        assert probabilities["after"] != probabilities["before"]
+    assert -1.0 <= got["gradient_cosine"] <= 1.0 and set(got["cross_over_own"]) == {"math", "mmlu"}
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # the weights are given back

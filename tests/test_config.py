@@ -155,6 +155,13 @@ def test_paper_yaml_has_the_paper_setting():
     assert (config.learner.world_size, config.learner.zero_stage) == (2, 3)  # 2 x 80 GB, as the paper ran it
 
 
+def test_a_runs_optimizer_steps_count_every_epoch_and_each_warm_start_step():
+    """The learning-rate schedule's length, which the training job and the iteration benchmark both take."""
+    config = load_config(None, ["train.iterations=8", "learner.epochs=2", "train.warm_start.steps=12"])
+    assert config.optimizer_steps() == 8 * 2 + 12
+    assert load_config(None, ["train.iterations=8", "train.warm_start.steps=0"]).optimizer_steps() == 8
+
+
 # --------------------------------------------------------------------------- overrides
 
 

@@ -270,9 +270,10 @@ def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(gro
 def test_later_epochs_on_a_batch_keep_the_first_steps_old_log_probs_so_the_clip_bounds_them(groups):
     """learner.epochs: the first step is the single step's (same statistics), the later ones move the
     advantage-weighted log-likelihood further, and clip, which they only can if their old log-probs are
-    still the first step's (recomputed, every ratio would be 1)."""
+    still the first step's (recomputed, every ratio would be 1). With a KL term, whose reference
+    log-probs the later steps take from the first."""
     batch = grouped_batch(seed=3)
-    settings = dict(lr=1e-2, micro_batch_size=4, zero_stage=1)
+    settings = dict(lr=1e-2, micro_batch_size=4, zero_stage=1, kl_beta=0.05)
     group = groups(**settings)
     one = group.train_step(batch, 1)
     after_one = ray.get(group.named_weights())

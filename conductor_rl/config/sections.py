@@ -408,6 +408,11 @@ class Config(Strict):
     mix: MixConfig = Field(default_factory=MixConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
+    def optimizer_steps(self) -> int:
+        """The optimizer steps a whole run takes, the learning-rate schedule's length: learner.epochs on
+        each iteration's batch, and one per warm-start batch."""
+        return self.train.iterations * self.learner.epochs + self.train.warm_start.steps
+
     @field_validator("workers")
     @classmethod
     def _unique_names(cls, workers: list[WorkerConfig]) -> list[WorkerConfig]:

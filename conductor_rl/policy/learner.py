@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -107,6 +107,14 @@ def init_process_group(backend: str | None = None) -> None:
         # only inference uses it, training reduces through torch.distributed (gloo).
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend=backend)
+
+
+class FirstStep(NamedTuple):
+    """What a batch's first step computed for a micro-batch, kept for its later ones (learner.epochs)."""
+
+    old: torch.Tensor
+    weights: torch.Tensor | None
+    ref: torch.Tensor | None
 
 
 def full_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -200,17 +208,8 @@ class PolicyLearner:
         normalizer = max(normalizer, 1e-8)
         behaviour = self._behaviour_logprobs(batch, rows) if self.past_versions else None
         self._keep_weights()
-        totals = {
-            "loss": 0.0,
-            "clip": 0.0,
-            "ratio": 0.0,
-            "kl": 0.0,
-            "tokens": 0,
-            "weight": 0.0,
-            "stale_tokens": 0,
-            "lp": 0.0,
-        }
-        proximal: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # per micro-batch, from the first step
+        totals = dict.fromkeys(("loss", "clip", "ratio", "kl", "weight", "lp"), 0.0) | {"tokens": 0, "stale_tokens": 0}
+        proximal: dict[int, FirstStep] = {}  # per micro-batch, from the batch's first step
         later_clip, later_tokens, grad_norm = 0.0, 0, None
         for epoch in range(epochs):
             for m in range(n_micro):
@@ -311,12 +310,13 @@ class PolicyLearner:
         chunk: list[int],
         normalizer: float,
         behaviour: dict[int, torch.Tensor] | None = None,
-        proximal: dict[int, tuple[torch.Tensor, torch.Tensor | None]] | None = None,
+        proximal: dict[int, FirstStep] | None = None,
         micro: int = 0,
     ) -> tuple[torch.Tensor, Any, int, tuple[float, int], float]:
-        """The loss of one micro-batch. `proximal` holds, per micro-batch, the old log-probs and behaviour
-        weights of the batch's first optimizer step: filled by it, read by the later ones."""
+        """The loss of one micro-batch. `proximal` holds, per micro-batch, what the batch's first optimizer
+        step computed (`FirstStep`): filled by it, read by the later ones."""
         c = self.config
+        first = proximal.get(micro) if proximal is not None else None
         if not chunk:  # this rank has fewer rows: a zero loss keeps the collectives in step
             chunk, weight = [0], 0.0
         else:
@@ -332,8 +332,8 @@ class PolicyLearner:
         advantages = torch.tensor([batch.advantages[i] for i in chunk], device=self.device)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
             logprobs = self._completion_logprobs(self.engine, batch, chunk, width, mask > 0)
-            ref = None
-            if self.reference is not None:
+            ref = first.ref if first is not None else None
+            if self.reference is not None and ref is None:
                 with torch.no_grad():
                     ref = self._completion_logprobs(self.reference, batch, chunk, width, mask > 0)
         # The sampler's log-probs serve as a check either way: a ratio far from 1 means the
@@ -349,8 +349,8 @@ class PolicyLearner:
             for r, i in enumerate(chunk):
                 if i in behaviour:
                     old[r, : len(behaviour[i])] = behaviour[i].to(self.device)
-        if c.old_logprobs == "learner" and proximal is not None and micro in proximal:
-            old, weights = proximal[micro]  # a later step on the batch: the first step's proximal policy
+        if first is not None:
+            old, weights = first.old, first.weights  # a later step on the batch: the first step's proximal policy
         elif c.old_logprobs == "learner":
             # Decoupled PPO (grpo.py): the learner's weights are the proximal policy; rows an older
             # policy drew are corrected towards them by the truncated behaviour weight.
@@ -359,8 +359,8 @@ class PolicyLearner:
                 stale_mask = mask * stale.unsqueeze(1)
                 weighed = (float((weights * stale_mask).sum()), int(stale_mask.sum()))
             old = logprobs.detach()
-            if proximal is not None:
-                proximal[micro] = (old, weights)
+        if proximal is not None and first is None:
+            proximal[micro] = FirstStep(old, weights, ref)
         loss, stats = grpo_loss(
             logprobs,
             old,
