@@ -9,14 +9,18 @@ the constrained format), for the embedded default (configs/local.yaml: SIMULATED
    of each part;
 3. after one optimizer step (AdamW at learner.lr, fresh moments), the advantage-weighted log-prob
    change per kind: sum of A x (log p after - log p before) over its tokens, over the batch's
-   loss weight: which choices the step actually moved.
+   loss weight: which choices the step actually moved;
+4. interference between domains: one step on each domain's groups alone (the worker tokens, segment
+   weights), and the change it makes to every domain's advantage-weighted worker log-probs and first
+   worker's probability; the two domains' gradients' cosine (`interference`).
 
-Each for train.choice_weighting token and segment, from the same weights and the same batch. Rewards
+Items 2 and 3 for train.choice_weighting token and segment, from the same weights and the same batch. Rewards
 are drawn from the plans' exact expected accuracies (conductor_rl/workers/sim_expectation.py), as the
 tabular yardstick draws them; no worker runs.
 
     .venv/bin/python benchmarks/credit.py --model runs/local/checkpoints/ckpt-000007/model --json
     .venv/bin/python benchmarks/credit.py --model smollm2-135m     # the untrained model (no warm start)
+    .venv/bin/python benchmarks/credit.py --model ... --questions 16 --only-interference
 """
 
 from __future__ import annotations
@@ -269,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m", help="a checkpoint's model folder, or a model name")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--questions", type=int, default=None, help="questions in the batch (default: train's)")
+    parser.add_argument(
+        "--only-interference", action="store_true", help="skip the credit shares (items 2 and 3): only item 4"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -294,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         "sampler_vs_learner": agreement(rows, learner),
         "credit": [],
     }
-    for weighting in ("token", "segment"):
+    for weighting in () if args.only_interference else ("token", "segment"):
         model.load_state_dict(state)
         result["credit"].append(credit(model, rows, weighting, config.learner.lr, autocast))
     model.load_state_dict(state)

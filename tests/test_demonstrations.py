@@ -10,7 +10,7 @@ import torch
 from conductor_rl.config import ConfigError, load_config
 from conductor_rl.data.question import Question
 from conductor_rl.plan import parse_plan, render_plan
-from conductor_rl.plan.constrained import PlanFormat, PlanFormatError, choice_mask, encode_plan
+from conductor_rl.plan.constrained import PlanFormat, PlanFormatError, choice_mask, choice_segments, encode_plan
 from conductor_rl.plan.demonstrations import (
     CHECK_SUBTASK,
     demonstration_plan,
@@ -139,6 +139,21 @@ def test_warm_start_batches_are_demonstrations_of_advantage_one_with_their_choic
     assert [b.completion_ids for b in same] == [b.completion_ids for b in batches]
 
 
+def test_without_workers_in_the_loss_a_demonstration_teaches_its_subtasks_and_access_only(prompts):
+    """train.warm_start.workers_in_loss=false: the uniformly drawn workers and step count are out of a
+    plan's loss, its subtasks and access entries in it; the batches are otherwise the same."""
+    questions = questions_of(QUESTION, "What is the capital city of Australia, Sydney or Canberra?")
+    args = dict(steps=2, per_step=4, per_question=2, seed=3)
+    full = list(warm_start_batches(prompts, questions, **args))
+    choices = list(warm_start_batches(prompts, questions, **args, workers_in_loss=False))
+    assert [b.completion_ids for b in choices] == [b.completion_ids for b in full]
+    for batch, whole in zip(choices, full):
+        for ids, mask, whole_mask in zip(batch.completion_ids, batch.loss_masks, whole.loss_masks):
+            labels = choice_segments(prompts.tokenizer, ids, prompts.response_prefix)
+            assert all(m == (x in ("subtasks", "access")) for m, x in zip(mask, labels))
+            assert "workers" in labels and sum(whole_mask) > sum(mask) > 0
+
+
 def test_the_warm_start_needs_the_constrained_format_and_the_learners_own_log_probs():
     unconstrained = load_config(None, ["conductor.constrain_format=false"])  # loads: ask and serve never warm start
     with pytest.raises(WarmStartError, match="constrain_format"):
@@ -166,7 +181,13 @@ SEATED = ["workers.3={name: conductor, provider: conductor}", "train.warm_start.
 
 
 def test_with_recursion_on_the_warm_start_demonstrates_recursive_prompts_and_the_seat(prompts):
-    config = load_config(None, [*SEATED, "conductor.max_depth=2", "train.warm_start.recursive_share=0.5"])
+    # With the plans' workers out of the loss, a reply keeps its own: its empty plan is a "]" to learn.
+    overrides = [
+        "conductor.max_depth=2",
+        "train.warm_start.recursive_share=0.5",
+        "train.warm_start.workers_in_loss=false",
+    ]
+    config = load_config(None, [*SEATED, *overrides])
     seated = ConductorPrompt.from_config(config, prompts.tokenizer)
     questions = questions_of(QUESTION, "What is the capital city of Australia, Sydney or Canberra?", "What is 6 x 7?")
     roots, recursive, kept, shown, workers = 0, 0, 0, Counter(), Counter()
@@ -178,7 +199,8 @@ def test_with_recursion_on_the_warm_start_demonstrates_recursive_prompts_and_the
             assert not plan.steps or plan.steps[0].model_id != 3  # the seat reviews an answer: never first
             if "The workflow that ran:" not in text:
                 roots += 1
-                assert plan.steps
+                labels = choice_segments(prompts.tokenizer, ids, seated.response_prefix)
+                assert plan.steps and not any(m and x == "workers" for m, x in zip(mask, labels))
                 continue
             recursive += 1
             kept += not plan.steps

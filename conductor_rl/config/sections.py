@@ -249,6 +249,12 @@ class WarmStartConfig(Strict):
         "word a subtask after the question or check an earlier answer, so that reward can find those plans.",
     )
     questions_per_step: int = Field(4, ge=1, description="Questions drawn for each warm-start step.")
+    workers_in_loss: bool = Field(
+        True,
+        description="Whether a demonstration's workers and step count are in the warm start's loss. "
+        "Demonstrations draw them uniformly whatever the question, so learning them teaches the Conductor "
+        "to choose without looking at the question (docs/decisions.md, Warm start); false leaves them to GRPO.",
+    )
     demonstrations_per_question: int = Field(4, ge=1, description="Demonstrations per drawn question (one prompt).")
     recursive_share: float = Field(
         0.5,

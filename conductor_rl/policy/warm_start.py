@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 from conductor_rl.config import Config, ConfigError, answering_workers, seat_places
 from conductor_rl.data.question import Question
-from conductor_rl.plan.constrained import PlanFormat, choice_mask, encode_plan
+from conductor_rl.plan.constrained import PlanFormat, choice_segments, encode_plan
 from conductor_rl.plan.demonstrations import demonstration_plan, demonstration_reply, shown_answer
 from conductor_rl.plan.language import Plan, render_plan
 from conductor_rl.plan.prompts import ConductorPrompt
@@ -55,6 +55,7 @@ def warm_start_batches(
     workers: Sequence[int] | None = None,
     recursive_share: float = 0.0,
     seat: int | None = None,
+    workers_in_loss: bool = True,
 ) -> Iterator[RolloutBatch]:
     """`steps` batches, each of `per_question` demonstrations for each of `per_step` questions drawn
     from `questions` (with repeats across batches), seeded by `seed`. A question's rows share one
@@ -62,7 +63,9 @@ def warm_start_batches(
     give steps to (`answering_workers`: never the Conductor's seat); None: every listed model.
     `recursive_share`: the share of drawn questions shown as a recursive call's prompt, whose
     rows are `demonstration_reply`s (with recursion on; 0: none); `seat`: the Conductor's own seat
-    among `workers`, which reviews the answer so far (`demonstration_plan`)."""
+    among `workers`, which reviews the answer so far (`demonstration_plan`). `workers_in_loss=False`
+    leaves a plan's workers and step count (drawn uniformly, whatever the question) out of its loss;
+    a recursive call's reply keeps them (its empty plan is what shows that stopping can be written)."""
     if prompts.shape is None:
         raise WarmStartError("train.warm_start needs conductor.constrain_format: true (it teaches the plan format)")
     if not questions:
@@ -88,24 +91,31 @@ def warm_start_batches(
     rng = random.Random(seed)
     for _ in range(steps):
         drawn = [rng.choice(questions) for _ in range(per_step)]
-        rows: list[tuple[list[int], list[Plan]]] = []
+        rows: list[tuple[list[int], list[Plan], bool]] = []  # prompt, its demonstrations, is it a reply
         for question in drawn:
             if recursive_share and rng.random() < recursive_share:
-                rows.append(recursive_row(question, rng))
+                rows.append((*recursive_row(question, rng), True))
                 continue
             text = question.question
             plans = [demonstration_plan(text, ids, shape.max_steps, rng, fits, seat) for _ in range(per_question)]
-            rows.append((list(prompts.ids(text)), plans))
-        prompt_ids = [prompt for prompt, plans in rows for _ in plans]
+            rows.append((list(prompts.ids(text)), plans, False))
+        prompt_ids = [prompt for prompt, plans, _ in rows for _ in plans]
         # Written with the numbers the prompt lists (the pool's roster), as a sampled plan is.
-        written = [prompts.roster.written_plan(plan) for _, plans in rows for plan in plans]
+        written = [prompts.roster.written_plan(plan) for _, plans, _ in rows for plan in plans]
         completions = [encode_plan(fmt, plan, shape.prefix) for plan in written]
+        with_workers = [workers_in_loss or reply for _, plans, reply in rows for _ in plans]
         yield RolloutBatch(
             prompt_ids=prompt_ids,
             completion_ids=completions,
             old_logprobs=[[0.0] * len(c) for c in completions],  # unused: the learner's own are "old"
             advantages=[1.0] * len(completions),
-            loss_masks=[[float(m) for m in choice_mask(prompts.tokenizer, c, shape.prefix)] for c in completions],
+            loss_masks=[
+                [
+                    float(x is not None and (keep or x != "workers"))
+                    for x in choice_segments(prompts.tokenizer, c, shape.prefix)
+                ]
+                for c, keep in zip(completions, with_workers)
+            ],
         )
 
 
@@ -125,4 +135,5 @@ def warm_start_for(config: Config, prompts: ConductorPrompt, questions: Sequence
         workers=None if recursive else answering_workers(config.workers),
         recursive_share=w.recursive_share if recursive else 0.0,
         seat=next(iter(seat_places(config.workers)), None) if recursive else None,
+        workers_in_loss=w.workers_in_loss,
     )
