@@ -343,7 +343,11 @@ def choice_segments(
 
 
 def choice_mask(
-    tokenizer: PreTrainedTokenizerBase, completion_ids: list[int], prefix: str = "", subtasks: bool = True
+    tokenizer: PreTrainedTokenizerBase,
+    completion_ids: list[int],
+    prefix: str = "",
+    subtasks: bool = True,
+    workers: bool = True,
 ) -> list[int]:
     """1 for each completion token that carries one of the Conductor's choices
     under the constrained format, 0 for the format's own text.
@@ -362,11 +366,10 @@ def choice_mask(
     `subtasks=False` leaves the subtask text out too (`train.subtask_text_in_loss`):
     where the reward cannot depend on a subtask's wording (simulated workers), the
     policy gradient of those tokens has expectation 0, and leaving them out is
-    variance reduction with no bias."""
-    return [
-        int(label is not None and (subtasks or label != "subtasks"))
-        for label in choice_segments(tokenizer, completion_ids, prefix)
-    ]
+    variance reduction with no bias. `workers=False` leaves the workers and step count out
+    (`train.warm_start.workers_in_loss`: a demonstration draws them whatever the question)."""
+    left_out = {None} | ({"subtasks"} if not subtasks else set()) | ({"workers"} if not workers else set())
+    return [int(label not in left_out) for label in choice_segments(tokenizer, completion_ids, prefix)]
 
 
 def choice_weights(labels: Sequence[str | None], subtasks: bool = True) -> list[float]:

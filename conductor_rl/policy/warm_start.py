@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 from conductor_rl.config import Config, ConfigError, answering_workers, seat_places
 from conductor_rl.data.question import Question
-from conductor_rl.plan.constrained import PlanFormat, choice_segments, encode_plan
+from conductor_rl.plan.constrained import PlanFormat, choice_mask, encode_plan
 from conductor_rl.plan.demonstrations import demonstration_plan, demonstration_reply, shown_answer
 from conductor_rl.plan.language import Plan, render_plan
 from conductor_rl.plan.prompts import ConductorPrompt
@@ -110,10 +110,7 @@ def warm_start_batches(
             old_logprobs=[[0.0] * len(c) for c in completions],  # unused: the learner's own are "old"
             advantages=[1.0] * len(completions),
             loss_masks=[
-                [
-                    float(x is not None and (keep or x != "workers"))
-                    for x in choice_segments(prompts.tokenizer, c, shape.prefix)
-                ]
+                [float(m) for m in choice_mask(prompts.tokenizer, c, shape.prefix, workers=keep)]
                 for c, keep in zip(completions, with_workers)
             ],
         )
