@@ -12,7 +12,8 @@ the constrained format), for the embedded default (configs/local.yaml: SIMULATED
    loss weight: which choices the step actually moved;
 4. interference between domains: one step on each domain's groups alone (the worker tokens, segment
    weights), and the change it makes to every domain's advantage-weighted worker log-probs and first
-   worker's probability; the two domains' gradients' cosine (`interference`).
+   worker's probability; the two domains' gradients' cosine (`interference`). `--moved all layers`
+   measures it twice: a step on every parameter, and on the transformer layers' matrices alone.
 
 Items 2 and 3 for train.choice_weighting token and segment, from the same weights and the same batch. Rewards
 are drawn from the plans' exact expected accuracies (conductor_rl/workers/sim_expectation.py), as the
@@ -21,6 +22,7 @@ tabular yardstick draws them; no worker runs.
     .venv/bin/python benchmarks/credit.py --model runs/local/checkpoints/ckpt-000007/model --json
     .venv/bin/python benchmarks/credit.py --model smollm2-135m     # the untrained model (no warm start)
     .venv/bin/python benchmarks/credit.py --model ... --questions 16 --only-interference
+    .venv/bin/python benchmarks/credit.py --model ... --questions 16 --only-interference --moved all layers
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def sample_batch(config, model: str, questions: int, group: int, seed: int) -> l
     drawn = stream.take(questions)
     sampler = VLLMSampler(model, seed=seed, max_model_len=config.generator.max_model_len)
     how = system.generation("train")
-    ids = [prompts.ids(q.question) for q in drawn]
+    ids = [prompts.question_ids(q) for q in drawn]
     groups = sampler.sample(ids, group, how.temperature, how.max_new_tokens, seed=seed, shape=prompts.shape_for(None))
     specs = sim_specs(config.workers)
     rng = random.Random(f"credit/{seed}")
@@ -197,13 +199,21 @@ def first_choice(model, prompts: list[list[int]], choices: list[int], autocast: 
     return [statistics.fmean(float(p[c]) for p in probs) for c in choices]
 
 
-def interference(model, rows: list[dict], lr: float, autocast: bool, choices: list[int]) -> dict:
+# Which parameters the interference step moves: every one, or the transformer layers' matrices alone (not the
+# embeddings, which SmolLM2 ties to the output head, nor the norms): the ones that act alike on every input.
+MOVED = {
+    "all": lambda name: True,
+    "layers": lambda name: ".layers." in name and "norm" not in name,
+}
+
+
+def interference(model, rows: list[dict], lr: float, autocast: bool, choices: list[int], moved: str = "all") -> dict:
     """Does learning to route one domain move the other's routing? For each domain alone: the gradient
     of its groups' objective on the worker tokens (segment weights), one AdamW step on it from the same
     weights, and the advantage-weighted log-prob change of every domain's worker tokens (its own is
     what the step is for; another's, if negative, is undone by it), with the first worker's mean
     probability per domain before and after. Domain-blind drift predicts gradients with a large common
-    component (cosine near 1) and cross-domain changes as large as the own one."""
+    component (cosine near 1) and cross-domain changes as large as the own one. `moved`: a key of MOVED."""
     domains = sorted({r["domain"] for r in rows})
     weights = [
         [
@@ -222,11 +232,11 @@ def interference(model, rows: list[dict], lr: float, autocast: bool, choices: li
 
     prompts = {d: [list(p) for p in {tuple(r["prompt"]) for r in rows if r["domain"] == d}] for d in domains}
     state = copy.deepcopy(model.state_dict())
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for name, p in model.named_parameters() if p.requires_grad and MOVED[moved](name)]
     before = token_logprobs(model, rows, autocast)
     start = objectives(before)
     first_before = {d: first_choice(model, prompts[d], choices, autocast) for d in domains}
-    out: dict = {"domains": domains, "groups": {d: len(prompts[d]) for d in domains}, "steps": {}}
+    out: dict = {"domains": domains, "groups": {d: len(prompts[d]) for d in domains}, "moved": moved, "steps": {}}
     flats = {}
     for d in domains:
         model.load_state_dict(state)
@@ -276,6 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only-interference", action="store_true", help="skip the credit shares (items 2 and 3): only item 4"
     )
+    parser.add_argument(
+        "--moved",
+        nargs="+",
+        choices=list(MOVED),
+        default=["all"],
+        help="the parameters item 4's steps move, one measurement each (the first in 'interference')",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -307,7 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     model.load_state_dict(state)
     tokenizer = System(config).prompts.tokenizer
     choices = [tokenizer.encode(str(k), add_special_tokens=False)[0] for k in range(len(config.workers))]
-    result["interference"] = interference(model, rows, config.learner.lr, autocast, choices)
+    measured = [interference(model, rows, config.learner.lr, autocast, choices, moved) for moved in args.moved]
+    result["interference"] = measured[0]
+    if len(measured) > 1:
+        result["interference_by_moved"] = {m["moved"]: m for m in measured}
     result["wall_s"] = round(time.perf_counter() - started, 1)
     keep_result(result)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

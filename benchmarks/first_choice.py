@@ -44,7 +44,7 @@ def first_worker_probabilities(model, prompts: ConductorPrompt, questions: list[
     rows = []
     for q in questions:
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor([prompts.ids(q.question)]), logits_to_keep=1).logits[0, -1]
+            logits = model(input_ids=torch.tensor([prompts.question_ids(q)]), logits_to_keep=1).logits[0, -1]
         rows.append(torch.softmax(logits.float()[choices], -1).tolist())
     return rows
 
@@ -86,24 +86,26 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="+", help="model names or checkpoints' model folders")
+    parser.add_argument("--set", action="append", default=[], help="a configuration override (key.sub=value)")
     parser.add_argument("--per-domain", type=int, default=30, help="questions per domain")
     parser.add_argument("--warm-start", action="store_true", help="also the first model after the warm start")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    config = load_config(None)
+    config = load_config(None, args.set)
     prompts = ConductorPrompt.from_config(config)
     by_domain: dict[str, list[Question]] = {}
     for q in load_dataset(config.data.questions):
         by_domain.setdefault(q.domain, []).append(q)
     drawn = {d: qs[: args.per_domain] for d, qs in sorted(by_domain.items())}
     result: dict = {"benchmark": "first_choice", "simulated": True, "workers": [w.name for w in config.workers]}
+    result["overrides"] = args.set
     result["models"] = {}
     models = [(name, None) for name in args.models]
     if args.warm_start:
         questions = load_dataset(config.data.questions)
         for inside in (True, False):
-            with_it = load_config(None, [f"train.warm_start.workers_in_loss={str(inside).lower()}"])
+            with_it = load_config(None, [*args.set, f"train.warm_start.workers_in_loss={str(inside).lower()}"])
             models.append((f"{args.models[0]} + warm start, workers_in_loss={inside}", with_it))
     for name, warm in models:
         if warm is None:

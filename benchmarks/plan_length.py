@@ -47,7 +47,7 @@ def steer_plan_length(config: Config, questions: Sequence[Question], target_step
     contexts = [
         [
             [
-                prompts.ids(q.question)
+                prompts.question_ids(q)
                 + tokenizer(", ".join(str(rng.randrange(n_workers)) for _ in range(k)), add_special_tokens=False)[
                     "input_ids"
                 ]

@@ -210,6 +210,7 @@ class PlanSampler(Protocol):
         n: int = 1,
         seed: int | None = None,
         temperature: float | None = None,
+        answer_formats: Sequence[str | None] | None = None,
     ) -> list[list[Completion]]: ...
 
 
@@ -218,7 +219,7 @@ class Orchestrator:
 
     Build one with `from_config`; the constructor takes the parts ready-made
     (`conductor`: anything with `write_plans_many(questions, n_workers, n, seed,
-    temperature)`, as `conductor_rl.policy.conductor.Conductor`; `workers`: one
+    temperature, answer_formats)`, as `conductor_rl.policy.conductor.Conductor`; `workers`: one
     provider per configured worker, in the configuration's order). Close it
     (or use it in a `with` block) to stop its thread and the grader's process.
     """
@@ -359,6 +360,7 @@ class Orchestrator:
                 samples,
                 self.generation.seed_for(number),
                 self.temperature,
+                [t.answer_format for t in tasks],
             )
             conductor_s = time.perf_counter() - started
         return list(await asyncio.gather(*(self._run_plans(t, p, conductor_s) for t, p in zip(tasks, plans))))

@@ -251,7 +251,7 @@ def conductor_samples(
     c, prompts = conductor.system.config, conductor.system.prompts
     how = conductor.system.generation("evaluate")
     room = c.generator.max_model_len - how.max_new_tokens
-    ids = [prompts.ids(q.question) for q in batch]
+    ids = [prompts.question_ids(q) for q in batch]
     fits = [i for i, x in enumerate(ids) if len(x) <= room]
     seed = how.seed_for(method.name, benchmark, number)
     groups = (

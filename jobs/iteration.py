@@ -99,7 +99,7 @@ def sample_plans(run: TrainingRun, iteration: int) -> Collected:
     if warning:
         log(warning)
     rosters = [system.roster(iteration, q) for q in questions]
-    prompt_ids = [system.prompts.ids(q.question, r) for q, r in zip(questions, rosters)]
+    prompt_ids = [system.prompts.question_ids(q, r) for q, r in zip(questions, rosters)]
 
     # 2. generate G plans per question with the current policy
     how = system.generation("train")

@@ -94,3 +94,6 @@ def test_a_step_on_one_domains_groups_is_measured_on_both_domains(bench, tiny_qw
         assert probabilities["after"] != probabilities["before"]
     assert -1.0 <= got["gradient_cosine"] <= 1.0 and set(got["cross_over_own"]) == {"math", "mmlu"}
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # the weights are given back
+    layers = bench.interference(model, rows, lr=1e-3, autocast=False, choices=choices, moved="layers")
+    assert layers["moved"] == "layers" and layers["steps"]["math"]["objective_change"]["math"] > 0
+    assert layers["gradient_norms"]["math"] < got["gradient_norms"]["math"]  # fewer parameters moved

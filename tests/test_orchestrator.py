@@ -113,9 +113,9 @@ class CountingConductor:
     def __init__(self, conductor) -> None:
         self.conductor, self.calls = conductor, []
 
-    def write_plans_many(self, questions, n_workers, n, seed, temperature):
+    def write_plans_many(self, questions, n_workers, n, seed, temperature, answer_formats=None):
         self.calls.append((list(questions), seed))
-        return self.conductor.write_plans_many(questions, n_workers, n, seed, temperature)
+        return self.conductor.write_plans_many(questions, n_workers, n, seed, temperature, answer_formats)
 
 
 def test_answer_many_samples_all_plans_in_one_call_and_runs_workflows_concurrently():

@@ -105,3 +105,22 @@ def test_questions_whose_prompt_leaves_no_room_for_a_plan_are_left_out_with_a_co
     assert fitting_questions([short], prompt, 10_000, 64) == ([short], 0)
     with pytest.raises(ConfigError, match="generator.max_model_len"):
         fitting_questions([long], prompt, max_model_len=room + 64, max_new_tokens=64)
+
+
+@pytest.mark.slow
+def test_the_answer_format_is_shown_after_the_question_only_when_set():
+    from conductor_rl.data import Question
+    from conductor_rl.plan.prompts import ConductorPrompt, answer_instruction
+
+    choice = Question("q/mmlu", "mmlu", "Which is a noble gas?\nA. N\nB. Ne", "B", "choice", "test")
+    maths = Question("q/math", "math", "What is 1 + 1?", "2", "math", "test")
+    hidden = ConductorPrompt.from_config(conductor_config(n_examples=0))
+    assert hidden.question_ids(choice) == hidden.ids(choice.question)  # off: the paper's prompt
+    shown = ConductorPrompt.from_config(conductor_config(n_examples=0, show_answer_format="true"), hidden.tokenizer)
+    told = f"Question: {choice.question}\nIts last step will be told: {answer_instruction('choice')}"
+    assert told in shown.tokenizer.decode(shown.question_ids(choice))
+    assert answer_instruction("math") in shown.tokenizer.decode(shown.question_ids(maths))
+    assert shown.question_ids(choice) != hidden.question_ids(choice)
+    assert shown.ids(choice.question) == hidden.ids(choice.question)  # a question with no grader: nothing told
+    recursive = shown.recursive_ids(choice.question, 2, "model_id = [0]", "B", answer_instruction("choice"))
+    assert answer_instruction("choice") in shown.tokenizer.decode(recursive)

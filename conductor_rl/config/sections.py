@@ -64,6 +64,13 @@ class ConductorConfig(Strict):
         "number in every roster (a subset lists e.g. Model 0, Model 2); description: renumbered Model 0..k-1 "
         "in each roster, each with its worker's `description` (docs/decisions.md, Worker identity).",
     )
+    show_answer_format: bool = Field(
+        False,
+        description="Tell the Conductor, after the question, the answer instruction its plan's last step will be "
+        "given (workflow.answer_format: \\boxed{}, an 'Answer:' line with a number or a letter, a code block); "
+        "a question with no grader (a served one) shows none. Off in the paper; an input that differs by domain "
+        "where the worker is chosen (docs/decisions.md, Learning on the embedded default).",
+    )
     max_depth: int = Field(
         0,
         ge=0,

@@ -97,10 +97,15 @@ def ids_text(listed: int | Roster) -> str:
 
 
 def conductor_messages(
-    question: str, listed: int | Roster, max_steps: int = 5, n_examples: int = 4
+    question: str,
+    listed: int | Roster,
+    max_steps: int = 5,
+    n_examples: int = 4,
+    answer_format: str | None = None,
 ) -> list[dict[str, str]]:
     """The chat messages that ask the Conductor for a plan; `listed`: the roster its prompt lists
-    (a number n: Model 0..n-1)."""
+    (a number n: Model 0..n-1). `answer_format`: the instruction the plan's last step will be
+    given (`conductor.show_answer_format`), shown after the question; None: not shown."""
     roster = as_roster(listed)
     known = "you only know them by number" if roster.descriptions is None else "you know them by a short description"
     seat = ""
@@ -121,6 +126,8 @@ def conductor_messages(
     if shots:
         user += "Here are worked examples from other tasks.\n\n" + "\n\n".join(shots) + "\n\n"
     user += f"Now your task (a team of {len(roster)} models: {roster_text(roster)}).\nQuestion: {question}"
+    if answer_format:
+        user += f"\nIts last step will be told: {answer_format}"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -135,12 +142,18 @@ access_list = []"""
 
 
 def recursive_messages(
-    question: str, listed: int | Roster, parent: str, answer_so_far: str, max_steps: int = 5, n_examples: int = 4
+    question: str,
+    listed: int | Roster,
+    parent: str,
+    answer_so_far: str,
+    max_steps: int = 5,
+    n_examples: int = 4,
+    answer_format: str | None = None,
 ) -> list[dict[str, str]]:
     """The chat messages of a recursive call (paper §3.2): the Conductor's own prompt, told
     that it may stop, then the workflow that ran (`parent`, the calling Conductor's
     completion) and the answer it reached."""
-    system, user = conductor_messages(question, listed, max_steps, n_examples)
+    system, user = conductor_messages(question, listed, max_steps, n_examples, answer_format)
     shown = (
         answer_so_far
         if len(answer_so_far) <= MAX_SHOWN_ANSWER_CHARS
@@ -245,6 +258,7 @@ class ConductorPrompt:
         n_examples: int = 4,
         response_prefix: str = "",
         shape: PlanShape | None = None,
+        show_answer_format: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.roster = as_roster(n_workers)
@@ -252,7 +266,8 @@ class ConductorPrompt:
         self.n_examples = n_examples
         self.response_prefix = response_prefix
         self.shape = shape  # the plan format samples must follow (None: free text)
-        self._ids: dict[tuple[str, Roster], list[int]] = {}
+        self.show_answer_format = show_answer_format
+        self._ids: dict[tuple[str, Roster, str | None], list[int]] = {}
 
     @property
     def n_workers(self) -> int:
@@ -273,19 +288,26 @@ class ConductorPrompt:
         shape = None
         if c.constrain_format:
             shape = PlanShape(len(roster), c.max_steps, c.max_subtask_tokens, c.response_prefix, ids=roster.model_ids)
-        return cls(tokenizer, roster, c.max_steps, c.n_examples, c.response_prefix, shape)
+        return cls(tokenizer, roster, c.max_steps, c.n_examples, c.response_prefix, shape, c.show_answer_format)
 
     def _roster(self, listed: int | Roster | None) -> Roster:
         return self.roster if listed is None else as_roster(listed)
 
-    def text(self, question: str, roster: int | Roster | None = None) -> str:
-        """The whole prompt, rendered with the model's chat template."""
-        messages = conductor_messages(question, self._roster(roster), self.max_steps, self.n_examples)
+    def _shown(self, answer_format: str | None) -> str | None:
+        return answer_format if self.show_answer_format else None
+
+    def text(self, question: str, roster: int | Roster | None = None, answer_format: str | None = None) -> str:
+        """The whole prompt, rendered with the model's chat template. `answer_format`: the
+        instruction the plan's last step will be given (`Task.answer_format`, or
+        `answer_instruction(question.answer_kind)`), shown only under `show_answer_format`."""
+        messages = conductor_messages(
+            question, self._roster(roster), self.max_steps, self.n_examples, self._shown(answer_format)
+        )
         return apply_chat_template(self.tokenizer, messages) + self.response_prefix
 
-    def ids(self, question: str, roster: int | Roster | None = None) -> list[int]:
-        """The prompt's token ids (the same list on every call for a question and roster)."""
-        key = (question, self._roster(roster))
+    def ids(self, question: str, roster: int | Roster | None = None, answer_format: str | None = None) -> list[int]:
+        """The prompt's token ids (the same list on every call for a question, roster and format)."""
+        key = (question, self._roster(roster), self._shown(answer_format))
         if key not in self._ids:
             self._ids[key] = self.tokenizer(self.text(*key), add_special_tokens=False)["input_ids"]
         return self._ids[key]
@@ -298,10 +320,22 @@ class ConductorPrompt:
         listed = self._roster(roster)
         return replace(self.shape, n_workers=len(listed), ids=listed.model_ids, allow_empty=allow_empty)
 
-    def recursive_ids(self, question: str, roster: int | Roster, parent: str, answer_so_far: str) -> list[int]:
+    def question_ids(self, question: Question, roster: int | Roster | None = None) -> list[int]:
+        """`ids` of a benchmark question, with its grader's answer instruction."""
+        return self.ids(question.question, roster, answer_instruction(question.answer_kind))
+
+    def recursive_ids(
+        self, question: str, roster: int | Roster, parent: str, answer_so_far: str, answer_format: str | None = None
+    ) -> list[int]:
         """The token ids of a recursive call's prompt (not cached: each call's is its own)."""
         messages = recursive_messages(
-            question, self._roster(roster), parent, answer_so_far, self.max_steps, self.n_examples
+            question,
+            self._roster(roster),
+            parent,
+            answer_so_far,
+            self.max_steps,
+            self.n_examples,
+            self._shown(answer_format),
         )
         text = apply_chat_template(self.tokenizer, messages) + self.response_prefix
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -315,7 +349,7 @@ def fitting_questions(
     prompt would crash the generator engine, not just lose its plan. Raises
     ConfigError when none fits."""
     room = max_model_len - max_new_tokens
-    kept = [q for q in questions if len(prompt.ids(q.question)) <= room]
+    kept = [q for q in questions if len(prompt.question_ids(q)) <= room]
     if not kept:
         raise ConfigError(
             f"generator.max_model_len: no question's prompt fits in {max_model_len} tokens with "

@@ -82,7 +82,7 @@ class Conductor:
         self._format: PlanFormat | None = None  # token tables, built on the first constrained call
         self._sampler: TransformersSampler | None = None  # recursive calls' sampler, on the first one
 
-    def prompt(self, question: str, n_workers: int | Roster) -> str:
+    def prompt(self, question: str, n_workers: int | Roster, answer_format: str | None = None) -> str:
         """The full prompt text for a prompt listing `n_workers` (a roster, or Model 0..n-1), ending
         with the response prefix: what training's `ConductorPrompt` gives for the same settings."""
         c = self.config
@@ -92,9 +92,10 @@ class Conductor:
             if c.constrain_format
             else None
         )
-        return ConductorPrompt(self.tokenizer, roster, c.max_steps, c.n_examples, c.response_prefix, shape).text(
-            question
+        prompt = ConductorPrompt(
+            self.tokenizer, roster, c.max_steps, c.n_examples, c.response_prefix, shape, c.show_answer_format
         )
+        return prompt.text(question, answer_format=answer_format)
 
     def sample_ids(
         self,
@@ -138,16 +139,22 @@ class Conductor:
         n: int = 1,
         seed: int | None = None,
         temperature: float | None = None,
+        answer_formats: Sequence[str | None] | None = None,
     ) -> list[list[Completion]]:
         """Sample `n` plan completions for each question, in one generation over all
-        their prompts; one list per question, in order.
+        their prompts; one list per question, in order. `answer_formats`: each question's
+        `Task.answer_format` (shown under `conductor.show_answer_format`).
 
         Seeded with `seed`, else the configured seed. Question i draws as prompt i
         of `generate` does (its own generator, seeded `prompt_seed(seed, i)`), so
         question 0 samples what `write_plans` samples with the same seed, and no
         question's plans depend on the other questions batched with it."""
         c = self.config
-        prompts = [self.tokenizer(self.prompt(q, n_workers), add_special_tokens=False).input_ids for q in questions]
+        formats = answer_formats or [None] * len(questions)
+        prompts = [
+            self.tokenizer(self.prompt(q, n_workers, f), add_special_tokens=False).input_ids
+            for q, f in zip(questions, formats)
+        ]
         constraint = None
         if c.constrain_format:
             if self._format is None:
@@ -191,10 +198,13 @@ class EngineConductor:
         n: int = 1,
         seed: int | None = None,
         temperature: float | None = None,
+        answer_formats: Sequence[str | None] | None = None,
     ) -> list[list[Completion]]:
         c = self.config
+        formats = answer_formats or [None] * len(questions)
         prompt_ids = [
-            self.tokenizer(self.prompts.text(q, n_workers), add_special_tokens=False)["input_ids"] for q in questions
+            self.tokenizer(self.prompts.text(q, n_workers, f), add_special_tokens=False)["input_ids"]
+            for q, f in zip(questions, formats)
         ]
         seeds = [prompt_seed(c.seed if seed is None else seed, i) for i in range(len(questions))]
         groups = self.engines.sample(

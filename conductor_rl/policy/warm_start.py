@@ -20,7 +20,7 @@ from conductor_rl.data.question import Question
 from conductor_rl.plan.constrained import PlanFormat, choice_mask, encode_plan
 from conductor_rl.plan.demonstrations import demonstration_plan, demonstration_reply, shown_answer
 from conductor_rl.plan.language import Plan, render_plan
-from conductor_rl.plan.prompts import ConductorPrompt
+from conductor_rl.plan.prompts import ConductorPrompt, answer_instruction
 from conductor_rl.policy.learner import RolloutBatch
 
 
@@ -84,7 +84,9 @@ def warm_start_batches(
         text = question.question
         parent = prompts.roster.written_plan(demonstration_plan(text, ids, shape.max_steps, rng, fits, seat))
         answer = shown_answer(question.reference, [r for r in references if r != question.reference], rng)
-        prompt = prompts.recursive_ids(text, prompts.roster, render_plan(parent), answer)
+        prompt = prompts.recursive_ids(
+            text, prompts.roster, render_plan(parent), answer, answer_instruction(question.answer_kind)
+        )
         new_plan = lambda: demonstration_plan(text, ids, shape.max_steps, rng, fits, seat)  # noqa: E731
         return prompt, [demonstration_reply(rng, new_plan) for _ in range(per_question)]
 
@@ -98,7 +100,7 @@ def warm_start_batches(
                 continue
             text = question.question
             plans = [demonstration_plan(text, ids, shape.max_steps, rng, fits, seat) for _ in range(per_question)]
-            rows.append((list(prompts.ids(text)), plans, False))
+            rows.append((list(prompts.question_ids(question)), plans, False))
         prompt_ids = [prompt for prompt, plans, _ in rows for _ in plans]
         # Written with the numbers the prompt lists (the pool's roster), as a sampled plan is.
         written = [prompts.roster.written_plan(plan) for _, plans, _ in rows for plan in plans]

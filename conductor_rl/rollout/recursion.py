@@ -132,7 +132,7 @@ class Recursion:
         if depth > self.max_depth:
             return keep_answer(depth, current, forced, at_limit=True)
         listed = as_roster(len(workers)) if self.roster is None else self.roster
-        prompt_ids = self.prompts.recursive_ids(task.question, listed, self.parent, current)
+        prompt_ids = self.prompts.recursive_ids(task.question, listed, self.parent, current, task.answer_format)
         sample = await self.writer.write(
             prompt_ids, self.prompts.shape_for(listed, allow_empty=True), call_seed(self.seed, f"{task.id}|{key}")
         )
