@@ -556,3 +556,9 @@ def test_training_starts_from_a_trained_run_folders_newest_checkpoint(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="conductor.model=.*holds no model"):
         from_trained_conductor(validate_config({"conductor": {"model": str(tmp_path / "empty")}}))
+
+
+def test_showing_the_answer_format_the_last_step_is_never_given_is_refused():
+    with pytest.raises(ConfigError, match="workflow.answer_format=false"):
+        load_config(None, ["conductor.show_answer_format=true", "workflow.answer_format=false"])
+    assert load_config(None, ["conductor.show_answer_format=true"]).conductor.show_answer_format

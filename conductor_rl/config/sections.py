@@ -456,6 +456,16 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
+    def _answer_format_shown_is_told(self) -> Config:
+        # The Conductor would be told an instruction its last step is never given.
+        if self.conductor.show_answer_format and not self.workflow.answer_format:
+            raise ValueError(
+                "conductor.show_answer_format tells the Conductor the answer instruction of the last step, "
+                "which workflow.answer_format=false never gives: set one of them the other way"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _subset_fits_the_pool(self) -> Config:
         subset = self.train.worker_subset
         answering = answering_workers(self.workers)  # the Conductor's seat is always listed, not drawn
