@@ -38,7 +38,7 @@ from benchmarks.weight_sync import measure as measure_syncs
 from conductor_rl.config import GeneratorConfig, LearnerConfig
 from conductor_rl.models import load_causal_lm
 from conductor_rl.plan.prompts import ConductorPrompt
-from conductor_rl.policy.learner import RolloutBatch
+from conductor_rl.policy.learner_batch import RolloutBatch
 from conductor_rl.policy.precision import engine_dtype
 from conductor_rl.policy.sampling import TransformersSampler
 

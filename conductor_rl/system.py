@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from conductor_rl.config import Config, SimSpec, seat_places
 from conductor_rl.plan.prompts import ConductorPrompt, fitting_questions
 from conductor_rl.plan.roster import Roster, draw_roster, roster_for
+from conductor_rl.policy.centering import worker_tokens
 from conductor_rl.policy.staleness import BehaviourSource, behaviour_source
 from conductor_rl.rollout.recursion import PlanWriter, Recursion, forced_groups, generator_writer
 from conductor_rl.rollout.workflow import StepLimits
@@ -131,6 +132,15 @@ class System:
         return behaviour_source(
             c.learner.behaviour_logprobs, c.generator.backend, c.conductor.constrain_format, c.learner.zero_stage
         )
+
+    @cached_property
+    def vote_tokens(self) -> list[int]:
+        """The token of each roster id, whose net vote train.choice_centering takes out of the worker
+        choices ([] when it is off)."""
+        shape = self.prompts.shape
+        if not self.config.train.choice_centering or shape is None:
+            return []
+        return worker_tokens(self.prompts.tokenizer, shape.model_ids)
 
     @property
     def corrects_stale_rows(self) -> bool:

@@ -166,6 +166,8 @@ def learn_from(run: TrainingRun, collected: Collected) -> tuple[dict, list[Rollo
         subtask_text_in_loss=c.train.subtask_text_in_loss,
         choice_weighting=c.train.choice_weighting,
         learner_version=state.version if run.system.corrects_stale_rows else None,
+        choice_centering=c.train.choice_centering,
+        worker_tokens=run.system.vote_tokens,
     )  # stale rows get behaviour weights
 
     # 7. learn: GRPO's step(s) on the batch  8. sync: the new weights to every generator engine

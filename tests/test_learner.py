@@ -175,18 +175,25 @@ def grouped_batch(groups=3, size=4, seed=1):
     return RolloutBatch(prompts, completions, old, adv)
 
 
-def whole_sequence_logprobs(batch, weights=None):
-    """Each completion token's log-prob under tiny-qwen2 (or `weights` loaded into it), one whole sequence at a time."""
+def whole_sequence_logits(batch, weights=None):
+    """The logits that predict each completion token under tiny-qwen2 (or `weights` loaded into it), one whole
+    sequence at a time."""
     model, _ = load_causal_lm("tiny-qwen2", "float32")
     if weights is not None:
         model.load_state_dict(dict(weights), strict=False)
-    out = []
     with torch.no_grad():
-        for prompt, completion in zip(batch.prompt_ids, batch.completion_ids):
-            ids = torch.tensor([prompt + completion])
-            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
-            out.append(torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(prompt) :, None])[:, 0])
-    return out
+        return [
+            model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+            for prompt, completion in zip(batch.prompt_ids, batch.completion_ids)
+        ]
+
+
+def whole_sequence_logprobs(batch, weights=None):
+    """Each completion token's log-prob under tiny-qwen2 (or `weights` loaded into it), one whole sequence at a time."""
+    return [
+        torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+        for logits, completion in zip(whole_sequence_logits(batch, weights), batch.completion_ids)
+    ]
 
 
 def test_shared_prompt_and_a_partial_loss_mask_give_the_masked_loss_of_whole_sequences(groups):
@@ -224,6 +231,38 @@ def test_shared_prompt_and_a_partial_loss_mask_give_the_masked_loss_of_whole_seq
     assert a.tokens == b.tokens == normalizer
     assert a.loss == pytest.approx(expected, abs=1e-5) and b.loss == pytest.approx(expected, abs=1e-5)
     assert torch.allclose(flat_weights(shared), flat_weights(whole), atol=1e-6)
+
+
+def test_logit_terms_add_their_weighted_logits_to_the_loss_where_the_mask_holds_them_or_not(groups):
+    """train.choice_centering's terms (policy/centering.py): the loss is GRPO's plus sum(term x logit of
+    logit_term_tokens) over the same normaliser, at each term's position, in the loss mask or out of it."""
+    from conductor_rl.policy.grpo import grpo_loss
+
+    batch = grouped_batch(seed=9)
+    rng = random.Random(9)
+    masks = [[1] * len(c) for c in batch.completion_ids]
+    masks[0][0] = 0  # a term where the mask holds nothing
+    tokens = [3, 17, 250]
+    terms = [{0: [rng.uniform(-1, 1) for _ in tokens]} if i % 2 == 0 else {} for i in range(len(masks))]
+    batch = replace(batch, loss_masks=masks, logit_terms=terms, logit_term_tokens=tokens)
+    with pytest.raises(ValueError, match="logit term"):
+        replace(batch, logit_terms=[{99: [0.0] * 3}] + terms[1:])
+    normalizer = sum(map(sum, masks))
+    expected = 0.0
+    for i, logits in enumerate(whole_sequence_logits(batch)):
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(batch.completion_ids[i])[:, None])[:, 0]
+        expected += float(
+            grpo_loss(
+                logp[None],
+                torch.tensor([batch.old_logprobs[i]]),
+                torch.tensor([batch.advantages[i]]),
+                torch.tensor([masks[i]], dtype=torch.float32),
+                normalizer=normalizer,
+            )[0]
+        )
+        expected += sum(float((logits[t, tokens] * torch.tensor(w)).sum()) for t, w in terms[i].items()) / normalizer
+    step = groups(micro_batch_size=3, old_logprobs="sampler").train_step(batch)
+    assert step.loss == pytest.approx(expected, abs=1e-5)
 
 
 def test_the_learner_steps_on_its_own_log_probs_and_reports_the_samplers_gap(groups):

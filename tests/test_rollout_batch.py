@@ -132,3 +132,52 @@ def test_the_formats_own_text_is_out_of_the_loss_and_subtask_text_as_asked():
         for k in ("workers", "subtasks", "access")
     }
     assert share["workers"] == pytest.approx(share["subtasks"]) == pytest.approx(share["access"])
+
+
+def test_choice_centering_puts_the_batchs_net_vote_for_each_worker_at_every_worker_choice():
+    """train.choice_centering (policy/centering.py): at each step's worker id, the share of the batch's
+    advantage-weighted count of each worker, over the rows with that step, centred over the roster."""
+    from transformers import AutoTokenizer
+
+    from conductor_rl.models import resolve_model
+    from conductor_rl.policy.centering import net_vote_terms, worker_tokens
+
+    # Two questions that want opposite workers: their votes cancel, nothing is taken out.
+    rows = [[5, 9], [6, 9], [6, 9], [5, 9]]
+    labels = [["workers", None]] * 4
+    masks = [[1.0, 0.0]] * 4
+    assert net_vote_terms(rows, labels, masks, [1, -1, 1, -1], [5, 6], 1.0) == [{0: [0.0, 0.0]}] * 4
+    # Both want worker 5: its net vote (+4 over 4 rows, centred) at every row's choice, times the share.
+    assert net_vote_terms(rows, labels, masks, [1, -1, -1, 1], [5, 6], 0.5) == [{0: [0.25, -0.25]}] * 4
+    # A second step counts over the rows that have one; the loss weight weighs the vote.
+    two = [[5, 7, 6], [6, 9]]
+    votes = net_vote_terms(
+        two, [["workers", None, "workers"], ["workers", None]], [[2, 0, 1], [1, 0]], [1, -1], [5, 6], 1
+    )
+    assert votes == [{0: [0.75, -0.75], 2: [-0.5, 0.5]}, {0: [0.75, -0.75]}]
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-qwen2"))
+    with pytest.raises(ValueError, match="one token"):
+        worker_tokens(tokenizer, [0, 12])
+    tokens = worker_tokens(tokenizer, [0, 1, 2])
+    prefix = "model_id = ["
+    plans = [
+        '0, 2]\nsubtasks = ["Solve it", "Check it"]\naccess_list = [[], "all"]',
+        '1]\nsubtasks = ["Go"]\naccess_list = [[]]',
+    ]
+    rollouts = []
+    for reward, plan in zip((1.0, 0.0), plans):
+        ids = tuple(tokenizer.encode(plan, add_special_tokens=False) + [tokenizer.eos_token_id])
+        rollouts.append(
+            Rollout(Task("q", "?"), prefix + plan, reward=reward, completion_ids=ids, logprobs=tuple(-1.0 for _ in ids))
+        )
+    kwargs = {"format_tokenizer": tokenizer, "response_prefix": prefix, "worker_tokens": tokens}
+    plain, _ = rollout_batch(rollouts, PROMPTS, **kwargs)
+    assert plain.logit_terms is None
+    batch, _ = rollout_batch(rollouts, PROMPTS, choice_centering=1.0, **kwargs)
+    assert batch.logit_term_tokens == tokens
+    chosen = [[tokenizer.decode([batch.completion_ids[r][t]]) for t in sorted(batch.logit_terms[r])] for r in range(2)]
+    assert chosen == [["0", "2"], ["1"]]
+    for terms in batch.logit_terms:
+        for weights in terms.values():
+            assert sum(weights) == pytest.approx(0.0) and any(weights)

@@ -330,6 +330,16 @@ class TrainConfig(Strict):
         "(conductor_rl/plan/constrained.py choice_weights), so the one token that picks a worker is not a few per "
         "cent of the gradient (docs/decisions.md, Learning on the embedded default).",
     )
+    choice_centering: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="With conductor.constrain_format: the share of the batch's net vote for each worker (the "
+        "advantage-weighted count of each worker at each step, over all the batch's questions) taken out of every "
+        "prompt's worker choice, so the step learns what differs between the questions rather than moving every "
+        "question's choice alike (ours, not the paper's: conductor_rl/policy/centering.py). 0: off, as in the paper; "
+        "1: a preference that every question shares cannot be learnt.",
+    )
     balance_domains: bool = Field(
         False,
         description="Draw each iteration's questions in turns over the domains "
@@ -463,6 +473,22 @@ class Config(Strict):
                 "conductor.show_answer_format tells the Conductor the answer instruction of the last step, "
                 "which workflow.answer_format=false never gives: set one of them the other way"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _centering_finds_the_choices(self) -> Config:
+        if not self.train.choice_centering:
+            return self
+        needs = {
+            "conductor.constrain_format=true (the worker ids' places are known in the constrained format only)": (
+                self.conductor.constrain_format
+            ),
+            "learner.aggregation=token_mean (the vote is weighed per token)": self.learner.aggregation == "token_mean",
+            "train.worker_subset unset (one roster for every prompt)": self.train.worker_subset is None,
+            "the workers numbered 0-9 (model_id: one token each)": max(model_ids(self.workers)) < 10,
+        }
+        if missing := [need for need, met in needs.items() if not met]:
+            raise ValueError(f"train.choice_centering > 0 needs {'; '.join(missing)}; or set train.choice_centering=0")
         return self
 
     @model_validator(mode="after")

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from conductor_rl.plan.constrained import choice_segments, choice_weights
+from conductor_rl.policy.centering import net_vote_terms
 from conductor_rl.policy.grpo import group_advantages
-from conductor_rl.policy.learner import RolloutBatch
+from conductor_rl.policy.learner_batch import RolloutBatch
 from conductor_rl.rollout.rollouts import Rollout
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ def rollout_batch(
     subtask_text_in_loss: bool = True,
     choice_weighting: str = "token",
     learner_version: int | None = None,
+    choice_centering: float = 0.0,
+    worker_tokens: Sequence[int] = (),
 ) -> tuple[RolloutBatch | None, int]:
     """The learner batch of `rollouts` and the number of informative groups.
 
@@ -53,6 +56,9 @@ def rollout_batch(
     `choice_weighting` "segment" weighs the kinds of choice equally (`choice_weights`).
     `learner_version`: the weights version the learner holds; the batch then carries each row's
     staleness (that version minus the one that sampled the row), for the behaviour correction.
+    `choice_centering` > 0 (with `format_tokenizer`; `worker_tokens`: the roster ids' tokens): that share of
+    the batch's net vote for each worker is taken out of every row's worker choices
+    (conductor_rl/policy/centering.py).
     """
     by_group: dict[int, list[Rollout]] = {}
     for r in rollouts:
@@ -86,13 +92,25 @@ def rollout_batch(
         return None, informative
     prompts, completions, logprobs, advantages, versions = (list(column) for column in zip(*rows))
     staleness = None if learner_version is None else [max(0, learner_version - v) for v in versions]
-    masks = None
+    masks, terms = None, None
     if format_tokenizer is not None:
         masks = []
-        for ids in completions:
-            labels = choice_segments(format_tokenizer, ids, response_prefix)
+        labelled = [choice_segments(format_tokenizer, ids, response_prefix) for ids in completions]
+        for labels in labelled:
             if choice_weighting == "segment":
                 masks.append(choice_weights(labels, subtasks=subtask_text_in_loss))
             else:
                 masks.append([float(x is not None and (subtask_text_in_loss or x != "subtasks")) for x in labels])
-    return RolloutBatch(prompts, completions, logprobs, advantages, loss_masks=masks, staleness=staleness), informative
+        if choice_centering > 0:
+            terms = net_vote_terms(completions, labelled, masks, advantages, worker_tokens, choice_centering)
+    batch = RolloutBatch(
+        prompts,
+        completions,
+        logprobs,
+        advantages,
+        loss_masks=masks,
+        staleness=staleness,
+        logit_terms=terms,
+        logit_term_tokens=list(worker_tokens) if terms is not None else None,
+    )
+    return batch, informative

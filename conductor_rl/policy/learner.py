@@ -41,39 +41,8 @@ import torch
 from conductor_rl.config import LearnerConfig
 from conductor_rl.models import cache_dir, load_causal_lm, tell_deepspeed_the_accelerator
 from conductor_rl.policy.grpo import behaviour_weights, grpo_loss
+from conductor_rl.policy.learner_batch import RolloutBatch
 from conductor_rl.policy.precision import bf16_is_fast
-
-
-@dataclass(frozen=True)
-class RolloutBatch:
-    """What the learner needs of each kept rollout."""
-
-    prompt_ids: list[list[int]]
-    completion_ids: list[list[int]]
-    old_logprobs: list[list[float]]  # the sampler's, one per completion token (LearnerConfig.old_logprobs)
-    advantages: list[float]
-    # Each completion token's weight in the loss (0: out of it); None: 1 for every token. The trainer
-    # leaves out text a constrained format dictates (conductor_rl/plan/constrained.py choice_mask) and
-    # may weigh the choices' kinds (train.choice_weighting).
-    loss_masks: list[list[float]] | None = None
-    # Weights versions between each row's sampler and the learner (asynchronous training); None: all 0.
-    staleness: list[int] | None = None
-
-    def __post_init__(self) -> None:
-        n = len(self.prompt_ids)
-        if self.staleness is not None and (len(self.staleness) != n or any(s < 0 for s in self.staleness)):
-            raise ValueError("staleness must have one entry >= 0 per rollout")
-        if not (len(self.completion_ids) == len(self.old_logprobs) == len(self.advantages) == n):
-            raise ValueError("RolloutBatch fields must have one entry per rollout")
-        for c, lp in zip(self.completion_ids, self.old_logprobs):
-            if len(c) != len(lp):
-                raise ValueError(f"a completion has {len(c)} tokens but {len(lp)} log-probs")
-        if self.loss_masks is not None:
-            if len(self.loss_masks) != n or any(len(c) != len(m) for c, m in zip(self.completion_ids, self.loss_masks)):
-                raise ValueError("loss_masks must have one entry per completion token")
-
-    def loss_mask(self, i: int) -> list[float]:
-        return self.loss_masks[i] if self.loss_masks is not None else [1.0] * len(self.completion_ids[i])
 
 
 @dataclass(frozen=True)
@@ -299,7 +268,7 @@ class PolicyLearner:
                     needed = torch.zeros((len(chunk), width), dtype=torch.bool)
                     for r, i in enumerate(chunk):
                         needed[r, : len(batch.completion_ids[i])] = torch.tensor(batch.loss_mask(i)) > 0
-                    logprobs = self._completion_logprobs(self.engine, batch, chunk, width, needed.to(self.device))
+                    logprobs, _ = self._completion_logprobs(self.engine, batch, chunk, width, needed.to(self.device))
                     for r, i in enumerate(chunk):
                         out[i] = logprobs[r, : len(batch.completion_ids[i])].float()
         return out
@@ -330,12 +299,14 @@ class PolicyLearner:
             old[r, :n] = torch.tensor(batch.old_logprobs[i], dtype=torch.float32)
         mask, old = mask.to(self.device), old.to(self.device)
         advantages = torch.tensor([batch.advantages[i] for i in chunk], device=self.device)
+        terms = self._logit_terms(batch, chunk, width) if weight else None
+        needed = mask > 0 if terms is None else (mask > 0) | (terms != 0).any(-1)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
-            logprobs = self._completion_logprobs(self.engine, batch, chunk, width, mask > 0)
+            logprobs, extra = self._completion_logprobs(self.engine, batch, chunk, width, needed, terms)
             ref = first.ref if first is not None else None
             if self.reference is not None and ref is None:
                 with torch.no_grad():
-                    ref = self._completion_logprobs(self.reference, batch, chunk, width, mask > 0)
+                    ref, _ = self._completion_logprobs(self.reference, batch, chunk, width, mask > 0)
         # The sampler's log-probs serve as a check either way: a ratio far from 1 means the
         # sampler's distribution is not the learner's (a constrained format, stale weights).
         sampler_ratio = float((torch.exp(logprobs.detach() - old) * mask).sum() / mask.sum().clamp_min(1.0))
@@ -374,14 +345,33 @@ class PolicyLearner:
             normalizer=normalizer,
             behaviour_weights=weights,
         )
+        if terms is not None:
+            loss = loss + extra / normalizer
         logprob_sum = float((logprobs.detach() * mask).sum())
         return loss, replace(stats, ratio_mean=sampler_ratio), int((mask > 0).sum()), weighed, logprob_sum
 
+    def _logit_terms(self, batch: RolloutBatch, chunk: list[int], width: int) -> torch.Tensor | None:
+        """[len(chunk), width, tokens] the batch's logit terms of `chunk`'s rows (None: the batch has none)."""
+        if batch.logit_terms is None or batch.logit_term_tokens is None:
+            return None
+        terms = torch.zeros((len(chunk), width, len(batch.logit_term_tokens)))
+        for r, i in enumerate(chunk):
+            for t, w in batch.logit_terms[i].items():
+                terms[r, t] = torch.tensor(w)
+        return terms.to(self.device)
+
     def _completion_logprobs(
-        self, model: Any, batch: RolloutBatch, chunk: list[int], width: int, needed: torch.Tensor
-    ) -> torch.Tensor:
+        self,
+        model: Any,
+        batch: RolloutBatch,
+        chunk: list[int],
+        width: int,
+        needed: torch.Tensor,
+        terms: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """[len(chunk), width] log-probs of each row's completion tokens where `needed`
-        (a [len(chunk), width] bool mask), 0 elsewhere.
+        (a [len(chunk), width] bool mask), 0 elsewhere; and, with `terms` ([len(chunk), width,
+        len(batch.logit_term_tokens)], at needed positions only), sum(terms x those tokens' logits).
 
         GRPO's G completions of a question share one prompt, usually much longer
         than a plan. Rows with the same prompt run as one packed sequence (see
@@ -393,6 +383,7 @@ class PolicyLearner:
         subtasks are not in the loss).
         """
         out = torch.zeros((len(chunk), width), device=self.device)
+        extra = torch.zeros((), device=self.device)
         by_prompt: dict[tuple[int, ...], list[int]] = {}
         for r, i in enumerate(chunk):
             by_prompt.setdefault(tuple(batch.prompt_ids[i]), []).append(r)
@@ -427,8 +418,11 @@ class PolicyLearner:
                 rows = cols = torch.zeros(1, dtype=torch.long, device=needed.device)
             logits = project(hidden[rows, cols])
             logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[rows, cols].unsqueeze(-1)).squeeze(-1)
-            out[torch.tensor(members, device=self.device)[rows], cols] = logps
-        return out
+            at = torch.tensor(members, device=self.device)[rows]
+            out[at, cols] = logps
+            if terms is not None:
+                extra = extra + (logits.float()[:, batch.logit_term_tokens] * terms[at, cols]).sum()
+        return out, extra
 
     def _packed_hidden(self, model: Any, prompt: tuple[int, ...], comps: list[list[int]], width: int) -> torch.Tensor:
         """[len(comps), width, hidden] final hidden states that predict each completion token, from

@@ -21,7 +21,7 @@ from conductor_rl.plan.constrained import PlanFormat, choice_mask, encode_plan
 from conductor_rl.plan.demonstrations import demonstration_plan, demonstration_reply, shown_answer
 from conductor_rl.plan.language import Plan, render_plan
 from conductor_rl.plan.prompts import ConductorPrompt, answer_instruction
-from conductor_rl.policy.learner import RolloutBatch
+from conductor_rl.policy.learner_batch import RolloutBatch
 
 
 class WarmStartError(ConfigError):
