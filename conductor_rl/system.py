@@ -135,10 +135,10 @@ class System:
 
     @cached_property
     def vote_tokens(self) -> list[int]:
-        """The token of each roster id, whose net vote train.choice_centering takes out of the worker
-        choices ([] when it is off)."""
-        shape = self.prompts.shape
-        if not self.config.train.choice_centering or shape is None:
+        """The token of each roster id: what train.choice_centering's net vote and train.worker_logprob=roster
+        are over ([] when neither is on)."""
+        shape, t = self.prompts.shape, self.config.train
+        if shape is None or not (t.choice_centering or t.worker_logprob == "roster"):
             return []
         return worker_tokens(self.prompts.tokenizer, shape.model_ids)
 

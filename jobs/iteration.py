@@ -167,6 +167,7 @@ def learn_from(run: TrainingRun, collected: Collected) -> tuple[dict, list[Rollo
         choice_weighting=c.train.choice_weighting,
         learner_version=state.version if run.system.corrects_stale_rows else None,
         choice_centering=c.train.choice_centering,
+        worker_logprob=c.train.worker_logprob,
         worker_tokens=run.system.vote_tokens,
     )  # stale rows get behaviour weights
 

@@ -233,24 +233,39 @@ def test_shared_prompt_and_a_partial_loss_mask_give_the_masked_loss_of_whole_seq
     assert torch.allclose(flat_weights(shared), flat_weights(whole), atol=1e-6)
 
 
-def test_logit_terms_add_their_weighted_logits_to_the_loss_where_the_mask_holds_them_or_not(groups):
-    """train.choice_centering's terms (policy/centering.py): the loss is GRPO's plus sum(term x logit of
-    logit_term_tokens) over the same normaliser, at each term's position, in the loss mask or out of it."""
+def test_worker_ids_over_the_roster_and_logit_terms_enter_the_loss_as_the_batch_says(groups):
+    """train.worker_logprob=roster: at a row's worker_positions the log-prob is a log-softmax over
+    worker_tokens alone. train.choice_centering's terms (policy/centering.py): the loss is GRPO's plus
+    sum(term x logit of worker_tokens) over the same normaliser, at each term's position, in the loss
+    mask or out of it. Both on one batch, against each whole sequence's logits."""
     from conductor_rl.policy.grpo import grpo_loss
 
     batch = grouped_batch(seed=9)
     rng = random.Random(9)
-    masks = [[1] * len(c) for c in batch.completion_ids]
-    masks[0][0] = 0  # a term where the mask holds nothing
     tokens = [3, 17, 250]
-    terms = [{0: [rng.uniform(-1, 1) for _ in tokens]} if i % 2 == 0 else {} for i in range(len(masks))]
-    batch = replace(batch, loss_masks=masks, logit_terms=terms, logit_term_tokens=tokens)
+    completions = [[17] + c[1:] if i % 3 == 0 else c for i, c in enumerate(batch.completion_ids)]
+    positions = [[0] if i % 3 == 0 else [] for i in range(len(completions))]
+    masks = [[1] * len(c) for c in completions]
+    masks[1][0] = 0  # a term where the mask holds nothing
+    terms = [{0: [rng.uniform(-1, 1) for _ in tokens]} if i % 2 == 1 else {} for i in range(len(masks))]
+    batch = replace(
+        batch,
+        completion_ids=completions,
+        loss_masks=masks,
+        logit_terms=terms,
+        worker_tokens=tokens,
+        worker_positions=positions,
+    )
     with pytest.raises(ValueError, match="logit term"):
         replace(batch, logit_terms=[{99: [0.0] * 3}] + terms[1:])
+    with pytest.raises(ValueError, match="worker_positions"):
+        replace(batch, worker_positions=[[1]] + positions[1:])  # not one of worker_tokens there
     normalizer = sum(map(sum, masks))
     expected = 0.0
     for i, logits in enumerate(whole_sequence_logits(batch)):
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(batch.completion_ids[i])[:, None])[:, 0]
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completions[i])[:, None])[:, 0]
+        for t in positions[i]:
+            logp[t] = torch.log_softmax(logits[t, tokens], dim=-1)[tokens.index(completions[i][t])]
         expected += float(
             grpo_loss(
                 logp[None],

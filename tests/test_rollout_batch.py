@@ -134,7 +134,7 @@ def test_the_formats_own_text_is_out_of_the_loss_and_subtask_text_as_asked():
     assert share["workers"] == pytest.approx(share["subtasks"]) == pytest.approx(share["access"])
 
 
-def test_choice_centering_puts_the_batchs_net_vote_for_each_worker_at_every_worker_choice():
+def test_choice_centering_puts_the_batchs_net_vote_at_every_worker_choice_and_roster_logprobs_find_them():
     """train.choice_centering (policy/centering.py): at each step's worker id, the share of the batch's
     advantage-weighted count of each worker, over the rows with that step, centred over the roster."""
     from transformers import AutoTokenizer
@@ -175,9 +175,14 @@ def test_choice_centering_puts_the_batchs_net_vote_for_each_worker_at_every_work
     plain, _ = rollout_batch(rollouts, PROMPTS, **kwargs)
     assert plain.logit_terms is None
     batch, _ = rollout_batch(rollouts, PROMPTS, choice_centering=1.0, **kwargs)
-    assert batch.logit_term_tokens == tokens
+    assert batch.worker_tokens == tokens
     chosen = [[tokenizer.decode([batch.completion_ids[r][t]]) for t in sorted(batch.logit_terms[r])] for r in range(2)]
     assert chosen == [["0", "2"], ["1"]]
     for terms in batch.logit_terms:
         for weights in terms.values():
             assert sum(weights) == pytest.approx(0.0) and any(weights)
+    assert batch.worker_positions is None
+    # train.worker_logprob=roster: the same positions, whose log-probs the learner takes over the roster
+    roster, _ = rollout_batch(rollouts, PROMPTS, worker_logprob="roster", **kwargs)
+    assert roster.worker_tokens == tokens and roster.logit_terms is None
+    assert roster.worker_positions == [sorted(terms) for terms in batch.logit_terms]

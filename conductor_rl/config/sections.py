@@ -340,6 +340,14 @@ class TrainConfig(Strict):
         "question's choice alike (ours, not the paper's: conductor_rl/policy/centering.py). 0: off, as in the paper; "
         "1: a preference that every question shares cannot be learnt.",
     )
+    worker_logprob: Literal["vocabulary", "roster"] = Field(
+        "vocabulary",
+        description="With conductor.constrain_format: the distribution a worker id's log-prob is taken from in the "
+        "loss. vocabulary: the model's whole vocabulary, as every other token (the paper's unconstrained 7B Conductor "
+        "samples from it). roster: the roster's ids alone, the distribution the constrained sampler draws the id "
+        "from, so the step is the policy gradient of the policy that sampled, not also a push on the mass the "
+        "format's mask removes (docs/decisions.md, Learning on the embedded default).",
+    )
     balance_domains: bool = Field(
         False,
         description="Draw each iteration's questions in turns over the domains "
@@ -477,7 +485,21 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _centering_finds_the_choices(self) -> Config:
-        if not self.train.choice_centering:
+        t = self.train
+        if t.worker_logprob == "roster":
+            roster_needs = {
+                "conductor.constrain_format=true (the sampler draws ids from the roster only under it)": (
+                    self.conductor.constrain_format
+                ),
+                "train.worker_subset unset (one roster for every prompt)": t.worker_subset is None,
+                "conductor.max_depth=0 (a recursive call may also write the empty plan)": self.conductor.max_depth == 0,
+                "the workers numbered 0-9 (model_id: one token each)": max(model_ids(self.workers)) < 10,
+            }
+            if missing := [need for need, met in roster_needs.items() if not met]:
+                raise ValueError(
+                    f"train.worker_logprob=roster needs {'; '.join(missing)}; or set train.worker_logprob=vocabulary"
+                )
+        if not t.choice_centering:
             return self
         needs = {
             "conductor.constrain_format=true (the worker ids' places are known in the constrained format only)": (

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from conductor_rl.plan.constrained import choice_segments, choice_weights
-from conductor_rl.policy.centering import net_vote_terms
+from conductor_rl.policy.centering import choice_positions, net_vote_terms
 from conductor_rl.policy.grpo import group_advantages
 from conductor_rl.policy.learner_batch import RolloutBatch
 from conductor_rl.rollout.rollouts import Rollout
@@ -43,6 +43,7 @@ def rollout_batch(
     choice_weighting: str = "token",
     learner_version: int | None = None,
     choice_centering: float = 0.0,
+    worker_logprob: str = "vocabulary",
     worker_tokens: Sequence[int] = (),
 ) -> tuple[RolloutBatch | None, int]:
     """The learner batch of `rollouts` and the number of informative groups.
@@ -58,7 +59,8 @@ def rollout_batch(
     staleness (that version minus the one that sampled the row), for the behaviour correction.
     `choice_centering` > 0 (with `format_tokenizer`; `worker_tokens`: the roster ids' tokens): that share of
     the batch's net vote for each worker is taken out of every row's worker choices
-    (conductor_rl/policy/centering.py).
+    (conductor_rl/policy/centering.py); `worker_logprob` "roster": the learner takes each worker id's
+    log-prob over `worker_tokens` alone, the distribution the constrained sampler draws it from.
     """
     by_group: dict[int, list[Rollout]] = {}
     for r in rollouts:
@@ -92,7 +94,7 @@ def rollout_batch(
         return None, informative
     prompts, completions, logprobs, advantages, versions = (list(column) for column in zip(*rows))
     staleness = None if learner_version is None else [max(0, learner_version - v) for v in versions]
-    masks, terms = None, None
+    masks, terms, positions = None, None, None
     if format_tokenizer is not None:
         masks = []
         labelled = [choice_segments(format_tokenizer, ids, response_prefix) for ids in completions]
@@ -103,6 +105,8 @@ def rollout_batch(
                 masks.append([float(x is not None and (subtask_text_in_loss or x != "subtasks")) for x in labels])
         if choice_centering > 0:
             terms = net_vote_terms(completions, labelled, masks, advantages, worker_tokens, choice_centering)
+        if worker_logprob == "roster":
+            positions = [choice_positions(c, labels, worker_tokens) for c, labels in zip(completions, labelled)]
     batch = RolloutBatch(
         prompts,
         completions,
@@ -110,7 +114,8 @@ def rollout_batch(
         advantages,
         loss_masks=masks,
         staleness=staleness,
+        worker_tokens=list(worker_tokens) if terms is not None or positions is not None else None,
+        worker_positions=positions,
         logit_terms=terms,
-        logit_term_tokens=list(worker_tokens) if terms is not None else None,
     )
     return batch, informative

@@ -299,7 +299,8 @@ class PolicyLearner:
             old[r, :n] = torch.tensor(batch.old_logprobs[i], dtype=torch.float32)
         mask, old = mask.to(self.device), old.to(self.device)
         advantages = torch.tensor([batch.advantages[i] for i in chunk], device=self.device)
-        terms = self._logit_terms(batch, chunk, width) if weight else None
+        terms = batch.logit_term_tensor(chunk, width) if weight else None
+        terms = terms.to(self.device) if terms is not None else None
         needed = mask > 0 if terms is None else (mask > 0) | (terms != 0).any(-1)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cpu_autocast):
             logprobs, extra = self._completion_logprobs(self.engine, batch, chunk, width, needed, terms)
@@ -350,16 +351,6 @@ class PolicyLearner:
         logprob_sum = float((logprobs.detach() * mask).sum())
         return loss, replace(stats, ratio_mean=sampler_ratio), int((mask > 0).sum()), weighed, logprob_sum
 
-    def _logit_terms(self, batch: RolloutBatch, chunk: list[int], width: int) -> torch.Tensor | None:
-        """[len(chunk), width, tokens] the batch's logit terms of `chunk`'s rows (None: the batch has none)."""
-        if batch.logit_terms is None or batch.logit_term_tokens is None:
-            return None
-        terms = torch.zeros((len(chunk), width, len(batch.logit_term_tokens)))
-        for r, i in enumerate(chunk):
-            for t, w in batch.logit_terms[i].items():
-                terms[r, t] = torch.tensor(w)
-        return terms.to(self.device)
-
     def _completion_logprobs(
         self,
         model: Any,
@@ -371,7 +362,8 @@ class PolicyLearner:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """[len(chunk), width] log-probs of each row's completion tokens where `needed`
         (a [len(chunk), width] bool mask), 0 elsewhere; and, with `terms` ([len(chunk), width,
-        len(batch.logit_term_tokens)], at needed positions only), sum(terms x those tokens' logits).
+        len(batch.worker_tokens)], at needed positions only), sum(terms x those tokens' logits).
+        At `batch.worker_positions` the log-softmax is over `batch.worker_tokens` alone.
 
         GRPO's G completions of a question share one prompt, usually much longer
         than a plan. Rows with the same prompt run as one packed sequence (see
@@ -384,6 +376,8 @@ class PolicyLearner:
         """
         out = torch.zeros((len(chunk), width), device=self.device)
         extra = torch.zeros((), device=self.device)
+        found = batch.roster_positions(chunk, width, self.engine.module.config.vocab_size)
+        roster = (found[0].to(self.device), found[1].to(self.device)) if found is not None else None
         by_prompt: dict[tuple[int, ...], list[int]] = {}
         for r, i in enumerate(chunk):
             by_prompt.setdefault(tuple(batch.prompt_ids[i]), []).append(r)
@@ -419,9 +413,14 @@ class PolicyLearner:
             logits = project(hidden[rows, cols])
             logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[rows, cols].unsqueeze(-1)).squeeze(-1)
             at = torch.tensor(members, device=self.device)[rows]
+            if roster is not None:  # a worker id: over the roster's tokens, as the constrained sampler draws it
+                which, place = roster
+                restricted = torch.log_softmax(logits.float()[:, batch.worker_tokens], dim=-1)
+                chosen = restricted.gather(-1, place[ids[rows, cols]].unsqueeze(-1)).squeeze(-1)
+                logps = torch.where(which[at, cols], chosen, logps)
             out[at, cols] = logps
             if terms is not None:
-                extra = extra + (logits.float()[:, batch.logit_term_tokens] * terms[at, cols]).sum()
+                extra = extra + (logits.float()[:, batch.worker_tokens] * terms[at, cols]).sum()
         return out, extra
 
     def _packed_hidden(self, model: Any, prompt: tuple[int, ...], comps: list[list[int]], width: int) -> torch.Tensor:
