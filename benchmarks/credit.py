@@ -189,13 +189,17 @@ def credit(model, rows: list[dict], weighting: str, lr: float, autocast: bool) -
     return out
 
 
-def first_choice(model, prompts: list[list[int]], choices: list[int], autocast: bool) -> list[float]:
-    """The mean probability of each first worker (model_id's first entry) over `prompts`."""
+def first_choice(
+    model, prompts: list[list[int]], choices: list[int], autocast: bool, over_choices: bool = False
+) -> list[float]:
+    """The mean probability of each first worker (model_id's first entry) over `prompts`: over the whole
+    vocabulary (raw), or, `over_choices`, over the `choices` alone (what the constrained sampler draws)."""
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        probs = [
-            torch.softmax(model(input_ids=torch.tensor([p]), logits_to_keep=1).logits[0, -1].float(), -1)
-            for p in prompts
-        ]
+        logits = [model(input_ids=torch.tensor([p]), logits_to_keep=1).logits[0, -1].float() for p in prompts]
+    if over_choices:
+        rows = [torch.softmax(z[choices], -1).tolist() for z in logits]
+        return [statistics.fmean(r[k] for r in rows) for k in range(len(choices))]
+    probs = [torch.softmax(z, -1) for z in logits]
     return [statistics.fmean(float(p[c]) for p in probs) for c in choices]
 
 

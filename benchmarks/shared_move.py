@@ -7,10 +7,12 @@ workers), from the same weights, in four ways:
 - the net vote (train.choice_centering, conductor_rl/policy/centering.py): kept, or all of it taken out;
 
 each on the loss training uses (segment weights over every choice token) and on the worker ids alone.
-For each: the first worker's mean probability per domain after the step, and how the step split into a
-move shared by the domains and one that separates them (`routing`: the change of the gap between the
-domains in each worker's probability, summed over the workers, against `common`: the mean change over
-the domains, summed over the workers in absolute value). Rewards are drawn from the plans' exact
+For each: the first worker's mean probability per domain after the step, over the roster's ids (what the
+constrained sampler draws); the move shared by the domains (`common`: the mean change over the domains,
+summed over the workers in absolute value); the gap between the domains before and after (`separation`:
+the difference of their probabilities, summed over the workers; a step that learns to route widens it);
+and `id_mass`, the probability the whole vocabulary puts on the ids there (the rest is what the format's
+mask removes). Rewards are drawn from the plans' exact
 expected accuracies, as benchmarks/credit.py draws them; no worker runs.
 
     .venv/bin/python benchmarks/shared_move.py --model runs/local/checkpoints/ckpt-000007/model --json
@@ -84,14 +86,17 @@ def take_step(params, grads, optimizer: str, lr: float) -> float:
 
 
 def moves(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict:
-    """The change of each domain's first-worker probabilities, split into a shared and a separating part."""
+    """The change of each domain's first-worker probabilities: `common`, the mean change over the domains
+    (summed over the workers in absolute value), and the domains' `separation` before and after (with two
+    domains: the gap between their probabilities, summed over the workers): a step that routes widens it."""
     domains = sorted(before)
     change = {d: [a - b for a, b in zip(after[d], before[d])] for d in domains}
     common = [sum(change[d][k] for d in domains) / len(domains) for k in range(len(change[domains[0]]))]
     out = {"change": change, "common": sum(abs(c) for c in common)}
     if len(domains) == 2:
         one, other = domains
-        out["routing"] = sum(abs(change[one][k] - change[other][k]) for k in range(len(common)))
+        for name, p in (("separation_before", before), ("separation_after", after)):
+            out[name] = sum(abs(a - b) for a, b in zip(p[one], p[other]))
     return out
 
 
@@ -121,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         d: [list(p) for p in {tuple(r["prompt"]) for r in rows if r["domain"] == d}]
         for d in {r["domain"] for r in rows}
     }
-    first = {d: first_choice(model, ps, tokens, autocast) for d, ps in by_domain.items()}
+
+    def read(model) -> tuple[dict, dict]:  # (over the ids, the ids' mass over the vocabulary) per domain
+        over = {d: first_choice(model, ps, tokens, autocast, over_choices=True) for d, ps in by_domain.items()}
+        return over, {d: sum(first_choice(model, ps, tokens, autocast)) for d, ps in by_domain.items()}
+
+    first, mass = read(model)
     labels = [[x if x != "format" else None for x in r["labels"]] for r in rows]
     losses = {
         "every choice": [choice_weights(lab) for lab in labels],
@@ -134,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "rollouts": len(rows),
         "first_worker_probability": first,
+        "id_mass": mass,
         "steps": [],
     }
     for loss_name, weights in losses.items():
@@ -148,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
             for optimizer in ("adamw", "sgd"):
                 model.load_state_dict(state)
                 length = take_step(params, grads, optimizer, config.learner.lr)
-                after = {d: first_choice(model, ps, tokens, autocast) for d, ps in by_domain.items()}
+                after, after_mass = read(model)
                 step = {"loss": loss_name, "centering": centering, "optimizer": optimizer, "length": length}
-                result["steps"].append(step | {"after": after} | moves(first, after))
+                result["steps"].append(step | {"after": after, "id_mass": after_mass} | moves(first, after))
                 print(
                     json.dumps({k: step[k] for k in ("loss", "centering", "optimizer")} | moves(first, after)),
                     file=sys.stderr,

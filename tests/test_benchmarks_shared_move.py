@@ -34,7 +34,9 @@ def test_a_step_is_split_into_a_shared_and_a_separating_move_and_sgd_takes_adamw
     labels = [[x if x != "format" else None for x in r["labels"]] for r in rows]
     weights = [choice_weights(lab) for lab in labels]
     prompts = {d: [rows[2 * k]["prompt"]] for k, d in enumerate(("math", "mmlu"))}
-    first = {d: bench.first_choice(model, p, tokens, False) for d, p in prompts.items()}
+    first = {d: bench.first_choice(model, p, tokens, False, over_choices=True) for d, p in prompts.items()}
+    raw = {d: bench.first_choice(model, p, tokens, False) for d, p in prompts.items()}
+    assert all(sum(first[d]) == pytest.approx(1.0) and sum(raw[d]) < 1.0 for d in prompts)  # over the ids alone
     state = {k: v.clone() for k, v in model.state_dict().items()}
 
     plain = [{} for _ in rows]
@@ -52,8 +54,8 @@ def test_a_step_is_split_into_a_shared_and_a_separating_move_and_sgd_takes_adamw
         lengths[optimizer] = bench.take_step(params, grads, optimizer, 1e-3)
         moved = torch.sqrt(sum(((p.detach() - state[n]) ** 2).sum() for n, p in model.named_parameters()))
         assert float(moved) == pytest.approx(lengths[optimizer], rel=1e-3)
-        after = {d: bench.first_choice(model, p, tokens, False) for d, p in prompts.items()}
+        after = {d: bench.first_choice(model, p, tokens, False, over_choices=True) for d, p in prompts.items()}
         split = bench.moves(first, after)
-        assert split["common"] > 0 and split["routing"] >= 0
-        assert sum(split["change"]["math"]) == pytest.approx(sum(after["math"]) - sum(first["math"]))
+        assert split["common"] > 0 and split["separation_after"] != split["separation_before"]
+        assert split["change"]["math"] == pytest.approx([a - b for a, b in zip(after["math"], first["math"])])
     assert lengths["adamw"] == pytest.approx(lengths["sgd"])
