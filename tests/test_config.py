@@ -3,6 +3,7 @@ overrides, and errors that always name the offending key."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -562,3 +563,22 @@ def test_showing_the_answer_format_the_last_step_is_never_given_is_refused():
     with pytest.raises(ConfigError, match="workflow.answer_format=false"):
         load_config(None, ["conductor.show_answer_format=true", "workflow.answer_format=false"])
     assert load_config(None, ["conductor.show_answer_format=true"]).conductor.show_answer_format
+
+
+@pytest.mark.parametrize(
+    ("setting", "other", "named"),
+    [
+        ("train.choice_centering=1", "conductor.constrain_format=false", "conductor.constrain_format=true"),
+        ("train.choice_centering=0.5", "learner.aggregation=sequence_mean", "learner.aggregation=token_mean"),
+        ("train.worker_logprob=roster", "train.worker_subset=[1,2]", "train.worker_subset unset"),
+        ("train.worker_logprob=roster", "conductor.constrain_format=false", "conductor.constrain_format=true"),
+    ],
+)
+def test_centering_and_roster_log_probs_refuse_what_hides_the_worker_choices(setting, other, named):
+    """train.choice_centering and train.worker_logprob=roster find the worker ids by their place in the
+    constrained format, over one roster: a configuration without them is refused at start, naming both keys."""
+    key = setting.split("=")[0]
+    with pytest.raises(ConfigError, match=re.escape(named)) as refused:
+        load_config(None, [setting, other])
+    assert key in str(refused.value)
+    load_config(None, [setting])  # the embedded default has what both need
