@@ -565,11 +565,15 @@ def test_showing_the_answer_format_the_last_step_is_never_given_is_refused():
     assert load_config(None, ["conductor.show_answer_format=true"]).conductor.show_answer_format
 
 
+SEAT = "workers.3={name: conductor, provider: conductor}"  # the Conductor's own seat, for recursion
+
+
 @pytest.mark.parametrize(
     ("setting", "other", "named"),
     [
         ("train.choice_centering=1", "conductor.constrain_format=false", "conductor.constrain_format=true"),
         ("train.choice_centering=0.5", "learner.aggregation=sequence_mean", "learner.aggregation=token_mean"),
+        ("train.choice_centering=1", ("conductor.max_depth=1", SEAT), "conductor.max_depth=0"),
         ("train.worker_logprob=roster", "train.worker_subset=[1,2]", "train.worker_subset unset"),
         ("train.worker_logprob=roster", "conductor.constrain_format=false", "conductor.constrain_format=true"),
     ],
@@ -579,6 +583,6 @@ def test_centering_and_roster_log_probs_refuse_what_hides_the_worker_choices(set
     constrained format, over one roster: a configuration without them is refused at start, naming both keys."""
     key = setting.split("=")[0]
     with pytest.raises(ConfigError, match=re.escape(named)) as refused:
-        load_config(None, [setting, other])
+        load_config(None, [setting, *([other] if isinstance(other, str) else other)])
     assert key in str(refused.value)
     load_config(None, [setting])  # the embedded default has what both need

@@ -327,6 +327,7 @@ class Config(Strict):
             ),
             "learner.aggregation=token_mean (the vote is weighed per token)": self.learner.aggregation == "token_mean",
             "train.worker_subset unset (one roster for every prompt)": self.train.worker_subset is None,
+            "conductor.max_depth=0 (a recursive call's plan answers another prompt)": self.conductor.max_depth == 0,
             "the workers numbered 0-9 (model_id: one token each)": max(model_ids(self.workers)) < 10,
         }
         if missing := [need for need, met in needs.items() if not met]:
