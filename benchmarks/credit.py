@@ -97,14 +97,20 @@ def sample_batch(config, model: str, questions: int, group: int, seed: int) -> l
     return rows
 
 
-def row_logprobs(model, row: dict, autocast: bool) -> torch.Tensor:
-    """The row's completion log-probs under `model`: a log-softmax over the whole vocabulary, as the
-    learner takes it, the vocabulary projection only where the completion is."""
+def row_logits(model, row: dict, autocast: bool) -> torch.Tensor:
+    """[completion tokens, vocabulary] the logits that predict the row's completion tokens under `model`,
+    the vocabulary projection only where the completion is."""
     ids = torch.tensor([row["prompt"] + row["ids"]])
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         hidden = model(input_ids=ids, output_hidden_states=True, logits_to_keep=1).hidden_states[-1]
-        logits = model.get_output_embeddings()(hidden[0, len(row["prompt"]) - 1 : -1])
-    return torch.log_softmax(logits.float(), dim=-1).gather(-1, torch.tensor(row["ids"]).unsqueeze(-1))[:, 0]
+        return model.get_output_embeddings()(hidden[0, len(row["prompt"]) - 1 : -1]).float()
+
+
+def row_logprobs(model, row: dict, autocast: bool) -> torch.Tensor:
+    """The row's completion log-probs under `model`: a log-softmax over the whole vocabulary, as the
+    learner takes it."""
+    logits = row_logits(model, row, autocast)
+    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(row["ids"]).unsqueeze(-1))[:, 0]
 
 
 def token_logprobs(model, rows: list[dict], autocast: bool) -> list[torch.Tensor]:

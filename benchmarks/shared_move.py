@@ -32,21 +32,13 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.credit import first_choice, sample_batch  # noqa: E402
+from benchmarks.credit import first_choice, row_logits, sample_batch  # noqa: E402
 from benchmarks.measure import keep_result  # noqa: E402
 from conductor_rl.config import load_config  # noqa: E402
 from conductor_rl.plan.constrained import choice_weights  # noqa: E402
 from conductor_rl.policy.centering import net_vote_terms, worker_tokens  # noqa: E402
 from conductor_rl.policy.precision import bf16_is_fast  # noqa: E402
 from conductor_rl.system import System  # noqa: E402
-
-
-def row_logits(model, row: dict, autocast: bool) -> torch.Tensor:
-    """[completion tokens, vocabulary] the logits that predict the row's completion tokens."""
-    ids = torch.tensor([row["prompt"] + row["ids"]])
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        hidden = model(input_ids=ids, output_hidden_states=True, logits_to_keep=1).hidden_states[-1]
-        return model.get_output_embeddings()(hidden[0, len(row["prompt"]) - 1 : -1]).float()
 
 
 def step_gradient(model, rows: list[dict], weights: list[list[float]], terms: list[dict], tokens: list[int], autocast):

@@ -188,6 +188,24 @@ def whole_sequence_logits(batch, weights=None):
         ]
 
 
+def masked_grpo_loss(batch, logprobs, normalizer) -> float:
+    """The GRPO loss of `batch` from each row's whole-sequence `logprobs`, its loss masks and `normalizer`."""
+    from conductor_rl.policy.grpo import grpo_loss
+
+    return sum(
+        float(
+            grpo_loss(
+                logp[None],
+                torch.tensor([batch.old_logprobs[i]]),
+                torch.tensor([batch.advantages[i]]),
+                torch.tensor([batch.loss_mask(i)], dtype=torch.float32),
+                normalizer=normalizer,
+            )[0]
+        )
+        for i, logp in enumerate(logprobs)
+    )
+
+
 def whole_sequence_logprobs(batch, weights=None):
     """Each completion token's log-prob under tiny-qwen2 (or `weights` loaded into it), one whole sequence at a time."""
     return [
@@ -203,25 +221,14 @@ def test_shared_prompt_and_a_partial_loss_mask_give_the_masked_loss_of_whole_seq
     that keeps a few tokens (and a row with none) the loss is the masked GRPO loss of each
     whole sequence's own log-probs. In float32: under bf16 autocast (`auto` on a bf16 CPU)
     the two orders of arithmetic round apart. (One test: each learner group costs seconds.)"""
-    from conductor_rl.policy.grpo import grpo_loss
 
     batch = grouped_batch(seed=5)
     rng = random.Random(5)
     masks = [[int(rng.random() < 0.3) for _ in c] for c in batch.completion_ids]
     masks[0] = [0] * len(masks[0])  # a row wholly out of the loss
     batch = replace(batch, loss_masks=masks)
-    expected = 0.0
     normalizer = sum(map(sum, masks))
-    for i, logp in enumerate(whole_sequence_logprobs(batch)):
-        expected += float(
-            grpo_loss(
-                logp[None],
-                torch.tensor([batch.old_logprobs[i]]),
-                torch.tensor([batch.advantages[i]]),
-                torch.tensor([masks[i]], dtype=torch.float32),
-                normalizer=normalizer,
-            )[0]
-        )
+    expected = masked_grpo_loss(batch, whole_sequence_logprobs(batch), normalizer)
 
     def make(**overrides):
         return groups(micro_batch_size=3, adam_eps=1e-3, old_logprobs="sampler", **overrides)
@@ -238,7 +245,6 @@ def test_worker_ids_over_the_roster_and_logit_terms_enter_the_loss_as_the_batch_
     worker_tokens alone. train.choice_centering's terms (policy/centering.py): the loss is GRPO's plus
     sum(term x logit of worker_tokens) over the same normaliser, at each term's position, in the loss
     mask or out of it. Both on one batch, against each whole sequence's logits."""
-    from conductor_rl.policy.grpo import grpo_loss
 
     batch = grouped_batch(seed=9)
     rng = random.Random(9)
@@ -261,21 +267,14 @@ def test_worker_ids_over_the_roster_and_logit_terms_enter_the_loss_as_the_batch_
     with pytest.raises(ValueError, match="worker_positions"):
         replace(batch, worker_positions=[[1]] + positions[1:])  # not one of worker_tokens there
     normalizer = sum(map(sum, masks))
-    expected = 0.0
+    logps, added = [], 0.0
     for i, logits in enumerate(whole_sequence_logits(batch)):
         logp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completions[i])[:, None])[:, 0]
         for t in positions[i]:
             logp[t] = torch.log_softmax(logits[t, tokens], dim=-1)[tokens.index(completions[i][t])]
-        expected += float(
-            grpo_loss(
-                logp[None],
-                torch.tensor([batch.old_logprobs[i]]),
-                torch.tensor([batch.advantages[i]]),
-                torch.tensor([masks[i]], dtype=torch.float32),
-                normalizer=normalizer,
-            )[0]
-        )
-        expected += sum(float((logits[t, tokens] * torch.tensor(w)).sum()) for t, w in terms[i].items()) / normalizer
+        logps.append(logp)
+        added += sum(float((logits[t, tokens] * torch.tensor(w)).sum()) for t, w in terms[i].items()) / normalizer
+    expected = masked_grpo_loss(batch, logps, normalizer) + added
     step = groups(micro_batch_size=3, old_logprobs="sampler").train_step(batch)
     assert step.loss == pytest.approx(expected, abs=1e-5)
 

@@ -79,6 +79,17 @@ def test_empty_completions_have_nothing_to_learn_from():
 
 
 @pytest.mark.slow
+def plan_rollouts(tokenizer, prefix: str, plans: list[str], rewards: tuple[float, ...]) -> list[Rollout]:
+    """One rollout of question "q" per constrained plan (its text after `prefix`), with its reward."""
+    rollouts = []
+    for reward, plan in zip(rewards, plans):
+        ids = tuple(tokenizer.encode(plan, add_special_tokens=False) + [tokenizer.eos_token_id])
+        rollouts.append(
+            Rollout(Task("q", "?"), prefix + plan, reward=reward, completion_ids=ids, logprobs=tuple(-1.0 for _ in ids))
+        )
+    return rollouts
+
+
 def test_the_formats_own_text_is_out_of_the_loss_and_subtask_text_as_asked():
     from transformers import AutoTokenizer
 
@@ -90,12 +101,7 @@ def test_the_formats_own_text_is_out_of_the_loss_and_subtask_text_as_asked():
         '0, 2]\nsubtasks = ["Solve it", "Check it"]\naccess_list = [[], "all"]',
         '1]\nsubtasks = ["Answer it"]\naccess_list = [[]]',
     ]
-    rollouts = []
-    for reward, plan in zip((1.0, 0.0), plans):
-        ids = tuple(tokenizer.encode(plan, add_special_tokens=False) + [tokenizer.eos_token_id])
-        rollouts.append(
-            Rollout(Task("q", "?"), prefix + plan, reward=reward, completion_ids=ids, logprobs=tuple(-1.0 for _ in ids))
-        )
+    rollouts = plan_rollouts(tokenizer, prefix, plans, (1.0, 0.0))
 
     def split(batch, row: int) -> tuple[str, str]:
         ids, mask = batch.completion_ids[row], batch.loss_masks[row]
@@ -165,12 +171,7 @@ def test_choice_centering_puts_the_batchs_net_vote_at_every_worker_choice_and_ro
         '0, 2]\nsubtasks = ["Solve it", "Check it"]\naccess_list = [[], "all"]',
         '1]\nsubtasks = ["Go"]\naccess_list = [[]]',
     ]
-    rollouts = []
-    for reward, plan in zip((1.0, 0.0), plans):
-        ids = tuple(tokenizer.encode(plan, add_special_tokens=False) + [tokenizer.eos_token_id])
-        rollouts.append(
-            Rollout(Task("q", "?"), prefix + plan, reward=reward, completion_ids=ids, logprobs=tuple(-1.0 for _ in ids))
-        )
+    rollouts = plan_rollouts(tokenizer, prefix, plans, (1.0, 0.0))
     kwargs = {"format_tokenizer": tokenizer, "response_prefix": prefix, "worker_tokens": tokens}
     plain, _ = rollout_batch(rollouts, PROMPTS, **kwargs)
     assert plain.logit_terms is None
