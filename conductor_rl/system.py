@@ -134,7 +134,7 @@ class System:
         )
 
     @cached_property
-    def vote_tokens(self) -> list[int]:
+    def roster_tokens(self) -> list[int]:
         """The token of each roster id: what train.choice_centering's net vote and train.worker_logprob=roster
         are over ([] when neither is on)."""
         shape, t = self.prompts.shape, self.config.train

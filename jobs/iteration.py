@@ -168,7 +168,7 @@ def learn_from(run: TrainingRun, collected: Collected) -> tuple[dict, list[Rollo
         learner_version=state.version if run.system.corrects_stale_rows else None,
         choice_centering=c.train.choice_centering,
         worker_logprob=c.train.worker_logprob,
-        worker_tokens=run.system.vote_tokens,
+        worker_tokens=run.system.roster_tokens,
     )  # stale rows get behaviour weights
 
     # 7. learn: GRPO's step(s) on the batch  8. sync: the new weights to every generator engine
