@@ -6,7 +6,9 @@ plan written by its exact expected accuracy (conductor_rl/evaluation/exact.py), 
 add no noise; the sampled accuracy is reported beside it. Methods are compared question by question
 (paired), over every seed; `beats` lists the baselines the Conductor beats by more than two standard
 errors of the paired difference (the larger of the pooled and the between-seed one). The tabular
-yardstick (conductor_rl/evaluation/tabular.py) takes the same rollouts: B x G x iterations, same seeds.
+yardstick (conductor_rl/evaluation/tabular.py) takes the same rollouts: B x G x iterations, same seeds; so
+does the readout (conductor_rl/evaluation/readout.py), a linear policy over the untrained Conductor's own
+state where it picks the first worker.
 
 The figures measure how well training finds the plans this testbed rewards, not real models.
 
@@ -31,6 +33,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -40,13 +43,19 @@ from conductor_rl.config import Config, WorkerConfig, load_config  # noqa: E402
 from conductor_rl.data import Question, band_of, difficulty_of, load_dataset  # noqa: E402
 from conductor_rl.evaluation.exact import Paired, QuestionKey, expected_by_question, paired  # noqa: E402
 from conductor_rl.evaluation.optimal import PoolOptimum, value_of  # noqa: E402
+from conductor_rl.evaluation.readout import choice_states, readout_grpo  # noqa: E402
 from conductor_rl.evaluation.summary import EvalRecord, recorded_plan_shape  # noqa: E402
 from conductor_rl.evaluation.tabular import tabular_grpo  # noqa: E402
+from conductor_rl.models import load_causal_lm  # noqa: E402
+from conductor_rl.plan.prompts import ConductorPrompt  # noqa: E402
 
 BASELINES = ["conductor:untrained", "single:*", "moa", "router", "random", "oracle-single", "optimal"]
 HELD_OUT = "samples:heldout"  # added to evaluate.benchmarks: 30 + 120 held-out questions
 COMPARED = ("random", "best_single", "moa", "router", "untrained")  # what `beats` is judged against
 TABULAR_LRS = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
+# The readout's logits are W h with |h| in the tens (the raw state's mean is larger still): smaller rates.
+READOUT_LRS = (0.3, 1.0, 3.0, 10.0)
+READOUT_RAW_LRS = (0.01, 0.03, 0.1, 0.3)
 REUSE_HELP = "keep the trainings already finished in --out (after a stop in an evaluation)"
 GOALS = {
     "beats": ["random", "best_single", "moa", "router"],
@@ -245,37 +254,58 @@ def comparisons(per_seed: Sequence[dict[str, dict[QuestionKey, float]]]) -> dict
     return out
 
 
-def tabular_yardstick(config: Config, held_out: Sequence[Question], iterations: int, seeds: Sequence[int]) -> dict:
-    """The tabular softmax policy on the same rollouts (B x G x iterations, the same seeds), at each learning
-    rate and observation; the best mean fraction of the optimal reward is the yardstick."""
-    t, train = config.train, load_dataset(config.data.questions)
+def yardstick(name: str, variants: dict[str, tuple[Sequence[float], Any]], seeds: Sequence[int]) -> dict:
+    """A yardstick policy on the same rollouts (B x G x iterations, the same seeds) in each variant at each
+    learning rate (`variants`: label -> (rates, run(lr, seed) -> TabularResult)); the best mean fraction of
+    the optimal reward is the yardstick."""
     runs = {}
-    for observe in ("domain", "domain_difficulty"):
-        for lr in TABULAR_LRS:
-            fractions, to_95 = [], []
-            for seed in seeds:
-                result = tabular_grpo(
-                    train, held_out, config.workers, max_steps=config.conductor.max_steps, iterations=iterations,
-                    questions_per_iteration=t.questions_per_iteration, group_size=t.rollouts_per_question, lr=lr,
-                    seed=seed, balance_domains=t.balance_domains, observe=observe,
-                )  # fmt: skip
-                fractions.append(result.fraction_of_optimal_reward)
-                to_95.append(result.iterations_to(0.95))
-            runs[f"{observe}/lr={lr:g}"] = {
-                "fraction_of_optimal_reward": statistics.fmean(fractions),
-                "iterations_to_95": to_95,
+    for label, (rates, run) in variants.items():
+        for lr in rates:
+            results = [run(lr, seed) for seed in seeds]
+            runs[f"{label}/lr={lr:g}"] = {
+                "fraction_of_optimal_reward": statistics.fmean(r.fraction_of_optimal_reward for r in results),
+                "iterations_to_95": [r.iterations_to(0.95) for r in results],
             }
     best = max(runs, key=lambda k: runs[k]["fraction_of_optimal_reward"])
-    start = tabular_grpo(
-        train, held_out, config.workers, max_steps=config.conductor.max_steps, iterations=0,
-        questions_per_iteration=t.questions_per_iteration, group_size=t.rollouts_per_question, lr=1.0,
-    )  # fmt: skip
-    return {
-        "tabular_fraction_of_optimal_reward": runs[best]["fraction_of_optimal_reward"],
-        "tabular_best": best,
-        "tabular_uniform_fraction_of_optimal_reward": start.fraction_of_optimal_reward,
-        "tabular_runs": runs,
-    }
+    return {f"{name}_fraction_of_optimal_reward": runs[best]["fraction_of_optimal_reward"], f"{name}_best": best,
+            f"{name}_runs": runs}  # fmt: skip
+
+
+def grpo_of(config: Config, iterations: int) -> dict:
+    """The GRPO shape a yardstick learns with: training's questions per iteration, group size and draws."""
+    t = config.train
+    return {"max_steps": config.conductor.max_steps, "iterations": iterations, "group_size": t.rollouts_per_question,
+            "questions_per_iteration": t.questions_per_iteration, "balance_domains": t.balance_domains}  # fmt: skip
+
+
+def tabular_yardstick(config: Config, held_out: Sequence[Question], iterations: int, seeds: Sequence[int]) -> dict:
+    """The tabular softmax policy (told the domain, or the domain and difficulty) and, as a floor, its start."""
+    train = load_dataset(config.data.questions)
+    grpo = grpo_of(config, iterations)
+
+    def table(observe: str):
+        return lambda lr, seed: tabular_grpo(train, held_out, config.workers, observe=observe, lr=lr, seed=seed, **grpo)
+
+    found = yardstick("tabular", {o: (TABULAR_LRS, table(o)) for o in ("domain", "domain_difficulty")}, seeds)
+    start = tabular_grpo(train, held_out, config.workers, **{**grpo, "iterations": 0, "lr": 1.0})
+    return {**found, "tabular_uniform_fraction_of_optimal_reward": start.fraction_of_optimal_reward}
+
+
+def readout_yardstick(config: Config, held_out: Sequence[Question], iterations: int, seeds: Sequence[int]) -> dict:
+    """The linear policy over the untrained Conductor's state where it picks the first worker
+    (conductor_rl/evaluation/readout.py), centred and raw."""
+    train = load_dataset(config.data.questions)
+    prompts = ConductorPrompt.from_config(config)
+    model = load_causal_lm(config.conductor.model, "float32")[0].eval()
+    states = choice_states(model, {q.question: prompts.question_ids(q) for q in [*train, *held_out]})
+    grpo = grpo_of(config, iterations)
+
+    def read(centre: bool):
+        return lambda lr, seed: readout_grpo(
+            train, held_out, config.workers, states, centre=centre, lr=lr, seed=seed, **grpo
+        )
+
+    return yardstick("readout", {"centred": (READOUT_LRS, read(True)), "raw": (READOUT_RAW_LRS, read(False))}, seeds)
 
 
 def mean_over_seeds(runs: Sequence[dict]) -> dict[str, float | None]:
@@ -295,7 +325,7 @@ def mean_with_se(values: Sequence[float | None]) -> dict[str, float | None]:
     return {"mean": statistics.fmean(present), "se": se}
 
 
-def summary_over_seeds(runs: Sequence[dict], compared: dict[str, dict], tabular: dict) -> dict:
+def summary_over_seeds(runs: Sequence[dict], compared: dict[str, dict], yardsticks: dict) -> dict:
     """The means over seeds with their standard errors, the comparisons and the goals."""
     methods = sorted({m for r in runs for m in r["expected_accuracy"]})
     mean = {
@@ -317,7 +347,7 @@ def summary_over_seeds(runs: Sequence[dict], compared: dict[str, dict], tabular:
         "easy_single_step_share": None if easy is None else easy >= GOALS["easy_single_step_share"],
         "seed_minutes": all(r["wall_s"] <= 60 * GOALS["seed_minutes"] for r in runs),
     }
-    return {**mean, "compared": compared, "beats": beats, **tabular, "goals": GOALS, "goals_reached": reached}
+    return {**mean, "compared": compared, "beats": beats, **yardsticks, "goals": GOALS, "goals_reached": reached}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -354,6 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         run["train_s"], run["wall_s"] = round(trained_s, 1), round(time.perf_counter() - started, 1)
         runs.append(run)
         print(f"seed {seed}: {json.dumps(run)}", file=sys.stderr, flush=True)
+    print("the yardsticks: tabular and readout policies on the same rollouts ...", file=sys.stderr, flush=True)
+    yardsticks = {**tabular_yardstick(base, held_out, args.iterations, seeds),
+                  **readout_yardstick(base, held_out, args.iterations, seeds)}  # fmt: skip
     result = {
         "benchmark": "orchestration",
         "simulated": True,
@@ -365,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repeats": args.repeats,
         "optimal_accuracy": optimal_accuracy,
         "optimal_reward": optimal_reward,
-        **summary_over_seeds(runs, comparisons(values), tabular_yardstick(base, held_out, args.iterations, seeds)),
+        **summary_over_seeds(runs, comparisons(values), yardsticks),
         "seeds": runs,
     }
     keep_result(result)

@@ -155,3 +155,15 @@ def test_the_shares_sampled_in_training_come_from_the_first_and_last_iterations_
     assert got["first_iteration_on_task_share"] == 1.0 and got["first_iteration_check_step_share"] == 0.0
     assert got["last_iteration_reading_step_share"] == 0.5 and got["last_iteration_check_step_share"] == 0.5
     assert got["last_iteration_on_task_share"] == 0.0  # "Noise words" carries none of the question
+
+
+def test_the_readout_yardstick_reads_the_conductors_state_centred_and_raw(bench):
+    config = load_config(None, ["conductor.model=tiny-qwen2"])
+    held_out = [q for spec in config.evaluate.benchmarks for q in load_dataset(spec)][:12]
+    got = bench.readout_yardstick(config, held_out, iterations=1, seeds=[0])
+    assert set(got["readout_runs"]) == {f"centred/lr={lr:g}" for lr in bench.READOUT_LRS} | {
+        f"raw/lr={lr:g}" for lr in bench.READOUT_RAW_LRS
+    }
+    fractions = [r["fraction_of_optimal_reward"] for r in got["readout_runs"].values()]
+    assert got["readout_fraction_of_optimal_reward"] == max(fractions) and 0 < min(fractions) <= max(fractions) < 1
+    assert got["readout_best"] in got["readout_runs"]

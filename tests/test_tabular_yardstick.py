@@ -1,11 +1,13 @@
-"""conductor_rl.evaluation.tabular: the tabular softmax policy that a Conductor's learning is held to."""
+"""conductor_rl.evaluation.tabular and readout: the yardstick policies a Conductor's learning is held to."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from conductor_rl.config import load_config
 from conductor_rl.data import load_dataset
+from conductor_rl.evaluation.readout import ReadoutPolicy, centred, choice_states, readout_grpo
 from conductor_rl.evaluation.tabular import TabularPolicy, kind_of, tabular_grpo
 
 
@@ -37,10 +39,10 @@ def run(setting, lr, seed=0, iterations=8, observe="domain"):
 def test_it_starts_uniform_and_its_value_is_exact(setting):
     c, _, held_out = setting
     policy = TabularPolicy(c.workers, c.conductor.max_steps)
-    kind = kind_of(held_out[0])
-    probs, accuracy = policy.probabilities(kind), policy.accuracies(kind)
+    question = held_out[0]
+    probs, accuracy = policy.probabilities(question), policy.accuracies(kind_of(question))
     assert float(probs.max() - probs.min()) == pytest.approx(0.0)
-    assert policy.expected_reward([kind]) == pytest.approx(float(0.5 + 0.5 * accuracy.mean()))
+    assert policy.expected_reward([question]) == pytest.approx(float(0.5 + 0.5 * accuracy.mean()))
     result = run(setting, lr=1.0, iterations=0)
     assert result.curve[0] < result.optimal_reward and result.fraction_of_optimal_reward < 1
 
@@ -58,3 +60,41 @@ def test_a_real_worker_has_no_yardstick(setting):
     real = [*c.workers[:2], c.workers[2].model_copy(update={"provider": "openai", "sim": None})]
     with pytest.raises(ValueError, match="simulated workers"):
         TabularPolicy(real, 3)
+
+
+def test_a_readout_of_the_domain_alone_is_the_per_domain_table(setting):
+    """A linear policy over a state that is the domain's one-hot vector is one table per domain:
+    the same curve, step for step, on the same rollouts."""
+    c, train, held_out = setting
+    onehot = {
+        q.question: torch.tensor([float(q.domain == "math"), float(q.domain != "math")]) for q in train + held_out
+    }
+    grpo = dict(max_steps=c.conductor.max_steps, iterations=4, questions_per_iteration=8, group_size=8, lr=100.0)
+    table = tabular_grpo(train, held_out, c.workers, observe="domain", balance_domains=True, **grpo)
+    readout = readout_grpo(train, held_out, c.workers, onehot, centre=False, balance_domains=True, **grpo)
+    assert readout.curve == pytest.approx(table.curve) and readout.observe == "choice_state"
+    assert readout.curve[-1] > readout.curve[0]
+
+
+def test_centring_takes_out_the_training_questions_mean_state(setting):
+    _, train, held_out = setting
+    states = {q.question: torch.tensor([5.0, float(q.domain == "math")], dtype=torch.float64) for q in train + held_out}
+    shown = centred(states, train)
+    assert torch.stack([shown[q.question] for q in train]).mean(0) == pytest.approx(torch.zeros(2, dtype=torch.float64))
+    with pytest.raises(KeyError, match="choice_states"):
+        ReadoutPolicy(setting[0].workers, 3, {train[0].question: shown[train[0].question]}).logits(held_out[0])
+
+
+def test_choice_states_are_the_head_input_at_the_prompt_end():
+    """choice_states reads the real model's normed last hidden state: the head applied to it is the
+    model's own next-token logits at that position."""
+    from conductor_rl.models import load_causal_lm
+
+    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    ids = tokenizer("model_id = [", add_special_tokens=False)["input_ids"]
+    states = choice_states(model, {"q": ids})
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+        head = model.get_output_embeddings().weight.double()
+    assert states["q"].shape == (model.config.hidden_size,)
+    assert (head @ states["q"]) == pytest.approx(logits, abs=1e-4)

@@ -21,6 +21,8 @@ Decisions:
   rollouts as training's token mean is over its tokens (a plan is one token here). Its learning
   rate has no counterpart in the LLM's; the benchmark tries a few and reports the best, so the
   yardstick is what GRPO can do with these rollouts at its best.
+- `PlanPolicy` holds what every such yardstick shares (the family, exact values, the GRPO step);
+  conductor_rl/evaluation/readout.py is the other one, a linear policy over the Conductor's own state.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -52,11 +54,11 @@ def kind_of(question: Question) -> Kind:
 
 @dataclass
 class TabularResult:
-    """What the tabular policy reached: its exact expected reward on the evaluation questions after each
-    iteration (`curve`, index 0 before any step), and that of the best plans."""
+    """What a yardstick policy reached: its exact expected reward on the evaluation questions after each
+    iteration (`curve`, index 0 before any step), and that of the best plans. `observe`: what it saw."""
 
     lr: float
-    observe: Observe
+    observe: str
     curve: list[float] = field(default_factory=list)
     optimal_reward: float = 0.0
 
@@ -69,26 +71,30 @@ class TabularResult:
         return next((i for i, v in enumerate(self.curve) if v >= fraction * self.optimal_reward), None)
 
 
-class TabularPolicy:
-    """Softmax over the plan family per observed state, with exact plan values per question kind."""
+class PlanPolicy:
+    """A softmax over the plan family for each question, with exact plan values per question kind, that
+    learns by training's GRPO step. Subclasses say what its logits for a question are (`logits`) and how
+    a step on them changes its parameters (`update`)."""
 
-    def __init__(self, workers: Sequence[WorkerConfig], max_steps: int, observe: Observe = "domain_difficulty") -> None:
+    observe: str
+
+    def __init__(self, workers: Sequence[WorkerConfig], max_steps: int) -> None:
         specs = sim_specs(workers)
         if specs is None:
-            raise ValueError("a tabular yardstick needs a pool of simulated workers (provider 'sim')")
-        self.specs, self.observe = specs, observe
+            raise ValueError("a yardstick policy needs a pool of simulated workers (provider 'sim')")
+        self.specs = specs
         self.family = list(plan_family(len(specs), max_steps))
-        self.logits: dict[object, torch.Tensor] = {}
         self._values: dict[Kind, torch.Tensor] = {}
 
-    def state(self, kind: Kind) -> object:
-        return kind[0] if self.observe == "domain" else kind
+    def logits(self, question: Question) -> torch.Tensor:
+        raise NotImplementedError
 
-    def probabilities(self, kind: Kind) -> torch.Tensor:
-        state = self.state(kind)
-        if state not in self.logits:
-            self.logits[state] = torch.zeros(len(self.family), dtype=torch.float64)
-        return torch.softmax(self.logits[state], dim=0)
+    def update(self, steps: Sequence[tuple[Question, torch.Tensor]]) -> None:
+        """Add to each question's logits its step (already scaled by the learning rate), as its parameters allow."""
+        raise NotImplementedError
+
+    def probabilities(self, question: Question) -> torch.Tensor:
+        return torch.softmax(self.logits(question), dim=0)
 
     def accuracies(self, kind: Kind) -> torch.Tensor:
         """Each plan's exact accuracy on a question of this kind."""
@@ -97,31 +103,82 @@ class TabularPolicy:
             self._values[kind] = torch.tensor([accuracy_of(p, chances) for p in self.family], dtype=torch.float64)
         return self._values[kind]
 
-    def expected_reward(self, kinds: Sequence[Kind]) -> float:
-        """The policy's exact expected training reward, averaged over questions of `kinds`."""
-        return sum(float((self.probabilities(k) * (0.5 + 0.5 * self.accuracies(k))).sum()) for k in kinds) / len(kinds)
+    def expected_reward(self, questions: Sequence[Question]) -> float:
+        """The policy's exact expected training reward, averaged over `questions`."""
+        total = 0.0
+        for q in questions:
+            total += float((self.probabilities(q) * (0.5 + 0.5 * self.accuracies(kind_of(q)))).sum())
+        return total / len(questions)
 
-    def step(self, kinds: Sequence[Kind], group_size: int, lr: float, rng: random.Random) -> None:
+    def step(self, questions: Sequence[Question], group_size: int, lr: float, rng: random.Random) -> None:
         """One GRPO step: `group_size` plans sampled per question, rewards drawn from their exact accuracies."""
         draws, rewards = [], []
-        for kind in kinds:
-            probs = self.probabilities(kind)
+        for q in questions:
+            probs = self.probabilities(q)
             plans = rng.choices(range(len(self.family)), weights=probs.tolist(), k=group_size)
-            accuracy = self.accuracies(kind)
-            draws.append((kind, plans))
+            accuracy = self.accuracies(kind_of(q))
+            draws.append((q, probs, plans))
             rewards += [1.0 if rng.random() < float(accuracy[p]) else 0.5 for p in plans]
         advantages = group_advantages(torch.tensor(rewards), group_size).advantages.double()
-        grads: dict[object, torch.Tensor] = {}
-        for g, (kind, plans) in enumerate(draws):
-            probs, state = self.probabilities(kind), self.state(kind)
-            grad = grads.setdefault(state, torch.zeros(len(self.family), dtype=torch.float64))
+        steps = []
+        for g, (q, probs, plans) in enumerate(draws):
+            grad = torch.zeros(len(self.family), dtype=torch.float64)
             for i, plan in enumerate(plans):
                 a = advantages[g * group_size + i]
                 grad -= a * probs  # d log softmax(plan) / d logits = onehot(plan) - probs
                 grad[plan] += a
-        n = len(rewards)
-        for state, grad in grads.items():
-            self.logits[state] += lr * grad / n
+            steps.append((q, lr * grad / len(rewards)))
+        self.update(steps)
+
+
+class TabularPolicy(PlanPolicy):
+    """One logit per plan for each kind of question it can tell apart (`observe`)."""
+
+    def __init__(self, workers: Sequence[WorkerConfig], max_steps: int, observe: Observe = "domain_difficulty") -> None:
+        super().__init__(workers, max_steps)
+        self.observe = observe
+        self.table: dict[object, torch.Tensor] = {}
+
+    def state(self, question: Question) -> object:
+        kind = kind_of(question)
+        return kind[0] if self.observe == "domain" else kind
+
+    def logits(self, question: Question) -> torch.Tensor:
+        state = self.state(question)
+        if state not in self.table:
+            self.table[state] = torch.zeros(len(self.family), dtype=torch.float64)
+        return self.table[state]
+
+    def update(self, steps: Sequence[tuple[Question, torch.Tensor]]) -> None:
+        for question, step in steps:
+            self.logits(question).add_(step)
+
+
+def follow_grpo(
+    policy: PlanPolicy,
+    train_questions: Sequence[Question],
+    eval_questions: Sequence[Question],
+    *,
+    iterations: int,
+    questions_per_iteration: int,
+    group_size: int,
+    lr: float,
+    seed: int = 0,
+    balance_domains: bool = False,
+) -> TabularResult:
+    """Train `policy` as training would train the Conductor (same draws of questions from
+    `train_questions` for `seed`) and follow its exact expected reward on `eval_questions`."""
+    best = [float(policy.accuracies(kind_of(q)).max()) for q in eval_questions]
+    result = TabularResult(lr, policy.observe, optimal_reward=sum(value_of(a, 0.0) for a in best) / len(best))
+    stream = QuestionStream(list(train_questions), seed=seed, balance_domains=balance_domains)
+    rng = random.Random(f"tabular/{seed}")
+    result.curve.append(policy.expected_reward(eval_questions))
+    for _ in range(iterations):
+        policy.step(stream.take(questions_per_iteration), group_size, lr, rng)
+        result.curve.append(policy.expected_reward(eval_questions))
+    if not all(math.isfinite(v) for v in result.curve):
+        raise FloatingPointError(f"the {policy.observe} policy diverged at lr={lr}: lower it")
+    return result
 
 
 def tabular_grpo(
@@ -130,26 +187,8 @@ def tabular_grpo(
     workers: Sequence[WorkerConfig],
     *,
     max_steps: int,
-    iterations: int,
-    questions_per_iteration: int,
-    group_size: int,
-    lr: float,
-    seed: int = 0,
-    balance_domains: bool = False,
     observe: Observe = "domain_difficulty",
+    **grpo: Any,
 ) -> TabularResult:
-    """Train a `TabularPolicy` as training would train the Conductor (same draws of questions from
-    `train_questions` for `seed`) and follow its exact expected reward on `eval_questions`."""
-    policy = TabularPolicy(workers, max_steps, observe)
-    eval_kinds = [kind_of(q) for q in eval_questions]
-    best = [float(policy.accuracies(k).max()) for k in eval_kinds]
-    result = TabularResult(lr, observe, optimal_reward=sum(value_of(a, 0.0) for a in best) / len(best))
-    stream = QuestionStream(list(train_questions), seed=seed, balance_domains=balance_domains)
-    rng = random.Random(f"tabular/{seed}")
-    result.curve.append(policy.expected_reward(eval_kinds))
-    for _ in range(iterations):
-        policy.step([kind_of(q) for q in stream.take(questions_per_iteration)], group_size, lr, rng)
-        result.curve.append(policy.expected_reward(eval_kinds))
-    if not all(math.isfinite(v) for v in result.curve):
-        raise FloatingPointError(f"the tabular policy diverged at lr={lr}: lower it")
-    return result
+    """`follow_grpo` of a fresh `TabularPolicy` (the keywords: `follow_grpo`'s)."""
+    return follow_grpo(TabularPolicy(workers, max_steps, observe), train_questions, eval_questions, **grpo)
