@@ -15,6 +15,11 @@ the loss and once without (train.warm_start.workers_in_loss): does the warm star
 
     .venv/bin/python benchmarks/first_choice.py smollm2-135m runs/local/checkpoints/ckpt-000007/model --json
     .venv/bin/python benchmarks/first_choice.py smollm2-135m --warm-start --json
+    .venv/bin/python benchmarks/first_choice.py smollm2-135m --warm-start --readout --json
+
+`--readout`: for each model, also the readout yardstick over its state (conductor_rl/evaluation/
+readout.py, as benchmarks/orchestration.py reports it for the untrained Conductor): does the model's
+state where it picks the first worker still hold what the testbed rewards?
 """
 
 from __future__ import annotations
@@ -69,6 +74,16 @@ def warm_started(name: str, config, prompts: ConductorPrompt, questions: list[Qu
     return model.eval()
 
 
+def readout_of(config, model) -> dict:
+    """benchmarks/orchestration.py's readout yardstick over `model`'s state: its held-out set, 8 iterations,
+    seeds 0-2, as that benchmark reports it for the untrained Conductor."""
+    from benchmarks.orchestration import HELD_OUT, readout_yardstick
+
+    specs = [*config.evaluate.benchmarks, HELD_OUT]
+    held_out = list({(spec, q.id): q for spec in specs for q in load_dataset(spec)}.values())
+    return readout_yardstick(config, held_out, iterations=config.train.iterations, seeds=[0, 1, 2], model=model)
+
+
 def spread_by_domain(rows_by_domain: dict[str, list[list[float]]]) -> dict:
     """Per domain: each worker's mean probability and its standard deviation across the questions."""
     return {
@@ -89,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], help="a configuration override (key.sub=value)")
     parser.add_argument("--per-domain", type=int, default=30, help="questions per domain")
     parser.add_argument("--warm-start", action="store_true", help="also the first model after the warm start")
+    parser.add_argument(
+        "--readout",
+        action="store_true",
+        help="also the readout yardstick over each model's state (benchmarks/orchestration.py's, on its held-out set)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -114,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
             model = warm_started(args.models[0], warm, prompts, questions)
         rows = {d: first_worker_probabilities(model, prompts, qs, len(config.workers)) for d, qs in drawn.items()}
         result["models"][name] = spread_by_domain(rows)
+        if args.readout:
+            result["models"][name]["readout"] = readout_of(config, model)
+            read = result["models"][name]["readout"]
+            print(f"{name}: readout {read['readout_best']}: {read['readout_fraction_of_optimal_reward']:.3f} of the "
+                  f"optimum; state {json.dumps(read['readout_state'])}", file=sys.stderr)  # fmt: skip
         for domain, figures in result["models"][name].items():
             mean = " / ".join(f"{m:.2f}" for m in figures["mean"])
             sd = " / ".join(f"{s:.3f}" for s in figures["sd_across_questions"])

@@ -43,7 +43,7 @@ from conductor_rl.config import Config, WorkerConfig, load_config  # noqa: E402
 from conductor_rl.data import Question, band_of, difficulty_of, load_dataset  # noqa: E402
 from conductor_rl.evaluation.exact import Paired, QuestionKey, expected_by_question, paired  # noqa: E402
 from conductor_rl.evaluation.optimal import PoolOptimum, value_of  # noqa: E402
-from conductor_rl.evaluation.readout import choice_states, readout_grpo  # noqa: E402
+from conductor_rl.evaluation.readout import choice_states, readout_grpo, state_geometry  # noqa: E402
 from conductor_rl.evaluation.summary import EvalRecord, recorded_plan_shape  # noqa: E402
 from conductor_rl.evaluation.tabular import tabular_grpo  # noqa: E402
 from conductor_rl.models import load_causal_lm  # noqa: E402
@@ -53,8 +53,9 @@ BASELINES = ["conductor:untrained", "single:*", "moa", "router", "random", "orac
 HELD_OUT = "samples:heldout"  # added to evaluate.benchmarks: 30 + 120 held-out questions
 COMPARED = ("random", "best_single", "moa", "router", "untrained")  # what `beats` is judged against
 TABULAR_LRS = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
-# The readout's logits are W h with |h| in the tens (the raw state's mean is larger still): smaller rates.
-READOUT_LRS = (0.3, 1.0, 3.0, 10.0)
+# The readout's logits are W h with |h| in the tens (the raw state's mean is larger still): smaller rates;
+# after the warm start the centred state is smaller, and its best rate larger.
+READOUT_LRS = (1.0, 3.0, 10.0, 30.0)
 READOUT_RAW_LRS = (0.01, 0.03, 0.1, 0.3)
 REUSE_HELP = "keep the trainings already finished in --out (after a stop in an evaluation)"
 GOALS = {
@@ -291,12 +292,16 @@ def tabular_yardstick(config: Config, held_out: Sequence[Question], iterations: 
     return {**found, "tabular_uniform_fraction_of_optimal_reward": start.fraction_of_optimal_reward}
 
 
-def readout_yardstick(config: Config, held_out: Sequence[Question], iterations: int, seeds: Sequence[int]) -> dict:
-    """The linear policy over the untrained Conductor's state where it picks the first worker
-    (conductor_rl/evaluation/readout.py), centred and raw."""
+def readout_yardstick(
+    config: Config, held_out: Sequence[Question], iterations: int, seeds: Sequence[int], model: Any = None
+) -> dict:
+    """The linear policy over the Conductor's state where it picks the first worker
+    (conductor_rl/evaluation/readout.py), centred and raw; `model`: whose state (None: the untrained
+    `conductor.model`)."""
     train = load_dataset(config.data.questions)
     prompts = ConductorPrompt.from_config(config)
-    model = load_causal_lm(config.conductor.model, "float32")[0].eval()
+    if model is None:
+        model = load_causal_lm(config.conductor.model, "float32")[0].eval()
     states = choice_states(model, {q.question: prompts.question_ids(q) for q in [*train, *held_out]})
     grpo = grpo_of(config, iterations)
 
@@ -305,7 +310,8 @@ def readout_yardstick(config: Config, held_out: Sequence[Question], iterations: 
             train, held_out, config.workers, states, centre=centre, lr=lr, seed=seed, **grpo
         )
 
-    return yardstick("readout", {"centred": (READOUT_LRS, read(True)), "raw": (READOUT_RAW_LRS, read(False))}, seeds)
+    found = yardstick("readout", {"centred": (READOUT_LRS, read(True)), "raw": (READOUT_RAW_LRS, read(False))}, seeds)
+    return {**found, "readout_state": state_geometry(states, train)}
 
 
 def mean_over_seeds(runs: Sequence[dict]) -> dict[str, float | None]:

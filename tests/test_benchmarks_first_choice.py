@@ -66,3 +66,13 @@ def test_the_warm_start_run_here_raises_its_demonstrations_likelihood(tiny_qwen2
 
     trained = bench.warm_started("tiny-qwen2", config, prompts, questions)
     assert likelihood(trained) > likelihood(tiny_qwen2[0])
+
+
+def test_the_readout_of_a_models_state_is_the_orchestration_benchmarks(tiny_qwen2):
+    from conductor_rl.config import load_config
+
+    bench = load_benchmark("first_choice")
+    model, _ = tiny_qwen2
+    got = bench.readout_of(load_config(None, ["conductor.model=tiny-qwen2", "train.iterations=1"]), model)
+    assert got["readout_best"] in got["readout_runs"] and len(got["readout_runs"]) == 8
+    assert 0 < got["readout_fraction_of_optimal_reward"] < 1

@@ -7,7 +7,7 @@ import torch
 
 from conductor_rl.config import load_config
 from conductor_rl.data import load_dataset
-from conductor_rl.evaluation.readout import ReadoutPolicy, centred, choice_states, readout_grpo
+from conductor_rl.evaluation.readout import ReadoutPolicy, centred, choice_states, readout_grpo, state_geometry
 from conductor_rl.evaluation.tabular import TabularPolicy, kind_of, tabular_grpo
 
 
@@ -98,3 +98,16 @@ def test_choice_states_are_the_head_input_at_the_prompt_end():
         head = model.get_output_embeddings().weight.double()
     assert states["q"].shape == (model.config.hidden_size,)
     assert (head @ states["q"]) == pytest.approx(logits, abs=1e-4)
+
+
+def test_the_state_geometry_separates_the_domains_gap_from_the_spread_within(setting):
+    _, train, _ = setting
+    states = {}
+    for i, q in enumerate(train):
+        side = 1.0 if q.domain == "math" else -1.0
+        states[q.question] = torch.tensor([10.0, 3.0 * side, 1.0 if i % 2 else -1.0], dtype=torch.float64)
+    got = state_geometry(states, train)
+    assert got["mean_norm"] == pytest.approx(float(torch.tensor([10.0, 1.0, 0.0]).norm()), abs=0.1)
+    assert got["domain_half_gap"] == pytest.approx(3.0) and got["within_domain"] == pytest.approx(1.0, abs=0.05)
+    with pytest.raises(ValueError, match="two domains"):
+        state_geometry(states, [q for q in train if q.domain == "math"])

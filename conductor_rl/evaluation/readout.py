@@ -49,6 +49,24 @@ def centred(states: Mapping[str, torch.Tensor], over: Sequence[Question]) -> dic
     return {text: h - mean for text, h in states.items()}
 
 
+def state_geometry(states: Mapping[str, torch.Tensor], questions: Sequence[Question]) -> dict[str, float]:
+    """How the states of `questions` lie: the length of their mean (`mean_norm`), half the distance
+    between two domains' means (`domain_half_gap`, the part a readout can route by), and the mean
+    distance of a state from its domain's mean (`within_domain`). Needs exactly two domains."""
+    by_domain: dict[str, list[torch.Tensor]] = {}
+    for q in questions:
+        by_domain.setdefault(q.domain, []).append(states[q.question].double())
+    if len(by_domain) != 2:
+        raise ValueError(f"state_geometry compares two domains, got {sorted(by_domain)}")
+    first, second = (torch.stack(v) for v in by_domain.values())
+    within = torch.cat([first - first.mean(0), second - second.mean(0)]).norm(dim=1).mean()
+    return {
+        "mean_norm": float(torch.cat([first, second]).mean(0).norm()),
+        "domain_half_gap": float((first.mean(0) - second.mean(0)).norm() / 2),
+        "within_domain": float(within),
+    }
+
+
 class ReadoutPolicy(PlanPolicy):
     """Logits over the plan family `W h` for a question's state h (a linear softmax policy)."""
 
