@@ -135,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = {d: first_worker_probabilities(model, prompts, qs, len(config.workers)) for d, qs in drawn.items()}
         result["models"][name] = spread_by_domain(rows)
         if args.readout:
-            result["models"][name]["readout"] = readout_of(config, model)
-            read = result["models"][name]["readout"]
+            read = result.setdefault("readout", {})[name] = readout_of(config, model)
             print(f"{name}: readout {read['readout_best']}: {read['readout_fraction_of_optimal_reward']:.3f} of the "
                   f"optimum; state {json.dumps(read['readout_state'])}", file=sys.stderr)  # fmt: skip
         for domain, figures in result["models"][name].items():

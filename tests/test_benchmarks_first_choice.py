@@ -76,3 +76,14 @@ def test_the_readout_of_a_models_state_is_the_orchestration_benchmarks(tiny_qwen
     got = bench.readout_of(load_config(None, ["conductor.model=tiny-qwen2", "train.iterations=1"]), model)
     assert got["readout_best"] in got["readout_runs"] and len(got["readout_runs"]) == 8
     assert 0 < got["readout_fraction_of_optimal_reward"] < 1
+
+
+def test_main_reports_each_models_spread_and_its_readout_apart(capsys):
+    import json
+
+    bench = load_benchmark("first_choice")
+    args = ["tiny-qwen2", "--set", "conductor.model=tiny-qwen2", "--set", "train.iterations=1", "--per-domain", "2"]
+    assert bench.main([*args, "--readout", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(got["models"]["tiny-qwen2"]) == {"math", "mmlu"}
+    assert set(got["readout"]["tiny-qwen2"]["readout_state"]) == {"mean_norm", "domain_half_gap", "within_domain"}
