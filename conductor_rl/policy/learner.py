@@ -42,6 +42,7 @@ from conductor_rl.config import LearnerConfig
 from conductor_rl.models import cache_dir, load_causal_lm, tell_deepspeed_the_accelerator
 from conductor_rl.policy.grpo import behaviour_weights, grpo_loss
 from conductor_rl.policy.learner_batch import RolloutBatch
+from conductor_rl.policy.optimizer import learner_optimizer
 from conductor_rl.policy.precision import bf16_is_fast
 
 
@@ -128,9 +129,7 @@ class PolicyLearner:
         if config.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         model.train()
-        optimizer = torch.optim.AdamW(
-            model.parameters(), lr=config.lr, betas=config.betas, eps=config.adam_eps, weight_decay=config.weight_decay
-        )
+        optimizer, self.head_rows = learner_optimizer(model, config)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: lr_lambda(step, total_steps, config.warmup_ratio, config.min_lr_ratio)
         )
@@ -177,6 +176,8 @@ class PolicyLearner:
         normalizer = max(normalizer, 1e-8)
         behaviour = self._behaviour_logprobs(batch, rows) if self.past_versions else None
         self._keep_weights()
+        if self.head_rows is not None:
+            self.head_rows.learn(batch.worker_tokens)
         totals = dict.fromkeys(("loss", "clip", "ratio", "kl", "weight", "lp"), 0.0) | {"tokens": 0, "stale_tokens": 0}
         proximal: dict[int, FirstStep] = {}  # per micro-batch, from the batch's first step
         later_clip, later_tokens, grad_norm = 0.0, 0, None
