@@ -77,10 +77,9 @@ def warm_started(name: str, config, prompts: ConductorPrompt, questions: list[Qu
 def readout_of(config, model) -> dict:
     """benchmarks/orchestration.py's readout yardstick over `model`'s state: its held-out set, 8 iterations,
     seeds 0-2, as that benchmark reports it for the untrained Conductor."""
-    from benchmarks.orchestration import HELD_OUT, readout_yardstick
+    from benchmarks.orchestration import HELD_OUT, held_out_set, readout_yardstick
 
-    specs = [*config.evaluate.benchmarks, HELD_OUT]
-    held_out = list({(spec, q.id): q for spec in specs for q in load_dataset(spec)}.values())
+    held_out = list(held_out_set([*config.evaluate.benchmarks, HELD_OUT]).values())
     return readout_yardstick(config, held_out, iterations=config.train.iterations, seeds=[0, 1, 2], model=model)
 
 

@@ -138,6 +138,11 @@ def sampled_shares(run_dir: Path, iterations: int, n_workers: int) -> dict[str, 
     return out
 
 
+def held_out_set(benchmarks: Sequence[str]) -> dict[tuple[str, str], Question]:
+    """The held-out questions of `benchmarks` (dataset specs), keyed by (spec, question id)."""
+    return {(spec, q.id): q for spec in benchmarks for q in load_dataset(spec)}
+
+
 def optimum_of(questions: Sequence[Question], workers: Sequence[WorkerConfig], max_steps: int) -> tuple[float, float]:
     """The best plans' expected accuracy and reward (training's reward: no cost term), averaged over questions."""
     optimum = PoolOptimum(workers, 400, max_steps)
@@ -371,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     base = load_config(None, args.overrides)
     benchmarks = args.benchmarks or [*base.evaluate.benchmarks, HELD_OUT]
-    questions = {(spec, q.id): q for spec in benchmarks for q in load_dataset(spec)}
+    questions = held_out_set(benchmarks)
     held_out = list(questions.values())
     optimal_accuracy, optimal_reward = optimum_of(held_out, base.workers, base.conductor.max_steps)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
